@@ -1,0 +1,485 @@
+//! The job and its state machine: what a job is, which inputs are valid, and which state a job
+//! moves to on each event. This is the single definition of delayq's semantics
+//! (docs/semantics.md describes it for users).
+//!
+//! This module does no I/O and knows nothing of HTTP or storage. The stores *perform* the
+//! transitions decided here: the embedded store calls these functions directly, the Redis store's
+//! Lua scripts implement the same rules, and the conformance suite (tests/conformance.rs) checks
+//! that both agree with this file.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Milliseconds since the Unix epoch. Every time in delayq has this unit.
+pub type UnixMillis = u64;
+
+/// Default time-to-run: how long a consumer may hold a job before it is handed out again.
+pub const DEFAULT_TTR_MS: u64 = 60_000;
+/// Default priority; 0 is the most urgent (beanstalkd's convention).
+pub const DEFAULT_PRIORITY: u32 = 1024;
+/// Default body limit (1 MiB); configurable with `--max-body-bytes`.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+/// Longest accepted TTR (one day, as the seed API allows).
+pub const MAX_TTR_MS: u64 = 86_400_000;
+/// Latest accepted due time: year 9999. Delays of centuries are fine; this only keeps
+/// arithmetic (and Lua's doubles) exact.
+pub const MAX_RUN_AT: UnixMillis = 253_402_300_799_000;
+/// Longest backoff schedule.
+pub const MAX_BACKOFF_STEPS: usize = 64;
+/// Longest topic name in characters.
+pub const MAX_TOPIC_CHARS: usize = 128;
+/// Longest job id in characters.
+pub const MAX_ID_CHARS: usize = 256;
+
+/// A validation failure, naming the field it concerns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidField {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl InvalidField {
+    pub fn new(field: &'static str, message: impl Into<String>) -> Self {
+        InvalidField {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
+/// A topic name: 1–128 characters, no whitespace, control characters or commas.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Topic(String);
+
+impl Topic {
+    pub fn parse(s: impl Into<String>) -> Result<Topic, InvalidField> {
+        let s = s.into();
+        let n = s.chars().count();
+        if n == 0 {
+            return Err(InvalidField::new("topic", "must not be empty"));
+        }
+        if n > MAX_TOPIC_CHARS {
+            return Err(InvalidField::new(
+                "topic",
+                format!("must be at most {MAX_TOPIC_CHARS} characters, got {n}"),
+            ));
+        }
+        if let Some(c) = s
+            .chars()
+            .find(|c| c.is_whitespace() || c.is_control() || *c == ',')
+        {
+            return Err(InvalidField::new(
+                "topic",
+                format!("must not contain whitespace, control characters or commas (found {c:?})"),
+            ));
+        }
+        Ok(Topic(s))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Topic {
+    type Error = InvalidField;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Topic::parse(s)
+    }
+}
+
+impl From<Topic> for String {
+    fn from(t: Topic) -> String {
+        t.0
+    }
+}
+
+impl fmt::Display for Topic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A job id: 1–256 characters, no control characters. Unique within a delayq namespace, across
+/// all topics.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct JobId(String);
+
+impl JobId {
+    pub fn parse(s: impl Into<String>) -> Result<JobId, InvalidField> {
+        let s = s.into();
+        let n = s.chars().count();
+        if n == 0 {
+            return Err(InvalidField::new("id", "must not be empty"));
+        }
+        if n > MAX_ID_CHARS {
+            return Err(InvalidField::new(
+                "id",
+                format!("must be at most {MAX_ID_CHARS} characters, got {n}"),
+            ));
+        }
+        if s.chars().any(char::is_control) {
+            return Err(InvalidField::new(
+                "id",
+                "must not contain control characters",
+            ));
+        }
+        Ok(JobId(s))
+    }
+
+    /// A new time-ordered id (UUIDv7): ids generated later sort later.
+    pub fn generate() -> JobId {
+        JobId(uuid::Uuid::now_v7().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for JobId {
+    type Error = InvalidField;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        JobId::parse(s)
+    }
+}
+
+impl From<JobId> for String {
+    fn from(t: JobId) -> String {
+        t.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where a job is in its life. A finished or deleted job no longer exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting for `run_at`.
+    Delayed,
+    /// Due; waiting for a consumer.
+    Ready,
+    /// Handed to a consumer until `reserved_until`.
+    Reserved,
+    /// Out of attempts, or buried; waits for `kick` or `delete`.
+    Dead,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Delayed => "delayed",
+            JobState::Ready => "ready",
+            JobState::Reserved => "reserved",
+            JobState::Dead => "dead",
+        }
+    }
+
+    /// The compact code stored by the Redis store (`d`, `r`, `x`, `b`).
+    pub fn code(self) -> &'static str {
+        match self {
+            JobState::Delayed => "d",
+            JobState::Ready => "r",
+            JobState::Reserved => "x",
+            JobState::Dead => "b",
+        }
+    }
+
+    pub fn from_code(code: &str) -> Option<JobState> {
+        Some(match code {
+            "d" => JobState::Delayed,
+            "r" => JobState::Ready,
+            "x" => JobState::Reserved,
+            "b" => JobState::Dead,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything a producer says about a new job, already validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSpec {
+    pub topic: Topic,
+    pub id: JobId,
+    /// Stored and returned byte-for-byte.
+    pub body: String,
+    /// When the job becomes ready.
+    pub run_at: UnixMillis,
+    pub ttr_ms: u64,
+    /// 0 is the most urgent.
+    pub priority: u32,
+    /// 0 means unlimited deliveries.
+    pub max_attempts: u32,
+    /// Delay before the n-th redelivery (n = 1, 2, ...); the last step repeats. Empty: redeliver
+    /// at once.
+    pub backoff_ms: Vec<u64>,
+}
+
+impl JobSpec {
+    /// A job with the defaults for everything but topic, id, body and due time.
+    pub fn new(topic: Topic, id: JobId, body: impl Into<String>, run_at: UnixMillis) -> JobSpec {
+        JobSpec {
+            topic,
+            id,
+            body: body.into(),
+            run_at,
+            ttr_ms: DEFAULT_TTR_MS,
+            priority: DEFAULT_PRIORITY,
+            max_attempts: 0,
+            backoff_ms: Vec::new(),
+        }
+    }
+
+    /// Checks the limits that do not depend on configuration other than the body size.
+    pub fn validate(&self, max_body_bytes: usize) -> Result<(), InvalidField> {
+        if self.body.len() > max_body_bytes {
+            return Err(InvalidField::new(
+                "body",
+                format!(
+                    "is {} bytes, more than the limit of {max_body_bytes}",
+                    self.body.len()
+                ),
+            ));
+        }
+        validate_ttr_ms(self.ttr_ms)?;
+        validate_run_at(self.run_at)?;
+        validate_backoff(&self.backoff_ms)?;
+        Ok(())
+    }
+
+    /// The state a freshly pushed job starts in.
+    pub fn initial_state(&self, now: UnixMillis) -> JobState {
+        if self.run_at <= now {
+            JobState::Ready
+        } else {
+            JobState::Delayed
+        }
+    }
+}
+
+pub fn validate_ttr_ms(ttr_ms: u64) -> Result<(), InvalidField> {
+    if ttr_ms == 0 || ttr_ms > MAX_TTR_MS {
+        return Err(InvalidField::new(
+            "ttr",
+            format!("must be between 1 ms and {MAX_TTR_MS} ms (1 day), got {ttr_ms} ms"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate_run_at(run_at: UnixMillis) -> Result<(), InvalidField> {
+    if run_at > MAX_RUN_AT {
+        return Err(InvalidField::new(
+            "delay",
+            format!("puts the due time after the year 9999 (run_at {run_at} ms)"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate_backoff(backoff_ms: &[u64]) -> Result<(), InvalidField> {
+    if backoff_ms.len() > MAX_BACKOFF_STEPS {
+        return Err(InvalidField::new(
+            "backoff",
+            format!("has {} steps, at most {MAX_BACKOFF_STEPS} allowed", backoff_ms.len()),
+        ));
+    }
+    if let Some(step) = backoff_ms.iter().find(|&&s| s > MAX_RUN_AT / 2) {
+        return Err(InvalidField::new(
+            "backoff",
+            format!("step {step} ms is too long"),
+        ));
+    }
+    Ok(())
+}
+
+/// Adds a delay to a time without overflow, clamping at [`MAX_RUN_AT`].
+pub fn after(now: UnixMillis, delay_ms: u64) -> UnixMillis {
+    now.saturating_add(delay_ms).min(MAX_RUN_AT)
+}
+
+/// A stored job: its spec plus what delayq tracks about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub spec: JobSpec,
+    pub state: JobState,
+    /// Deliveries so far.
+    pub attempts: u32,
+    /// Deadline of the current reservation; `Some` exactly when `state` is `Reserved`.
+    pub reserved_until: Option<UnixMillis>,
+    /// Store-assigned order of pushes: breaks ties between jobs of equal priority and due time.
+    pub seq: u64,
+}
+
+impl Job {
+    /// A new job in its initial state.
+    pub fn new(spec: JobSpec, now: UnixMillis, seq: u64) -> Job {
+        let state = spec.initial_state(now);
+        Job {
+            spec,
+            state,
+            attempts: 0,
+            reserved_until: None,
+            seq,
+        }
+    }
+
+    /// The key that orders ready jobs of one topic: (priority, run_at, push order).
+    pub fn ready_key(&self) -> (u32, UnixMillis, u64) {
+        (self.spec.priority, self.spec.run_at, self.seq)
+    }
+
+    /// When the timer must next look at this job: the due time of a delayed job, the TTR
+    /// deadline of a reserved one.
+    pub fn timer_at(&self) -> Option<UnixMillis> {
+        match self.state {
+            JobState::Delayed => Some(self.spec.run_at),
+            JobState::Reserved => self.reserved_until,
+            JobState::Ready | JobState::Dead => None,
+        }
+    }
+}
+
+/// What happens to a reserved job whose consumer gave up on it: its TTR ran out (`delay` is
+/// `None`) or it was released (`delay` is the consumer's requested delay, if any).
+///
+/// Rules, in order:
+/// 1. `max_attempts > 0` and `attempts >= max_attempts`: the job is dead.
+/// 2. An explicit release delay wins.
+/// 3. With a backoff schedule, the n-th redelivery waits `backoff[n-1]` (the last step repeats).
+/// 4. Otherwise the job is ready again at once.
+///
+/// Returns the new state and, for `Delayed`, the new `run_at`.
+pub fn after_delivery_failed(
+    spec: &JobSpec,
+    attempts: u32,
+    release_delay_ms: Option<u64>,
+    now: UnixMillis,
+) -> (JobState, UnixMillis) {
+    if spec.max_attempts > 0 && attempts >= spec.max_attempts {
+        return (JobState::Dead, spec.run_at);
+    }
+    let delay = match release_delay_ms {
+        Some(d) => d,
+        None => backoff_delay(&spec.backoff_ms, attempts),
+    };
+    if delay == 0 {
+        (JobState::Ready, now)
+    } else {
+        (JobState::Delayed, after(now, delay))
+    }
+}
+
+/// The backoff before redelivery after `attempts` deliveries (0 without a schedule).
+pub fn backoff_delay(backoff_ms: &[u64], attempts: u32) -> u64 {
+    if backoff_ms.is_empty() || attempts == 0 {
+        return 0;
+    }
+    let i = (attempts as usize - 1).min(backoff_ms.len() - 1);
+    backoff_ms[i]
+}
+
+/// Parses a human duration: `15s`, `3m`, `1h`, `2d`, `250ms`, or a bare number of milliseconds.
+pub fn parse_duration_ms(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mul = match unit {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(mul)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> JobSpec {
+        JobSpec::new(
+            Topic::parse("t").unwrap(),
+            JobId::parse("j").unwrap(),
+            "b",
+            1_000,
+        )
+    }
+
+    #[test]
+    fn topic_rejects_commas_whitespace_and_overlong_names() {
+        assert!(Topic::parse("orders").is_ok());
+        assert_eq!(Topic::parse("").unwrap_err().field, "topic");
+        assert!(Topic::parse("a,b").is_err());
+        assert!(Topic::parse("a b").is_err());
+        assert!(Topic::parse("a\u{7}").is_err());
+        assert!(Topic::parse("é".repeat(128)).is_ok());
+        assert!(Topic::parse("x".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn id_allows_spaces_but_not_control_characters() {
+        assert!(JobId::parse("order 42").is_ok());
+        assert!(JobId::parse("a\nb").is_err());
+        assert!(JobId::parse("x".repeat(257)).is_err());
+        assert_eq!(JobId::parse("").unwrap_err().field, "id");
+    }
+
+    #[test]
+    fn generated_ids_sort_in_creation_order() {
+        let a = JobId::generate();
+        let b = JobId::generate();
+        assert!(a < b, "{a} !< {b}");
+    }
+
+    #[test]
+    fn job_due_now_or_earlier_starts_ready() {
+        let s = spec();
+        assert_eq!(s.initial_state(999), JobState::Delayed);
+        assert_eq!(s.initial_state(1_000), JobState::Ready);
+    }
+
+    #[test]
+    fn failed_delivery_follows_backoff_then_dies_at_max_attempts() {
+        let mut s = spec();
+        s.backoff_ms = vec![15_000, 180_000];
+        s.max_attempts = 3;
+        assert_eq!(after_delivery_failed(&s, 1, None, 0), (JobState::Delayed, 15_000));
+        assert_eq!(after_delivery_failed(&s, 2, None, 0), (JobState::Delayed, 180_000));
+        assert_eq!(after_delivery_failed(&s, 3, None, 0).0, JobState::Dead);
+        // An explicit release delay overrides the schedule; 0 means ready now.
+        assert_eq!(after_delivery_failed(&s, 1, Some(0), 5), (JobState::Ready, 5));
+    }
+
+    #[test]
+    fn backoff_repeats_its_last_step() {
+        assert_eq!(backoff_delay(&[1, 2], 5), 2);
+        assert_eq!(backoff_delay(&[], 5), 0);
+    }
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration_ms("15s"), Some(15_000));
+        assert_eq!(parse_duration_ms("3m"), Some(180_000));
+        assert_eq!(parse_duration_ms("250"), Some(250));
+        assert_eq!(parse_duration_ms("1x"), None);
+        assert_eq!(parse_duration_ms(""), None);
+    }
+}

@@ -1,0 +1,17 @@
+//! delayq: a delay-queue service. Producers push jobs that become ready at a given time;
+//! consumers reserve ready jobs and finish them within their time-to-run, or get them again.
+//!
+//! Layers, bottom up (ARCHITECTURE.md has the map):
+//! - [`job`]: the job, its validation and its state machine. No I/O.
+//! - [`store`]: the [`store::Store`] trait and its backends (Redis, embedded).
+//! - [`dispatch`]: the timer and the long-poll waiters, generic over any store.
+//! - [`api`]: the HTTP APIs (seed-compatible and /v1). Only `api` knows HTTP.
+//! - [`config`], [`server`]: settings and wiring; `main.rs` is the CLI.
+
+pub mod api;
+pub mod clock;
+pub mod config;
+pub mod dispatch;
+pub mod job;
+pub mod server;
+pub mod store;

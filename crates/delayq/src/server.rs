@@ -1,0 +1,1 @@
+//! Wiring: opens the store, starts the dispatcher, serves HTTP until shutdown.
