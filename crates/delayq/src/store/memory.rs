@@ -194,7 +194,7 @@ impl Engine {
         j
     }
 
-    fn into_dead(&mut self, mut j: Job) -> Job {
+    fn kill(&mut self, mut j: Job) -> Job {
         j.state = JobState::Dead;
         j.reserved_until = None;
         j.seq = self.stamp();
@@ -266,7 +266,7 @@ impl Engine {
     fn fail_delivery(&mut self, mut j: Job, delay: Option<u64>, now: UnixMillis) -> Job {
         let (state, run_at) = job::after_delivery_failed(&j.spec, j.attempts, delay, now);
         if state == JobState::Dead {
-            return self.into_dead(j);
+            return self.kill(j);
         }
         j.state = state;
         j.spec.run_at = run_at;
@@ -297,7 +297,7 @@ impl Engine {
             id,
             &[JobState::Delayed, JobState::Ready, JobState::Reserved],
         )?;
-        let j = self.into_dead(j);
+        let j = self.kill(j);
         Ok(self.put(j, fx))
     }
 
