@@ -105,7 +105,7 @@ async fn delayed_job_is_never_handed_out_before_run_at(b: &Backend) {
 }
 
 async fn reserve_orders_by_priority_then_run_at_then_push_order(b: &Backend) {
-    let mut spec = |i: &str, pri: u32, run_at: UnixMillis| {
+    let spec = |i: &str, pri: u32, run_at: UnixMillis| {
         let mut s = job("q", i, "", run_at);
         s.priority = pri;
         s
