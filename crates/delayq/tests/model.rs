@@ -368,7 +368,7 @@ async fn run_case(b: &Backend, ops: &[Op]) -> Result<(), TestCaseError> {
                 now += ms;
                 loop {
                     let out = store.tick(now, 1_000).await.unwrap();
-                    if !out.next_due.is_some_and(|t| t <= now) {
+                    if out.next_due.is_none_or(|t| t > now) {
                         break;
                     }
                 }
