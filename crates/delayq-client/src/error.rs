@@ -107,23 +107,36 @@ impl ClientError {
         }
     }
 
-    /// Describes a reqwest failure with its causes on one line ("connection refused" is usually
-    /// only in the source chain).
+    /// Describes a reqwest failure on one line: what failed, where, and the root cause ("connection
+    /// refused" is only at the end of reqwest's source chain).
     pub(crate) fn transport(e: reqwest::Error) -> ClientError {
-        if e.is_timeout() {
-            return ClientError::Transport("request timed out".to_string());
-        }
-        let mut text = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            let s_text = s.to_string();
-            if !text.contains(&s_text) {
-                text.push_str(": ");
-                text.push_str(&s_text);
+        let url = e.url().map(|u| u.as_str().to_string()).unwrap_or_default();
+        let root = {
+            let mut err: &dyn std::error::Error = &e;
+            while let Some(source) = err.source() {
+                err = source;
             }
-            source = s.source();
-        }
-        ClientError::Transport(text)
+            err.to_string()
+        };
+        ClientError::Transport(if e.is_timeout() {
+            format!("request to {url} timed out")
+        } else if e.is_connect() {
+            let host = e
+                .url()
+                .map(|u| {
+                    format!(
+                        "{}:{}",
+                        u.host_str().unwrap_or_default(),
+                        u.port_or_known_default().unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default();
+            format!("cannot connect to {host}: {root}")
+        } else if root != e.to_string() {
+            format!("{e}: {root}")
+        } else {
+            e.to_string()
+        })
     }
 }
 

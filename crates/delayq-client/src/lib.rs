@@ -515,7 +515,12 @@ mod tests {
         drop(listener);
         let c = Client::new(&format!("http://{addr}")).unwrap();
         match c.health().await {
-            Err(ClientError::Transport(msg)) => assert!(msg.contains("connect"), "{msg}"),
+            Err(ClientError::Transport(msg)) => {
+                assert!(
+                    msg.starts_with(&format!("cannot connect to {addr}: ")),
+                    "{msg}"
+                )
+            }
             other => panic!("{other:?}"),
         }
     }
