@@ -23,6 +23,7 @@ use delayq::store::{
     TickOutcome,
 };
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::app::{Reply, TestApp};
@@ -1192,6 +1193,143 @@ async fn bad_input_is_refused_before_the_store_is_asked() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The OpenAPI document
+
+/// Every route of the /v1 router, from docs/api.md (health checks included: the document
+/// describes them though another module serves them).
+const ROUTES: &[(&str, &str)] = &[
+    ("post", "/v1/jobs"),
+    ("post", "/v1/jobs/batch"),
+    ("get", "/v1/jobs/{id}"),
+    ("delete", "/v1/jobs/{id}"),
+    ("post", "/v1/jobs/{id}/finish"),
+    ("post", "/v1/jobs/{id}/release"),
+    ("post", "/v1/jobs/{id}/touch"),
+    ("post", "/v1/jobs/{id}/bury"),
+    ("post", "/v1/jobs/{id}/kick"),
+    ("post", "/v1/jobs/{id}/reschedule"),
+    ("post", "/v1/reserve"),
+    ("post", "/v1/finish"),
+    ("post", "/v1/topics/{topic}/kick"),
+    ("get", "/v1/stats"),
+    ("get", "/v1/openapi.json"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+];
+
+async fn openapi_document_describes_every_route(b: &Backend) {
+    let app = TestApp::new(b);
+    let r = app.get("/v1/openapi.json").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.content_type.as_deref(), Some("application/json"));
+    let doc = &r.json;
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().unwrap();
+    let mut described = BTreeSet::new();
+    for (path, item) in paths {
+        for method in ["get", "post", "put", "delete", "patch"] {
+            if let Some(op) = item.get(method) {
+                described.insert((method.to_string(), path.clone()));
+                assert!(op["operationId"].is_string(), "{method} {path}");
+                assert!(op["responses"].is_object(), "{method} {path}");
+            }
+        }
+    }
+    let expected: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(described, expected);
+
+    // Every route the router serves (other than health checks) answers something other than
+    // "no such route" (404 with an empty body) or 405.
+    for (method, path) in ROUTES {
+        if path.starts_with("/healthz") || path.starts_with("/readyz") {
+            continue;
+        }
+        let concrete = path.replace("{id}", "nope").replace("{topic}", "t");
+        let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let r = app.send(method.clone(), &concrete, "{}", None).await;
+        assert_ne!(
+            r.status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {concrete}"
+        );
+        assert!(
+            r.status != StatusCode::NOT_FOUND || r.json["error"]["code"] == "not_found",
+            "{method} {concrete}: {:?}",
+            r
+        );
+    }
+
+    // Every `$ref` resolves.
+    let mut refs = Vec::new();
+    collect_refs(doc, &mut refs);
+    assert!(!refs.is_empty());
+    for r in refs {
+        let pointer = r.strip_prefix('#').unwrap();
+        assert!(doc.pointer(pointer).is_some(), "dangling $ref {r}");
+    }
+    // The described objects have the fields the API really sends.
+    let schema_fields = |name: &str| -> BTreeSet<String> {
+        let schema = &doc["components"]["schemas"][name];
+        let props: BTreeSet<String> = schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let required: BTreeSet<String> = schema["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(props, required, "{name}: every field is always sent");
+        props
+    };
+    let keys = |v: &Value| -> BTreeSet<String> { v.as_object().unwrap().keys().cloned().collect() };
+    let job = pushed(&app, json!({"topic": "t", "id": "doc"})).await;
+    assert_eq!(keys(&job), schema_fields("Job"));
+    assert_eq!(keys(&stats(&app).await), schema_fields("Stats"));
+    let reserved = app.post("/v1/reserve", json!({"topics": ["t"]})).await.json;
+    assert_eq!(keys(&reserved), schema_fields("ReserveReply"));
+    let r = app
+        .post("/v1/jobs/doc/reschedule", json!({"delay_ms": 0}))
+        .await;
+    assert_eq!(keys(&r.json), schema_fields("Error"));
+    let detail = &doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"];
+    assert_eq!(
+        keys(&r.json["error"]),
+        keys(detail),
+        "wrong_state sends every field"
+    );
+
+    // Each operation with a path parameter declares it.
+    for (path, item) in paths {
+        if path.contains('{') {
+            assert!(item["parameters"].is_array(), "{path}");
+        }
+    }
+}
+
+fn collect_refs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                if k == "$ref" {
+                    out.push(v.as_str().unwrap().to_string());
+                } else {
+                    collect_refs(v, out);
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| collect_refs(v, out)),
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The long-poll and the timer (dispatch.rs)
 
 async fn a_waiting_reserve_is_woken_by_a_push(b: &Backend) {
@@ -1280,6 +1418,7 @@ backend_tests!(
     push_accepts_any_or_no_content_type,
     push_of_a_body_over_the_limit_is_413_naming_body,
     a_request_body_over_the_server_limit_is_413,
+    openapi_document_describes_every_route,
 );
 
 /// The tests that need the real dispatcher (dispatch.rs is a stub that neither waits nor runs

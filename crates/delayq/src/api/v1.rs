@@ -1,4 +1,5 @@
-//! The /v1 API: JSON in, JSON out, as specified by docs/api.md.
+//! The /v1 API: JSON in, JSON out, as specified by docs/api.md (and described for machines by
+//! `openapi.rs`, served at `/v1/openapi.json`).
 //!
 //! Each handler reads its input by hand (input.rs), validates it completely before touching the
 //! store, calls the store (or the dispatcher, for the long-poll of `reserve`), and renders the
@@ -55,6 +56,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/finish", post(finish_batch))
         .route("/v1/topics/{topic}/kick", post(kick_topic))
         .route("/v1/stats", get(stats))
+        .route("/v1/openapi.json", get(super::openapi::serve))
 }
 
 type ApiResult<T> = Result<T, ApiError>;
