@@ -22,6 +22,7 @@ use delayq::store::{
     PushMode, PushOutcome, Reschedule, Stats, Store, StoreError, StoreEvent, StoreResult,
     TickOutcome,
 };
+use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -1042,6 +1043,155 @@ async fn a_request_body_over_the_server_limit_is_413(b: &Backend) {
         assert_error(&r, StatusCode::PAYLOAD_TOO_LARGE, "too_large", None);
     }
     assert_eq!(stats(&app).await["topics"], json!({}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arbitrary input: never a 5xx, never a panic, always the error body
+
+/// Field names worth guessing: every name /v1 knows, plus anything.
+fn field_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => prop::sample::select(vec![
+            "topic", "id", "body", "delay_ms", "run_at_ms", "ttr_ms", "priority",
+            "max_attempts", "backoff_ms", "replace", "jobs", "topics", "max", "timeout_ms",
+            "ids",
+        ])
+        .prop_map(String::from),
+        1 => ".{0,6}",
+    ]
+}
+
+fn any_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<u64>().prop_map(|n| json!(n)),
+        prop_oneof![
+            Just(0u64),
+            Just(1),
+            Just(3),
+            Just(86_400_000),
+            Just(MAX_RUN_AT)
+        ]
+        .prop_map(|n| json!(n)),
+        any::<f64>()
+            .prop_filter("JSON has no NaN or infinity", |f| f.is_finite())
+            .prop_map(|f| json!(f)),
+        ".{0,12}".prop_map(Value::String),
+        prop::sample::select(vec!["t", "a/b", "", "x y", "batch"]).prop_map(|s| json!(s)),
+    ];
+    leaf.prop_recursive(3, 40, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::btree_map(field_name(), inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// A request body: usually an object of plausible fields, sometimes any JSON, sometimes bytes.
+fn any_body() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        4 => prop::collection::btree_map(field_name(), any_json(), 0..6)
+            .prop_map(|m| Value::Object(m.into_iter().collect()).to_string().into_bytes()),
+        1 => any_json().prop_map(|v| v.to_string().into_bytes()),
+        1 => prop::collection::vec(any::<u8>(), 0..40),
+    ]
+}
+
+/// Each fuzzed endpoint and a valid body for it, which the fuzzer then bends.
+const FUZZ_PATHS: &[(&str, &str)] = &[
+    ("/v1/jobs", r#"{"topic":"t"}"#),
+    (
+        "/v1/jobs/batch",
+        r#"{"jobs":[{"topic":"t"},{"topic":"u","id":"x"}]}"#,
+    ),
+    ("/v1/reserve", r#"{"topics":["t","u"],"max":2}"#),
+    ("/v1/finish", r#"{"ids":["t","x"]}"#),
+    ("/v1/jobs/t/release", "{}"),
+    ("/v1/jobs/t/reschedule", r#"{"delay_ms":0}"#),
+    ("/v1/topics/t/kick", r#"{"max":1}"#),
+];
+
+/// A request body: a valid one with up to two fields changed (so that requests get past the
+/// first check), or anything at all.
+#[derive(Debug, Clone)]
+enum FuzzBody {
+    Bent(Vec<(String, Value)>),
+    Raw(Vec<u8>),
+}
+
+fn fuzz_body() -> impl Strategy<Value = FuzzBody> {
+    prop_oneof![
+        3 => prop::collection::vec((field_name(), any_json()), 0..3).prop_map(FuzzBody::Bent),
+        1 => any_body().prop_map(FuzzBody::Raw),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_requests_get_a_4xx_or_a_success_never_a_5xx(
+        requests in prop::collection::vec(
+            (prop::sample::select(FUZZ_PATHS), fuzz_body(), ".{0,8}"), 1..8),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let b = Backend::memory().await;
+            // No long polls: any timeout_ms above 0 is refused.
+            let app = TestApp::with_config(&b, Config { max_wait_secs: 0, ..small_limits() });
+            pushed(&app, json!({"topic": "t", "id": "t"})).await;
+            for ((path, valid), body, id) in requests {
+                let body = match body {
+                    FuzzBody::Raw(raw) => raw,
+                    FuzzBody::Bent(changes) => {
+                        let mut v: Value = serde_json::from_str(valid).unwrap();
+                        for (k, x) in changes {
+                            v[k] = x;
+                        }
+                        v.to_string().into_bytes()
+                    }
+                };
+                let r = app.send(Method::POST, path, body.clone(), None).await;
+                check_reply(&r, path, &body);
+                let enc: String = id.bytes().map(|b| format!("%{b:02X}")).collect();
+                for op in ["", "/touch", "/bury", "/kick", "/finish"] {
+                    let method = if op.is_empty() { Method::GET } else { Method::POST };
+                    let p = format!("/v1/jobs/{enc}{op}");
+                    let r = app.send(method, &p, "", None).await;
+                    check_reply(&r, &p, b"");
+                }
+            }
+            let r = app.get("/v1/stats").await;
+            assert_eq!(r.status, StatusCode::OK);
+        });
+    }
+}
+
+#[track_caller]
+fn check_reply(r: &Reply, path: &str, body: &[u8]) {
+    let body = String::from_utf8_lossy(body);
+    assert!(
+        !r.status.is_server_error(),
+        "{path} {body}: {} {:?}",
+        r.status,
+        r.json
+    );
+    if r.status.is_client_error() && r.status != StatusCode::NOT_FOUND
+        || r.json.get("error").is_some()
+    {
+        let code = r.json["error"]["code"].as_str();
+        assert!(code.is_some(), "{path} {body}: {:?}", r.json);
+        if code == Some("invalid_field") {
+            assert!(
+                r.json["error"]["field"].is_string(),
+                "{path} {body}: {:?}",
+                r.json
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
