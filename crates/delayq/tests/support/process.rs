@@ -92,9 +92,8 @@ impl DelayqProcess {
     /// Starts the same command again on the same port (after `kill`).
     pub async fn restart(&mut self) {
         self.kill();
-        let next = Self::start_on(self.port, self.args.clone()).await;
-        let old = std::mem::replace(self, next);
-        std::mem::forget(old.child);
+        // The old value is dropped here; killing an exited child again is harmless.
+        *self = Self::start_on(self.port, self.args.clone()).await;
     }
 }
 
