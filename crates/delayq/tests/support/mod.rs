@@ -1,5 +1,7 @@
-//! Shared test support: real backing services for the integration tests. Each test binary uses
-//! a subset, hence `dead_code` is allowed.
+//! Shared test support: real backing services and the per-backend test macro. Each test binary
+//! uses a subset, hence `dead_code` is allowed.
 #![allow(dead_code, unused_imports, unused_macros)]
 
+pub mod app;
+pub mod backends;
 pub mod redis_server;

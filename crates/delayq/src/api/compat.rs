@@ -1,0 +1,7 @@
+//! The seed-compatible API (STUB).
+use super::AppState;
+use axum::Router;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+}

@@ -1,0 +1,1 @@
+//! The OpenAPI document of /v1 (STUB).

@@ -1,0 +1,696 @@
+//! The store conformance suite: delayq's job state machine (job.rs, docs/semantics.md) as
+//! executable examples, run against every backend by `backend_tests!`.
+//!
+//! Time is explicit: every call passes `now`, so nothing here sleeps. Each test uses its own
+//! topic and id names; backends are fresh per test.
+
+mod support;
+
+use delayq::job::{JobId, JobSpec, JobState, Topic, UnixMillis};
+use delayq::store::{PushMode, PushOutcome, Reschedule, StoreError, StoreEvent};
+use std::collections::HashSet;
+use std::time::Duration;
+use support::backends::Backend;
+
+const T0: UnixMillis = 1_700_000_000_000;
+const SEC: u64 = 1_000;
+
+fn topic(s: &str) -> Topic {
+    Topic::parse(s).unwrap()
+}
+
+fn id(s: &str) -> JobId {
+    JobId::parse(s).unwrap()
+}
+
+fn job(t: &str, i: &str, body: &str, run_at: UnixMillis) -> JobSpec {
+    JobSpec::new(topic(t), id(i), body, run_at)
+}
+
+async fn push(b: &Backend, spec: JobSpec, now: UnixMillis) -> PushOutcome {
+    b.store.push(spec, PushMode::Reject, now).await.unwrap()
+}
+
+async fn reserve_ids(b: &Backend, topics: &[&str], max: usize, now: UnixMillis) -> Vec<String> {
+    let topics: Vec<Topic> = topics.iter().map(|t| topic(t)).collect();
+    b.store
+        .reserve(&topics, max, now)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.spec.id.as_str().to_string())
+        .collect()
+}
+
+async fn state(b: &Backend, i: &str) -> Result<JobState, StoreError> {
+    b.store.get(&id(i)).await.map(|j| j.state)
+}
+
+async fn push_then_get_returns_every_field(b: &Backend) {
+    let mut spec = job("mail", "m1", "  {\"to\": \"ü\"}\n ", T0 + 5 * SEC);
+    spec.ttr_ms = 30 * SEC;
+    spec.priority = 7;
+    spec.max_attempts = 3;
+    spec.backoff_ms = vec![15 * SEC, 180 * SEC];
+    assert_eq!(push(b, spec.clone(), T0).await, PushOutcome::Created);
+
+    let got = b.store.get(&id("m1")).await.unwrap();
+    assert_eq!(
+        got.spec, spec,
+        "stored fields differ (body must be byte-for-byte)"
+    );
+    assert_eq!(got.state, JobState::Delayed);
+    assert_eq!(got.attempts, 0);
+    assert_eq!(got.reserved_until, None);
+}
+
+async fn unknown_job_is_not_found(b: &Backend) {
+    assert_eq!(state(b, "nope").await, Err(StoreError::NotFound));
+    assert_eq!(b.store.finish(&id("nope")).await, Err(StoreError::NotFound));
+    assert_eq!(b.store.delete(&id("nope")).await, Err(StoreError::NotFound));
+    assert_eq!(
+        b.store.release(&id("nope"), None, T0).await.unwrap_err(),
+        StoreError::NotFound
+    );
+    assert_eq!(
+        b.store.touch(&id("nope"), T0).await.unwrap_err(),
+        StoreError::NotFound
+    );
+}
+
+async fn job_due_now_or_earlier_is_ready_at_once(b: &Backend) {
+    push(b, job("t", "now", "", T0), T0).await;
+    push(b, job("t", "past", "", T0 - 10 * SEC), T0).await;
+    assert_eq!(state(b, "now").await, Ok(JobState::Ready));
+    assert_eq!(state(b, "past").await, Ok(JobState::Ready));
+    let mut got = reserve_ids(b, &["t"], 10, T0).await;
+    got.sort();
+    assert_eq!(got, vec!["now", "past"]);
+}
+
+async fn delayed_job_is_never_handed_out_before_run_at(b: &Backend) {
+    push(b, job("t", "later", "", T0 + 1_500), T0).await;
+    assert!(reserve_ids(b, &["t"], 1, T0 + 1_499).await.is_empty());
+
+    let tick = b.store.tick(T0 + 1_499, 100).await.unwrap();
+    assert_eq!(tick.promoted, 0);
+    assert_eq!(tick.next_due, Some(T0 + 1_500));
+    assert!(reserve_ids(b, &["t"], 1, T0 + 1_499).await.is_empty());
+    assert_eq!(state(b, "later").await, Ok(JobState::Delayed));
+
+    let tick = b.store.tick(T0 + 1_500, 100).await.unwrap();
+    assert_eq!(tick.promoted, 1);
+    assert_eq!(tick.next_due, None);
+    assert_eq!(reserve_ids(b, &["t"], 1, T0 + 1_500).await, vec!["later"]);
+}
+
+async fn reserve_orders_by_priority_then_run_at_then_push_order(b: &Backend) {
+    let spec = |i: &str, pri: u32, run_at: UnixMillis| {
+        let mut s = job("q", i, "", run_at);
+        s.priority = pri;
+        s
+    };
+    // Pushed in an order that differs from the expected delivery order.
+    push(b, spec("p5-early", 5, T0 - 3 * SEC), T0).await;
+    push(b, spec("p1-late", 1, T0 - SEC), T0).await;
+    push(b, spec("p1-early-second", 1, T0 - 2 * SEC), T0).await;
+    push(b, spec("p1-early-first", 1, T0 - 2 * SEC), T0).await;
+    push(b, spec("p0", 0, T0), T0).await;
+    let mut order = Vec::new();
+    for _ in 0..5 {
+        order.extend(reserve_ids(b, &["q"], 1, T0).await);
+    }
+    assert_eq!(
+        order,
+        vec![
+            "p0",
+            "p1-early-second",
+            "p1-early-first",
+            "p1-late",
+            "p5-early"
+        ]
+    );
+}
+
+async fn reserve_prefers_topics_in_the_order_given(b: &Backend) {
+    push(b, job("low", "l1", "", T0), T0).await;
+    push(b, job("high", "h1", "", T0), T0).await;
+    push(b, job("high", "h2", "", T0), T0).await;
+    assert_eq!(reserve_ids(b, &["high", "low"], 1, T0).await, vec!["h1"]);
+    assert_eq!(
+        reserve_ids(b, &["high", "low"], 5, T0).await,
+        vec!["h2", "l1"]
+    );
+    assert!(reserve_ids(b, &["high", "low"], 5, T0).await.is_empty());
+}
+
+async fn reserve_counts_attempts_and_sets_the_ttr_deadline(b: &Backend) {
+    let mut spec = job("t", "j", "", T0);
+    spec.ttr_ms = 30 * SEC;
+    push(b, spec, T0).await;
+    let jobs = b.store.reserve(&[topic("t")], 1, T0 + 7).await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].state, JobState::Reserved);
+    assert_eq!(jobs[0].attempts, 1);
+    assert_eq!(jobs[0].reserved_until, Some(T0 + 7 + 30 * SEC));
+    let got = b.store.get(&id("j")).await.unwrap();
+    assert_eq!(got.reserved_until, Some(T0 + 7 + 30 * SEC));
+    assert_eq!(got.attempts, 1);
+}
+
+async fn reserved_job_is_not_handed_out_again_within_its_ttr(b: &Backend) {
+    let mut spec = job("t", "j", "", T0);
+    spec.ttr_ms = 10 * SEC;
+    push(b, spec, T0).await;
+    assert_eq!(reserve_ids(b, &["t"], 1, T0).await, vec!["j"]);
+    let tick = b.store.tick(T0 + 10 * SEC - 1, 100).await.unwrap();
+    assert_eq!(tick.expired, 0);
+    assert!(
+        reserve_ids(b, &["t"], 1, T0 + 10 * SEC - 1)
+            .await
+            .is_empty()
+    );
+}
+
+async fn unfinished_job_is_redelivered_after_ttr(b: &Backend) {
+    let mut spec = job("t", "j", "body", T0);
+    spec.ttr_ms = 10 * SEC;
+    push(b, spec, T0).await;
+    assert_eq!(reserve_ids(b, &["t"], 1, T0).await, vec!["j"]);
+    let tick = b.store.tick(T0 + 10 * SEC, 100).await.unwrap();
+    assert_eq!(tick.expired, 1);
+    assert_eq!(state(b, "j").await, Ok(JobState::Ready));
+    let again = b
+        .store
+        .reserve(&[topic("t")], 1, T0 + 10 * SEC)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].attempts, 2);
+    assert_eq!(again[0].spec.body, "body");
+}
+
+async fn finish_removes_the_job_for_good(b: &Backend) {
+    let mut spec = job("t", "j", "", T0);
+    spec.ttr_ms = SEC;
+    push(b, spec, T0).await;
+    reserve_ids(b, &["t"], 1, T0).await;
+    assert_eq!(b.store.finish(&id("j")).await, Ok(JobState::Reserved));
+    assert_eq!(state(b, "j").await, Err(StoreError::NotFound));
+    // Its TTR deadline passing later must not bring it back.
+    let tick = b.store.tick(T0 + 60 * SEC, 100).await.unwrap();
+    assert_eq!(tick.expired, 0);
+    assert!(reserve_ids(b, &["t"], 1, T0 + 60 * SEC).await.is_empty());
+    assert!(b.store.stats().await.unwrap().topics.is_empty());
+}
+
+async fn delete_removes_a_job_in_any_state(b: &Backend) {
+    push(b, job("t", "delayed", "", T0 + SEC), T0).await;
+    push(b, job("t", "ready", "", T0), T0).await;
+    push(b, job("t", "reserved", "", T0 - 1), T0).await;
+    push(b, job("t", "dead", "", T0 + SEC), T0).await;
+    assert_eq!(reserve_ids(b, &["t"], 1, T0).await, vec!["reserved"]);
+    b.store.bury(&id("dead"), T0).await.unwrap();
+    for (i, s) in [
+        ("delayed", JobState::Delayed),
+        ("ready", JobState::Ready),
+        ("reserved", JobState::Reserved),
+        ("dead", JobState::Dead),
+    ] {
+        assert_eq!(b.store.delete(&id(i)).await, Ok(s), "{i}");
+        assert_eq!(state(b, i).await, Err(StoreError::NotFound), "{i}");
+    }
+    b.store.tick(T0 + 600 * SEC, 100).await.unwrap();
+    assert!(reserve_ids(b, &["t"], 10, T0 + 600 * SEC).await.is_empty());
+    assert!(b.store.stats().await.unwrap().topics.is_empty());
+}
+
+async fn pushing_an_existing_id_is_refused_without_replace(b: &Backend) {
+    push(b, job("t", "j", "first", T0 + SEC), T0).await;
+    let err = b
+        .store
+        .push(job("t", "j", "second", T0), PushMode::Reject, T0)
+        .await;
+    assert_eq!(err, Err(StoreError::Exists));
+    // Ids are unique across topics.
+    let err = b
+        .store
+        .push(job("other", "j", "third", T0), PushMode::Reject, T0)
+        .await;
+    assert_eq!(err, Err(StoreError::Exists));
+    let got = b.store.get(&id("j")).await.unwrap();
+    assert_eq!(got.spec.body, "first");
+    assert_eq!(got.state, JobState::Delayed);
+}
+
+async fn replace_delivers_the_new_version_once_and_the_old_never(b: &Backend) {
+    // Old version ready, new version delayed: nothing before the new due time.
+    push(b, job("t", "a", "old", T0), T0).await;
+    let out = b
+        .store
+        .push(job("t", "a", "new", T0 + SEC), PushMode::Replace, T0)
+        .await
+        .unwrap();
+    assert_eq!(out, PushOutcome::Replaced(JobState::Ready));
+    assert!(reserve_ids(b, &["t"], 10, T0).await.is_empty());
+
+    // Old version delayed earlier than the new: the old due time must not fire.
+    push(b, job("t", "b", "old", T0 + SEC), T0).await;
+    b.store
+        .push(job("t", "b", "new", T0 + 50 * SEC), PushMode::Replace, T0)
+        .await
+        .unwrap();
+    b.store.tick(T0 + 2 * SEC, 100).await.unwrap();
+    let got = b
+        .store
+        .reserve(&[topic("t")], 10, T0 + 2 * SEC)
+        .await
+        .unwrap();
+    let got: Vec<_> = got.iter().map(|j| j.spec.id.as_str().to_string()).collect();
+    assert_eq!(got, vec!["a"], "only a (due at T0+1s) is due at T0+2s");
+
+    // Old version reserved: its TTR deadline must not redeliver anything.
+    let mut spec = job("t", "c", "old", T0);
+    spec.ttr_ms = SEC;
+    push(b, spec, T0).await;
+    b.store.tick(T0 + 2 * SEC, 100).await.unwrap();
+    assert_eq!(reserve_ids(b, &["t"], 1, T0 + 2 * SEC).await, vec!["c"]);
+    let out = b
+        .store
+        .push(
+            job("t", "c", "new", T0 + 60 * SEC),
+            PushMode::Replace,
+            T0 + 2 * SEC,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, PushOutcome::Replaced(JobState::Reserved));
+    b.store.tick(T0 + 10 * SEC, 100).await.unwrap();
+    assert!(reserve_ids(b, &["t"], 10, T0 + 10 * SEC).await.is_empty());
+
+    b.store.tick(T0 + 60 * SEC, 100).await.unwrap();
+    let got = b
+        .store
+        .reserve(&[topic("t")], 10, T0 + 60 * SEC)
+        .await
+        .unwrap();
+    let mut bodies: Vec<_> = got
+        .iter()
+        .map(|j| {
+            (
+                j.spec.id.as_str().to_string(),
+                j.spec.body.clone(),
+                j.attempts,
+            )
+        })
+        .collect();
+    bodies.sort();
+    assert_eq!(
+        bodies,
+        vec![
+            ("b".to_string(), "new".to_string(), 1),
+            ("c".to_string(), "new".to_string(), 1)
+        ]
+    );
+    let counts = b.store.stats().await.unwrap().topics[&topic("t")];
+    assert_eq!(counts.reserved, 3, "a, b and c, once each");
+    assert_eq!(counts.total(), 3);
+}
+
+async fn backoff_schedule_delays_each_redelivery(b: &Backend) {
+    let mut spec = job("pay", "n1", "", T0);
+    spec.ttr_ms = SEC;
+    spec.backoff_ms = vec![15 * SEC, 180 * SEC];
+    push(b, spec, T0).await;
+
+    let mut now = T0;
+    for (attempt, backoff) in [(1, 15 * SEC), (2, 180 * SEC), (3, 180 * SEC)] {
+        let got = b.store.reserve(&[topic("pay")], 1, now).await.unwrap();
+        assert_eq!(got.len(), 1, "delivery {attempt}");
+        assert_eq!(got[0].attempts, attempt);
+        now += SEC;
+        let tick = b.store.tick(now, 100).await.unwrap();
+        assert_eq!(tick.expired, 1);
+        let j = b.store.get(&id("n1")).await.unwrap();
+        assert_eq!(j.state, JobState::Delayed);
+        assert_eq!(j.spec.run_at, now + backoff, "after delivery {attempt}");
+        assert!(
+            reserve_ids(b, &["pay"], 1, now + backoff - 1)
+                .await
+                .is_empty()
+        );
+        now += backoff;
+        assert_eq!(b.store.tick(now, 100).await.unwrap().promoted, 1);
+    }
+}
+
+async fn job_out_of_attempts_becomes_dead(b: &Backend) {
+    let mut spec = job("t", "j", "", T0);
+    spec.ttr_ms = SEC;
+    spec.max_attempts = 2;
+    push(b, spec, T0).await;
+    assert_eq!(reserve_ids(b, &["t"], 1, T0).await, vec!["j"]);
+    b.store.tick(T0 + SEC, 100).await.unwrap();
+    assert_eq!(reserve_ids(b, &["t"], 1, T0 + SEC).await, vec!["j"]);
+    b.store.tick(T0 + 2 * SEC, 100).await.unwrap();
+    assert_eq!(state(b, "j").await, Ok(JobState::Dead));
+    assert!(reserve_ids(b, &["t"], 1, T0 + 3 * SEC).await.is_empty());
+    let counts = b.store.stats().await.unwrap().topics[&topic("t")];
+    assert_eq!(counts.dead, 1);
+    assert_eq!(counts.total(), 1);
+
+    // A release that uses up the last attempt also kills the job.
+    let mut spec = job("t", "k", "", T0);
+    spec.max_attempts = 1;
+    push(b, spec, T0).await;
+    assert_eq!(reserve_ids(b, &["t"], 1, T0).await, vec!["k"]);
+    let j = b.store.release(&id("k"), None, T0).await.unwrap();
+    assert_eq!(j.state, JobState::Dead);
+}
+
+async fn release_returns_a_reserved_job_now_or_later(b: &Backend) {
+    push(b, job("t", "j", "", T0), T0).await;
+    assert_eq!(
+        b.store.release(&id("j"), None, T0).await.unwrap_err(),
+        StoreError::WrongState(JobState::Ready)
+    );
+    reserve_ids(b, &["t"], 1, T0).await;
+    let j = b.store.release(&id("j"), None, T0 + 5).await.unwrap();
+    assert_eq!(j.state, JobState::Ready);
+    assert_eq!(j.reserved_until, None);
+    assert_eq!(reserve_ids(b, &["t"], 1, T0 + 5).await, vec!["j"]);
+
+    let j = b
+        .store
+        .release(&id("j"), Some(30 * SEC), T0 + 10)
+        .await
+        .unwrap();
+    assert_eq!(j.state, JobState::Delayed);
+    assert_eq!(j.spec.run_at, T0 + 10 + 30 * SEC);
+    assert_eq!(j.attempts, 2);
+    assert!(
+        reserve_ids(b, &["t"], 1, T0 + 10 + 30 * SEC - 1)
+            .await
+            .is_empty()
+    );
+    b.store.tick(T0 + 10 + 30 * SEC, 100).await.unwrap();
+    assert_eq!(
+        reserve_ids(b, &["t"], 1, T0 + 10 + 30 * SEC).await,
+        vec!["j"]
+    );
+}
+
+async fn touch_extends_a_reservation_by_its_ttr(b: &Backend) {
+    let mut spec = job("t", "j", "", T0);
+    spec.ttr_ms = 10 * SEC;
+    push(b, spec, T0).await;
+    reserve_ids(b, &["t"], 1, T0).await;
+    let j = b.store.touch(&id("j"), T0 + 8 * SEC).await.unwrap();
+    assert_eq!(j.reserved_until, Some(T0 + 18 * SEC));
+    // The old deadline passes without a redelivery.
+    assert_eq!(b.store.tick(T0 + 12 * SEC, 100).await.unwrap().expired, 0);
+    assert_eq!(state(b, "j").await, Ok(JobState::Reserved));
+    assert_eq!(b.store.tick(T0 + 18 * SEC, 100).await.unwrap().expired, 1);
+    assert_eq!(state(b, "j").await, Ok(JobState::Ready));
+    assert_eq!(
+        b.store.touch(&id("j"), T0).await.unwrap_err(),
+        StoreError::WrongState(JobState::Ready)
+    );
+}
+
+async fn bury_and_kick_move_jobs_through_dead(b: &Backend) {
+    push(b, job("t", "d", "", T0 + 60 * SEC), T0).await;
+    push(b, job("t", "r", "", T0), T0).await;
+    push(b, job("t", "x", "", T0), T0).await;
+    assert_eq!(reserve_ids(b, &["t"], 1, T0).await, vec!["r"]);
+    for i in ["d", "r", "x"] {
+        let j = b.store.bury(&id(i), T0).await.unwrap();
+        assert_eq!(j.state, JobState::Dead, "{i}");
+    }
+    assert_eq!(
+        b.store.bury(&id("d"), T0).await.unwrap_err(),
+        StoreError::WrongState(JobState::Dead)
+    );
+    b.store.tick(T0 + 120 * SEC, 100).await.unwrap();
+    assert!(reserve_ids(b, &["t"], 10, T0 + 120 * SEC).await.is_empty());
+
+    let j = b.store.kick(&id("r"), T0 + 1).await.unwrap();
+    assert_eq!(j.state, JobState::Ready);
+    assert_eq!(j.attempts, 0);
+    assert_eq!(
+        b.store.kick(&id("r"), T0).await.unwrap_err(),
+        StoreError::WrongState(JobState::Ready)
+    );
+    // kick_topic takes the oldest burials first: d, then x.
+    assert_eq!(b.store.kick_topic(&topic("t"), 1, T0 + 2).await, Ok(1));
+    assert_eq!(state(b, "d").await, Ok(JobState::Ready));
+    assert_eq!(state(b, "x").await, Ok(JobState::Dead));
+    assert_eq!(b.store.kick_topic(&topic("t"), 10, T0 + 3).await, Ok(1));
+    assert_eq!(b.store.kick_topic(&topic("t"), 10, T0 + 4).await, Ok(0));
+    assert_eq!(reserve_ids(b, &["t"], 10, T0 + 5).await.len(), 3);
+}
+
+async fn reschedule_changes_a_pending_job_atomically(b: &Backend) {
+    let mut spec = job("t", "j", "old", T0 + 60 * SEC);
+    spec.priority = 9;
+    push(b, spec, T0).await;
+    let (j, prev) = b
+        .store
+        .reschedule(
+            &id("j"),
+            Reschedule {
+                run_at: T0 + 10 * SEC,
+                body: Some("new".into()),
+                priority: Some(1),
+            },
+            T0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(prev, JobState::Delayed);
+    assert_eq!(j.state, JobState::Delayed);
+    assert_eq!(
+        (j.spec.run_at, j.spec.body.as_str(), j.spec.priority),
+        (T0 + 10 * SEC, "new", 1)
+    );
+    assert_eq!(b.store.stats().await.unwrap().next_due, Some(T0 + 10 * SEC));
+
+    // To a past time: ready at once. From ready back to the future: delayed again.
+    let change = |run_at| Reschedule {
+        run_at,
+        ..Reschedule::default()
+    };
+    let (j, prev) = b.store.reschedule(&id("j"), change(T0), T0).await.unwrap();
+    assert_eq!((prev, j.state), (JobState::Delayed, JobState::Ready));
+    let (j, prev) = b
+        .store
+        .reschedule(&id("j"), change(T0 + 5 * SEC), T0)
+        .await
+        .unwrap();
+    assert_eq!((prev, j.state), (JobState::Ready, JobState::Delayed));
+    assert!(reserve_ids(b, &["t"], 1, T0).await.is_empty());
+    b.store.tick(T0 + 5 * SEC, 100).await.unwrap();
+    assert_eq!(reserve_ids(b, &["t"], 1, T0 + 5 * SEC).await, vec!["j"]);
+
+    // Lost the race against delivery: refused, nothing changed.
+    let err = b
+        .store
+        .reschedule(&id("j"), change(T0 + 99 * SEC), T0 + 5 * SEC)
+        .await
+        .unwrap_err();
+    assert_eq!(err, StoreError::WrongState(JobState::Reserved));
+    let j = b.store.get(&id("j")).await.unwrap();
+    assert_eq!((j.state, j.spec.run_at), (JobState::Reserved, T0 + 5 * SEC));
+    assert_eq!(
+        b.store
+            .reschedule(&id("missing"), change(T0), T0)
+            .await
+            .unwrap_err(),
+        StoreError::NotFound
+    );
+}
+
+async fn stats_count_jobs_by_topic_and_state(b: &Backend) {
+    push(b, job("a", "a1", "", T0 + 30 * SEC), T0).await;
+    push(b, job("a", "a2", "", T0 + 20 * SEC), T0).await;
+    push(b, job("a", "a3", "", T0), T0).await;
+    push(b, job("b", "b1", "", T0), T0).await;
+    push(b, job("b", "b2", "", T0), T0).await;
+    reserve_ids(b, &["b"], 1, T0).await;
+    b.store.bury(&id("b2"), T0).await.unwrap();
+    let stats = b.store.stats().await.unwrap();
+    let a = stats.topics[&topic("a")];
+    let bb = stats.topics[&topic("b")];
+    assert_eq!((a.delayed, a.ready, a.reserved, a.dead), (2, 1, 0, 0));
+    assert_eq!((bb.delayed, bb.ready, bb.reserved, bb.dead), (0, 0, 1, 1));
+    assert_eq!(stats.next_due, Some(T0 + 20 * SEC));
+}
+
+async fn tick_moves_due_jobs_in_batches(b: &Backend) {
+    for i in 0..25 {
+        push(b, job("t", &format!("j{i:02}"), "", T0 + 1 + i), T0).await;
+    }
+    let now = T0 + 100;
+    let mut promoted = 0;
+    let mut passes = 0;
+    loop {
+        let out = b.store.tick(now, 10).await.unwrap();
+        promoted += out.promoted;
+        passes += 1;
+        match out.next_due {
+            Some(t) if t <= now => continue,
+            other => {
+                assert_eq!(other, None);
+                break;
+            }
+        }
+    }
+    assert_eq!(promoted, 25);
+    assert!(
+        passes >= 3,
+        "a limit of 10 needs at least 3 passes, took {passes}"
+    );
+    assert_eq!(reserve_ids(b, &["t"], 100, now).await.len(), 25);
+}
+
+async fn push_batch_reports_each_outcome(b: &Backend) {
+    push(b, job("t", "dup", "", T0), T0).await;
+    let out = b
+        .store
+        .push_batch(
+            vec![
+                job("t", "n1", "", T0),
+                job("t", "dup", "", T0),
+                job("u", "n2", "", T0 + SEC),
+            ],
+            PushMode::Reject,
+            T0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![
+            Ok(PushOutcome::Created),
+            Err(StoreError::Exists),
+            Ok(PushOutcome::Created)
+        ]
+    );
+    assert_eq!(state(b, "n2").await, Ok(JobState::Delayed));
+}
+
+async fn bodies_round_trip_byte_for_byte(b: &Backend) {
+    let bodies = [
+        "",
+        " ",
+        "  padded  ",
+        "line\nbreak\ttab\r\n",
+        "nul\u{0}inside",
+        "emoji 🎉 中文 ключ",
+        "{\"json\": [1, 2, {\"a\": null}]}",
+    ];
+    for (i, body) in bodies.iter().enumerate() {
+        push(b, job("t", &format!("b{i}"), body, T0), T0).await;
+    }
+    let big = "x".repeat(1 << 20);
+    push(b, job("t", "big", &big, T0), T0).await;
+    for (i, body) in bodies.iter().enumerate() {
+        let j = b.store.get(&id(&format!("b{i}"))).await.unwrap();
+        assert_eq!(j.spec.body, *body);
+    }
+    let got = b.store.reserve(&[topic("t")], 100, T0).await.unwrap();
+    let big_got = got.iter().find(|j| j.spec.id.as_str() == "big").unwrap();
+    assert_eq!(big_got.spec.body.len(), big.len());
+}
+
+async fn ids_and_topics_that_look_like_internal_names_are_plain_data(b: &Backend) {
+    for (t, i) in [
+        ("delayq", "delayq:{delayq:0}:jobs"),
+        ("jobs", "{0}"),
+        ("t:ready:x", "dq_queue_t"),
+    ] {
+        push(b, job(t, i, "x", T0), T0).await;
+        assert_eq!(reserve_ids(b, &[t], 1, T0).await, vec![i.to_string()]);
+        assert_eq!(b.store.finish(&id(i)).await, Ok(JobState::Reserved));
+    }
+    assert!(b.store.stats().await.unwrap().topics.is_empty());
+}
+
+async fn concurrent_consumers_never_get_the_same_job(b: &Backend) {
+    let n = 200;
+    let specs = (0..n).map(|i| job("c", &format!("j{i}"), "", T0)).collect();
+    b.store
+        .push_batch(specs, PushMode::Reject, T0)
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let store = b.store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let got = store.reserve(&[topic("c")], 3, T0).await.unwrap();
+                if got.is_empty() {
+                    return mine;
+                }
+                mine.extend(got.into_iter().map(|j| j.spec.id.as_str().to_string()));
+            }
+        }));
+    }
+    let mut seen = HashSet::new();
+    for t in tasks {
+        for i in t.await.unwrap() {
+            assert!(seen.insert(i.clone()), "{i} delivered twice");
+        }
+    }
+    assert_eq!(seen.len(), n);
+}
+
+async fn store_events_announce_ready_jobs_and_new_deadlines(b: &Backend) {
+    let mut rx = b.store.subscribe();
+    push(b, job("ev", "later", "", T0 + 5 * SEC), T0).await;
+    push(b, job("ev", "now", "", T0), T0).await;
+    let mut saw_due = false;
+    let mut saw_ready = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !(saw_due && saw_ready) {
+        let ev = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .expect("events within 10 s")
+            .unwrap();
+        match ev {
+            StoreEvent::Due(t) if t == T0 + 5 * SEC => saw_due = true,
+            StoreEvent::Ready(t) if t == topic("ev") => saw_ready = true,
+            _ => {}
+        }
+    }
+}
+
+backend_tests!(
+    push_then_get_returns_every_field,
+    unknown_job_is_not_found,
+    job_due_now_or_earlier_is_ready_at_once,
+    delayed_job_is_never_handed_out_before_run_at,
+    reserve_orders_by_priority_then_run_at_then_push_order,
+    reserve_prefers_topics_in_the_order_given,
+    reserve_counts_attempts_and_sets_the_ttr_deadline,
+    reserved_job_is_not_handed_out_again_within_its_ttr,
+    unfinished_job_is_redelivered_after_ttr,
+    finish_removes_the_job_for_good,
+    delete_removes_a_job_in_any_state,
+    pushing_an_existing_id_is_refused_without_replace,
+    replace_delivers_the_new_version_once_and_the_old_never,
+    backoff_schedule_delays_each_redelivery,
+    job_out_of_attempts_becomes_dead,
+    release_returns_a_reserved_job_now_or_later,
+    touch_extends_a_reservation_by_its_ttr,
+    bury_and_kick_move_jobs_through_dead,
+    reschedule_changes_a_pending_job_atomically,
+    stats_count_jobs_by_topic_and_state,
+    tick_moves_due_jobs_in_batches,
+    push_batch_reports_each_outcome,
+    bodies_round_trip_byte_for_byte,
+    ids_and_topics_that_look_like_internal_names_are_plain_data,
+    concurrent_consumers_never_get_the_same_job,
+    store_events_announce_ready_jobs_and_new_deadlines,
+);

@@ -1,0 +1,101 @@
+//! An HTTP app over a test backend, driven in-process with `tower::ServiceExt::oneshot`
+//! (no sockets), for the HTTP suites.
+
+use super::backends::Backend;
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use delayq::api::{self, AppState};
+use delayq::clock::{Clock, SystemClock};
+use delayq::config::Config;
+use delayq::dispatch::Dispatcher;
+use serde_json::Value;
+use std::sync::Arc;
+use tower::ServiceExt;
+
+pub struct TestApp {
+    pub state: AppState,
+    pub router: Router,
+}
+
+/// A response: status, content type and body (parsed as JSON when it is JSON, else a string).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub content_type: Option<String>,
+    pub json: Value,
+    pub raw: Vec<u8>,
+}
+
+impl TestApp {
+    pub fn new(backend: &Backend) -> TestApp {
+        TestApp::with_config(backend, Config::default())
+    }
+
+    pub fn with_config(backend: &Backend, config: Config) -> TestApp {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let dispatch = Dispatcher::new(backend.store.clone(), clock.clone());
+        let state = AppState {
+            store: backend.store.clone(),
+            dispatch,
+            clock,
+            config: Arc::new(config),
+        };
+        TestApp {
+            router: api::router(state.clone()),
+            state,
+        }
+    }
+
+    /// Sends raw bytes with an optional content type.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: impl Into<Body>,
+        content_type: Option<&str>,
+    ) -> Reply {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(ct) = content_type {
+            req = req.header(header::CONTENT_TYPE, ct);
+        }
+        let resp = self
+            .router
+            .clone()
+            .oneshot(req.body(body.into()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let content_type = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let raw = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec();
+        let json = serde_json::from_slice(&raw)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&raw).into_owned()));
+        Reply {
+            status,
+            content_type,
+            json,
+            raw,
+        }
+    }
+
+    /// Sends a JSON body.
+    pub async fn json(&self, method: Method, path: &str, body: Value) -> Reply {
+        self.send(method, path, body.to_string(), Some("application/json"))
+            .await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Reply {
+        self.json(Method::POST, path, body).await
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send(Method::GET, path, Body::empty(), None).await
+    }
+}
