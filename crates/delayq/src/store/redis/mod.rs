@@ -43,7 +43,7 @@ use redis::Value;
 use scripts::SCRIPTS;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
@@ -88,6 +88,8 @@ struct Inner {
     events: broadcast::Sender<StoreEvent>,
     /// Last seq stamp handed out by this instance (see [`RedisStore::stamp`]).
     last_seq: AtomicU64,
+    /// Rotates which shard gets the odd units of a tick's limit (see [`share_out`]).
+    tick_rotation: AtomicUsize,
     /// The pub/sub forwarding task; stopped when the last clone of the store is dropped.
     subscriber: JoinHandle<()>,
 }
@@ -122,6 +124,7 @@ impl RedisStore {
                 channel,
                 events: tx,
                 last_seq: AtomicU64::new(0),
+                tick_rotation: AtomicUsize::new(0),
                 subscriber,
             }),
         })
@@ -572,30 +575,75 @@ impl Store for RedisStore {
         Ok(stats)
     }
 
-    /// Every shard's tick script in one pipeline (they run one after the other on the server,
-    /// each atomic); Ready events are published by the scripts themselves.
+    /// `limit` bounds the whole pass, across shards. Two round trips when work is due: a
+    /// pipelined look at every shard's due count and timeline head, then the tick scripts of
+    /// the shards that get a share of `limit` (shared out by what each has due, the
+    /// remainder rotating between passes so no shard starves), in one pipeline. An idle pass
+    /// is one round trip. Ready events are published by the scripts themselves.
     async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
-        let seq = self.stamp(now, 1);
-        let calls: Vec<Eval> = self
-            .inner
-            .shards
-            .iter()
-            .map(|k| self.eval(&SCRIPTS.tick, k, now).arg(limit).arg(seq))
-            .collect();
-        let mut out = TickOutcome::default();
-        for reply in self.inner.conn.eval(&calls).await? {
-            let a = array(&reply)?;
-            let [promoted, expired, next_due, ..] = a else {
-                return Err(unexpected(&reply));
+        let mut pipe = redis::pipe();
+        for k in &self.inner.shards {
+            pipe.cmd("ZCOUNT").arg(&k.timeline).arg("-inf").arg(now);
+            pipe.cmd("ZRANGE")
+                .arg(&k.timeline)
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES");
+        }
+        let replies = self.inner.conn.query(&pipe).await?;
+        let mut due = Vec::with_capacity(self.inner.shards.len());
+        let mut heads = Vec::with_capacity(self.inner.shards.len());
+        for pair in replies.chunks(2) {
+            let [count, head] = pair else {
+                return Err(StoreError::Corrupt("short tick reply".into()));
             };
-            out.promoted += int(promoted)?.max(0) as u64;
-            out.expired += int(expired)?.max(0) as u64;
-            let next = int(next_due)?;
-            if next >= 0 {
-                let next = next as u64;
-                out.next_due = Some(out.next_due.map_or(next, |d| d.min(next)));
+            due.push(int(count)?.max(0) as u64);
+            heads.push(match array(head)? {
+                [_, score] => Some(score_ms(score)?),
+                _ => None,
+            });
+        }
+        let start = self.inner.tick_rotation.fetch_add(1, Ordering::Relaxed);
+        let shares = share_out(limit as u64, &due, start);
+
+        let mut out = TickOutcome::default();
+        let mut next_due = |t: UnixMillis| {
+            out.next_due = Some(out.next_due.map_or(t, |d| d.min(t)));
+        };
+        let mut calls = Vec::new();
+        for (shard, &n) in shares.iter().enumerate() {
+            if n == 0 {
+                // Not run: its head is its next deadline (<= now if work is left over).
+                if let Some(t) = heads[shard] {
+                    next_due(t);
+                }
+            } else {
+                calls.push(
+                    self.eval(&SCRIPTS.tick, &self.inner.shards[shard], now)
+                        .arg(n),
+                );
             }
         }
+        if calls.is_empty() {
+            return Ok(out);
+        }
+        let seq = self.stamp(now, 1);
+        let calls: Vec<Eval> = calls.into_iter().map(|c| c.arg(seq)).collect();
+        let (mut promoted, mut expired) = (0, 0);
+        for reply in self.inner.conn.eval(&calls).await? {
+            let a = array(&reply)?;
+            let [p, e, next, ..] = a else {
+                return Err(unexpected(&reply));
+            };
+            promoted += int(p)?.max(0) as u64;
+            expired += int(e)?.max(0) as u64;
+            let next = int(next)?;
+            if next >= 0 {
+                next_due(next as u64);
+            }
+        }
+        out.promoted = promoted;
+        out.expired = expired;
         Ok(out)
     }
 
@@ -610,6 +658,34 @@ impl Store for RedisStore {
     }
 }
 
+/// Shares `limit` out over shards with `due[s]` due entries each: every shard gets what it
+/// has due if that fits, else equal shares of what is left (water-filling); units that do not
+/// divide evenly go to shards in rotation from `start`. Never more than `limit` in total.
+fn share_out(limit: u64, due: &[u64], start: usize) -> Vec<u64> {
+    let n = due.len();
+    let mut shares = vec![0u64; n];
+    let mut left = limit;
+    while left > 0 {
+        let needy: Vec<usize> = (0..n)
+            .map(|i| (start + i) % n)
+            .filter(|&s| shares[s] < due[s])
+            .collect();
+        if needy.is_empty() {
+            break;
+        }
+        let each = (left / needy.len() as u64).max(1);
+        for s in needy {
+            let give = each.min(due[s] - shares[s]).min(left);
+            shares[s] += give;
+            left -= give;
+            if left == 0 {
+                break;
+            }
+        }
+    }
+    shares
+}
+
 /// A zset score reply (a decimal string in RESP2) as milliseconds.
 fn score_ms(v: &Value) -> StoreResult<UnixMillis> {
     let s = match v {
@@ -619,4 +695,19 @@ fn score_ms(v: &Value) -> StoreResult<UnixMillis> {
     s.parse::<f64>()
         .map(|f| f.max(0.0) as u64)
         .map_err(|_| unexpected(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_limit_is_shared_out_without_exceeding_it() {
+        assert_eq!(share_out(10, &[3, 3, 3], 0), vec![3, 3, 3]);
+        assert_eq!(share_out(10, &[0, 20, 1], 0), vec![0, 9, 1]);
+        assert_eq!(share_out(10, &[8, 8, 8], 0).iter().sum::<u64>(), 10);
+        assert_eq!(share_out(2, &[5, 5, 5, 5], 1), vec![0, 1, 1, 0]);
+        assert_eq!(share_out(0, &[5], 0), vec![0]);
+        assert_eq!(share_out(5, &[], 0), Vec::<u64>::new());
+    }
 }
