@@ -632,6 +632,42 @@ async fn a_foreign_value_in_a_job_field_is_reported_as_corrupt() {
     ));
 }
 
+#[tokio::test]
+async fn a_foreign_value_in_the_indexes_never_blocks_the_timer_or_reserve() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    s.push(job("t", "good", "", NOW + 5), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    let mut c = raw(&server).await;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("{dq:0}:jobs")
+        .arg("junk")
+        .arg("not msgpack")
+        .cmd("ZADD")
+        .arg("{dq:0}:timeline")
+        .arg(1)
+        .arg("junk")
+        .cmd("ZADD")
+        .arg("{dq:0}:ready")
+        .arg(0)
+        .arg(b"t\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0junk".as_slice())
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let out = s.tick(NOW + 5, 100).await.unwrap();
+    assert_eq!((out.promoted, out.next_due), (1, None));
+    assert_eq!(
+        ids(&s.reserve(&[topic("t")], 10, NOW + 5).await.unwrap()),
+        ["good"]
+    );
+    assert_eq!(
+        s.tick(NOW + 6, 100).await.unwrap().next_due,
+        Some(NOW + 5 + 60_000)
+    );
+}
+
 /// Prints the Redis memory a pending (delayed) job costs: UUIDv7 ids, a 30-byte body, one
 /// topic, default options. Run with `--nocapture` to see it.
 #[tokio::test]
@@ -685,4 +721,18 @@ async fn memory_per_pending_job_is_measured() {
     );
     // A generous ceiling that still catches a key-per-job regression.
     assert!(per_job < 600.0, "{per_job} bytes per job");
+}
+
+/// The subscription's heartbeat (every 5 s) must not mistake a healthy idle connection for a
+/// lost one: that would flood dispatch with `Resync`. Waits 6 s of real time, on purpose.
+#[tokio::test]
+async fn an_idle_event_subscription_stays_up_without_resyncs() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    let mut rx = s.subscribe();
+    tokio::time::sleep(Duration::from_millis(6_000)).await;
+    s.push(job("t", "j", "", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut rx).await, StoreEvent::Ready(topic("t")));
 }

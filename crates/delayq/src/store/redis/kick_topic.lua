@@ -12,7 +12,7 @@ while n < max do
   if #heads == 0 then break end
   for _, m in ipairs(heads) do
     local id = string.sub(m, dead_id_at(topic))
-    local j = load(id)
+    local j = load_lenient(id)
     if j and j[S] == 'b' and dead_member(id, j) == m then
       unindex(id, j)
       kick_record(j)

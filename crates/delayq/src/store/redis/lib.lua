@@ -39,10 +39,25 @@ local function after(t, d)
   return r
 end
 
+-- A job's record, or nil. A record that does not decode raises a script error (the caller
+-- gets StoreError::Corrupt naming it).
 local function load(id)
   local raw = redis.call('HGET', JOBS, id)
   if not raw then return nil end
   return cmsgpack.unpack(raw)
+end
+
+-- Like `load`, but a record that does not decode counts as absent. For scans over indexes
+-- (reserve, tick, kick_topic): one foreign value must not fail every pass, nor make the
+-- timer spin on it. Its index entry is then dropped; the field stays for inspection.
+local function load_lenient(id)
+  local raw = redis.call('HGET', JOBS, id)
+  if not raw then return nil end
+  local ok, j = pcall(cmsgpack.unpack, raw)
+  if not ok or type(j) ~= 'table' or type(j[S]) ~= 'string' or type(j[TOPIC]) ~= 'string' then
+    return nil
+  end
+  return j
 end
 
 local function ready_member(id, j)

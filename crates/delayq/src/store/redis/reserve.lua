@@ -17,7 +17,7 @@ for t = 4, #ARGV do
     if #heads == 0 then break end
     for _, m in ipairs(heads) do
       local id = string.sub(m, ready_id_at(topic))
-      local j = load(id)
+      local j = load_lenient(id)
       if j and j[S] == 'r' and ready_member(id, j) == m then
         unindex(id, j)
         j[S] = 'x'

@@ -13,7 +13,7 @@ local seq = tonumber(ARGV[4])
 local promoted, expired = 0, 0
 local due = redis.call('ZRANGEBYSCORE', TIMELINE, '-inf', NOW, 'LIMIT', 0, limit)
 for _, id in ipairs(due) do
-  local j = load(id)
+  local j = load_lenient(id)
   local deadline = nil
   if j and j[S] == 'd' then
     deadline = j[RUN_AT]
