@@ -19,6 +19,12 @@
 //! for events. With Redis down every call fails within about 2 s with
 //! [`StoreError::Unavailable`]; both connections come back by themselves.
 //!
+//! Memory (measured by `tests/redis_store.rs`, Redis 7.0, jemalloc): about 317 bytes per
+//! delayed job with a 36-character id and a 30-byte body: ~171 for the jobs HASH field
+//! (hashtable entry, id, ~70-byte record) and ~144 for the timeline ZSET entry. Getting to
+//! 200 would take listpack-sized buckets for both (jobs bucketed by id, the timeline by time
+//! window), which needs scripts to name keys derived from data; not done yet.
+//!
 //! Not here: Redis Cluster (the [`conn::Conn`] enum is where it slots in), TLS options beyond
 //! what the URL says, and any retry of writes (a failed write is reported, never repeated
 //! blindly: it may have run).
