@@ -295,7 +295,10 @@ pub fn validate_backoff(backoff_ms: &[u64]) -> Result<(), InvalidField> {
     if backoff_ms.len() > MAX_BACKOFF_STEPS {
         return Err(InvalidField::new(
             "backoff",
-            format!("has {} steps, at most {MAX_BACKOFF_STEPS} allowed", backoff_ms.len()),
+            format!(
+                "has {} steps, at most {MAX_BACKOFF_STEPS} allowed",
+                backoff_ms.len()
+            ),
         ));
     }
     if let Some(step) = backoff_ms.iter().find(|&&s| s > MAX_RUN_AT / 2) {
@@ -461,11 +464,20 @@ mod tests {
         let mut s = spec();
         s.backoff_ms = vec![15_000, 180_000];
         s.max_attempts = 3;
-        assert_eq!(after_delivery_failed(&s, 1, None, 0), (JobState::Delayed, 15_000));
-        assert_eq!(after_delivery_failed(&s, 2, None, 0), (JobState::Delayed, 180_000));
+        assert_eq!(
+            after_delivery_failed(&s, 1, None, 0),
+            (JobState::Delayed, 15_000)
+        );
+        assert_eq!(
+            after_delivery_failed(&s, 2, None, 0),
+            (JobState::Delayed, 180_000)
+        );
         assert_eq!(after_delivery_failed(&s, 3, None, 0).0, JobState::Dead);
         // An explicit release delay overrides the schedule; 0 means ready now.
-        assert_eq!(after_delivery_failed(&s, 1, Some(0), 5), (JobState::Ready, 5));
+        assert_eq!(
+            after_delivery_failed(&s, 1, Some(0), 5),
+            (JobState::Ready, 5)
+        );
     }
 
     #[test]

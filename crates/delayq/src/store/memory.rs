@@ -126,7 +126,10 @@ impl Engine {
                     .insert((j.seq, id));
             }
         }
-        *count_of(self.counts.entry(j.spec.topic.clone()).or_default(), j.state) += 1;
+        *count_of(
+            self.counts.entry(j.spec.topic.clone()).or_default(),
+            j.state,
+        ) += 1;
     }
 
     fn unindex(&mut self, j: &Job) {
@@ -439,11 +442,7 @@ impl Store for MemoryStore {
         mode: PushMode,
         now: UnixMillis,
     ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        Ok(self.apply(|e, fx| {
-            jobs.into_iter()
-                .map(|j| e.push(j, mode, now, fx))
-                .collect()
-        }))
+        Ok(self.apply(|e, fx| jobs.into_iter().map(|j| e.push(j, mode, now, fx)).collect()))
     }
 
     async fn reserve(

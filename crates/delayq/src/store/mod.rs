@@ -135,12 +135,8 @@ pub trait Store: Send + Sync + 'static {
     /// Hands out up to `max` ready jobs, preferring `topics` in the order given and, within a
     /// topic, (priority, run_at, push order). Each is `Reserved` until `now + ttr` with
     /// `attempts` incremented. Never waits.
-    async fn reserve(
-        &self,
-        topics: &[Topic],
-        max: usize,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<Job>>;
+    async fn reserve(&self, topics: &[Topic], max: usize, now: UnixMillis)
+    -> StoreResult<Vec<Job>>;
 
     /// Removes a job (whatever its state: the seed API's `/finish` is `/delete`). Returns the
     /// state it was in.
@@ -152,12 +148,8 @@ pub trait Store: Send + Sync + 'static {
     /// Returns a reserved job early (a negative acknowledgement): ready now, delayed by
     /// `delay_ms` (or by the backoff schedule when `None`), or dead when out of attempts.
     /// Returns the new state. Only for `Reserved` jobs.
-    async fn release(
-        &self,
-        id: &JobId,
-        delay_ms: Option<u64>,
-        now: UnixMillis,
-    ) -> StoreResult<Job>;
+    async fn release(&self, id: &JobId, delay_ms: Option<u64>, now: UnixMillis)
+    -> StoreResult<Job>;
 
     /// Extends a reservation to `now + ttr`. Only for `Reserved` jobs.
     async fn touch(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job>;
@@ -201,7 +193,12 @@ pub trait Store: Send + Sync + 'static {
     async fn ping(&self) -> StoreResult<()>;
 
     /// Pushes one job.
-    async fn push(&self, job: JobSpec, mode: PushMode, now: UnixMillis) -> StoreResult<PushOutcome> {
+    async fn push(
+        &self,
+        job: JobSpec,
+        mode: PushMode,
+        now: UnixMillis,
+    ) -> StoreResult<PushOutcome> {
         let mut out = self.push_batch(vec![job], mode, now).await?;
         out.pop()
             .unwrap_or_else(|| Err(StoreError::Unavailable("empty push reply".into())))
