@@ -33,7 +33,7 @@ macro_rules! backend_tests {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let b = crate::support::backends::Backend::memory().await;
+                    let b = $crate::support::backends::Backend::memory().await;
                     super::$name(&b).await;
                 }
             )*
