@@ -18,10 +18,12 @@
 //! for each until the store has nothing more; on `Resync`/lag it serves every waiter.
 //!
 //! The lost wake-up (a job becomes ready between the caller's first try and its registration)
-//! is closed by having the serving task also serve every newly registered waiter once. Only the
-//! serving task reserves on behalf of registered waiters, so a waiter is never served twice.
+//! is closed by having the serving task also serve every newly registered waiter once. While a
+//! waiter is registered only the serving task reserves for it, so it is never served twice.
 //! While waiters exist the serving task also re-checks all of them every
-//! [`WAITER_SAFETY_INTERVAL`]: again a safety net for lost pub/sub messages.
+//! [`WAITER_SAFETY_INTERVAL`], and a waiter that times out asks the store once more (after
+//! closing its oneshot) before answering "nothing": safety nets for lost pub/sub messages,
+//! not the mechanism.
 //!
 //! **Abandoned waiters.** A caller that stops waiting (timeout, or the HTTP client went away and
 //! axum dropped the handler future) closes its oneshot and deregisters. If jobs were reserved
@@ -246,22 +248,30 @@ impl Dispatcher {
         if !jobs.is_empty() || wait.is_zero() || self.stopping.is_cancelled() {
             return Ok(jobs);
         }
-        let (id, mut rx) = self.register(topics, max)?;
+        let (id, mut rx) = self.register(topics.clone(), max)?;
         // Deregisters on every exit, including the future being dropped mid-wait.
         let _registration = Registration {
             dispatcher: self,
             id,
         };
         self.registered.notify_one();
-        tokio::select! {
+        let timed_out = tokio::select! {
             delivered = &mut rx => return Ok(delivered.unwrap_or_default()),
-            _ = tokio::time::sleep(wait) => {}
-            _ = self.stopping.cancelled() => {}
-        }
+            _ = tokio::time::sleep(wait) => true,
+            _ = self.stopping.cancelled() => false,
+        };
         // Jobs sent in the instant before we stopped listening are still ours; after
         // `close` the serving task cannot send and hands anything back itself.
         rx.close();
-        Ok(rx.try_recv().unwrap_or_default())
+        if let Ok(jobs) = rx.try_recv() {
+            return Ok(jobs);
+        }
+        if timed_out && !self.stopping.is_cancelled() {
+            // One last look, so a timeout never answers "nothing" while a job is ready (its
+            // event may have been lost or still be queued).
+            return Ok(self.store.reserve(&topics, max, self.clock.now()).await?);
+        }
+        Ok(Vec::new())
     }
 
     fn lock(&self) -> MutexGuard<'_, WaitList> {
@@ -742,6 +752,28 @@ mod tests {
             .unwrap();
         assert!(got.is_empty());
         assert_eq!(f.dispatcher.waiters(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn timed_out_waiter_takes_a_last_look_at_the_store() {
+        // Not started: no event ever reaches the waiter, as if its pub/sub message was lost.
+        let store = Arc::new(MemoryStore::new());
+        let dispatcher = Dispatcher::new(store.clone(), Arc::new(SystemClock));
+        let waiting = {
+            let d = dispatcher.clone();
+            tokio::spawn(async move {
+                d.reserve(vec![topic("t")], 1, Duration::from_millis(300))
+                    .await
+            })
+        };
+        while dispatcher.waiters() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        store
+            .push(spec("j1", 0), PushMode::Reject, SystemClock.now())
+            .await
+            .unwrap();
+        assert_eq!(ids(&joined(waiting).await.unwrap()), ["j1"]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
