@@ -451,6 +451,28 @@ mod tests {
     }
 
     #[test]
+    fn corner_cases_where_go_differs_are_refused() {
+        // Listed in docs/compat.md: Go reads `-0` as 0 and replaces bad characters.
+        assert!(push(r#"{"delay":-0}"#).is_err());
+        assert!(push(r#"{"body":"\ud800"}"#).is_err());
+        assert!(decode(b"{\"body\":\"\xff\"}", PUSH_FIELDS).is_err());
+    }
+
+    #[test]
+    fn deep_nesting_cannot_overflow_the_stack() {
+        let (open, close) = ("[".repeat(1_000_000), "]".repeat(1_000_000));
+        assert_eq!(
+            push(&format!(r#"{{"x":{open}{close},"id":"a"}}"#))
+                .unwrap()
+                .id,
+            "a"
+        );
+        assert!(push(&format!(r#"{{"x":{open}"#)).is_err());
+        assert!(push(&format!(r#"{{"body":{open}{close}}}"#)).is_err());
+        assert!(push(&format!("{open}{close}")).is_err());
+    }
+
+    #[test]
     fn strings_must_be_json_strings() {
         for bad in ["1", "{}", "[\"a\"]", "false"] {
             assert!(push(&format!(r#"{{"body":{bad}}}"#)).is_err(), "{bad}");
