@@ -435,10 +435,14 @@ impl Dispatcher {
                         Serve::Fresh => w.fresh,
                         Serve::All => true,
                     };
-                    if !wanted || w.topics.iter().all(|t| drained.contains(t)) {
+                    if !wanted {
                         continue;
                     }
+                    // Served now, or its topics were just found empty: either way seen.
                     w.fresh = false;
+                    if w.topics.iter().all(|t| drained.contains(t)) {
+                        continue;
+                    }
                     found = Some((id, w.topics.clone(), w.max));
                     break;
                 }

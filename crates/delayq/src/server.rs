@@ -138,3 +138,23 @@ async fn shutdown_signal() {
         _ = terminate => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn serve_names_the_address_it_cannot_listen_on() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listen = taken.local_addr().unwrap();
+        let config = Config {
+            listen,
+            ..Config::default()
+        };
+        let err = serve(config).await.unwrap_err();
+        assert!(
+            format!("{err:#}").contains(&format!("cannot listen on {listen}")),
+            "{err:#}"
+        );
+    }
+}
