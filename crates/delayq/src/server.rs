@@ -12,8 +12,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::store::Store;
-use crate::store::redis::{RedisOptions, RedisStore};
 use crate::store::memory::MemoryStore;
+use crate::store::redis::{RedisOptions, RedisStore};
 use anyhow::Context;
 use std::future::Future;
 use std::sync::Arc;
@@ -172,11 +172,6 @@ mod tests {
             "{err:#}"
         );
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
 
     #[test]
     fn redacted_urls_hide_credentials() {

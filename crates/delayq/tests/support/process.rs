@@ -62,7 +62,10 @@ impl DelayqProcess {
             {
                 return;
             }
-            assert!(Instant::now() < deadline, "delayq did not answer /healthz within 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "delayq did not answer /healthz within 30 s"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
