@@ -1556,29 +1556,7 @@ backend_tests!(
     push_of_a_body_over_the_limit_is_413_naming_body,
     a_request_body_over_the_server_limit_is_413,
     openapi_document_describes_every_route,
+    a_waiting_reserve_is_woken_by_a_push,
+    a_reserve_with_a_timeout_waits_then_returns_empty,
+    a_delayed_job_becomes_ready_when_due,
 );
-
-/// The tests that need the real dispatcher (dispatch.rs is a stub that neither waits nor runs
-/// the timer). `backend_tests!` takes no attributes, so these run on the memory backend only
-/// until they can join the list above.
-mod needs_dispatcher {
-    use crate::support::backends::Backend;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs dispatcher"]
-    async fn a_waiting_reserve_is_woken_by_a_push() {
-        super::a_waiting_reserve_is_woken_by_a_push(&Backend::memory().await).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs dispatcher"]
-    async fn a_reserve_with_a_timeout_waits_then_returns_empty() {
-        super::a_reserve_with_a_timeout_waits_then_returns_empty(&Backend::memory().await).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs dispatcher"]
-    async fn a_delayed_job_becomes_ready_when_due() {
-        super::a_delayed_job_becomes_ready_when_due(&Backend::memory().await).await;
-    }
-}
