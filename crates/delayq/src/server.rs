@@ -10,7 +10,7 @@
 use crate::api::{self, AppState};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{DispatchOptions, Dispatcher};
 use crate::store::Store;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore};
@@ -30,7 +30,14 @@ const DISPATCH_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let store = open_store(&config).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let dispatch = Dispatcher::new(store.clone(), clock.clone());
+    let dispatch = Dispatcher::with_options(
+        store.clone(),
+        clock.clone(),
+        DispatchOptions {
+            max_waiters: config.max_waiters,
+            ..DispatchOptions::default()
+        },
+    );
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;

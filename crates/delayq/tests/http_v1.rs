@@ -1506,6 +1506,51 @@ async fn a_reserve_with_a_timeout_waits_then_returns_empty(b: &Backend) {
     );
 }
 
+async fn a_long_poll_over_max_waiters_is_refused_at_once(b: &Backend) {
+    let app = Arc::new(TestApp::with_config(
+        b,
+        Config {
+            max_waiters: 1,
+            ..Config::default()
+        },
+    ));
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            app.post(
+                "/v1/reserve",
+                json!({"topics": ["w"], "timeout_ms": 10_000}),
+            )
+            .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.state.dispatch.waiters() < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the first long poll never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let start = Instant::now();
+    let r = app
+        .post(
+            "/v1/reserve",
+            json!({"topics": ["w"], "timeout_ms": 10_000}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.json);
+    assert_eq!(r.json["error"]["code"], "too_many_waiters");
+    assert!(start.elapsed() < Duration::from_secs(5), "refused at once");
+    // A reserve that does not wait is still served.
+    let r = app.post("/v1/reserve", json!({"topics": ["w"]})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    // The waiting one gets the next job.
+    pushed(&app, json!({"topic": "w", "id": "w1"})).await;
+    let r = first.await.unwrap();
+    assert_eq!(ids(r.json["jobs"].as_array().unwrap()), ["w1"]);
+}
+
 async fn a_delayed_job_becomes_ready_when_due(b: &Backend) {
     let app = TestApp::new(b);
     pushed(&app, json!({"topic": "t", "id": "a", "delay_ms": 200})).await;
@@ -1559,4 +1604,5 @@ backend_tests!(
     a_waiting_reserve_is_woken_by_a_push,
     a_reserve_with_a_timeout_waits_then_returns_empty,
     a_delayed_job_becomes_ready_when_due,
+    a_long_poll_over_max_waiters_is_refused_at_once,
 );

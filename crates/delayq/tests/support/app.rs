@@ -9,7 +9,7 @@ use axum::http::{Method, Request, StatusCode, header};
 use delayq::api::{self, AppState};
 use delayq::clock::{Clock, SystemClock};
 use delayq::config::Config;
-use delayq::dispatch::Dispatcher;
+use delayq::dispatch::{DispatchOptions, Dispatcher};
 use delayq::store::Store;
 use serde_json::Value;
 use std::sync::Arc;
@@ -51,7 +51,11 @@ impl TestApp {
     /// An app over any store (e.g. one that fails on purpose).
     pub fn with_store(store: Arc<dyn Store>, config: Config) -> TestApp {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let dispatch = Dispatcher::new(store.clone(), clock.clone());
+        let options = DispatchOptions {
+            max_waiters: config.max_waiters,
+            ..DispatchOptions::default()
+        };
+        let dispatch = Dispatcher::with_options(store.clone(), clock.clone(), options);
         let state = AppState {
             store,
             dispatch,
