@@ -13,10 +13,8 @@ mod support;
 
 use async_trait::async_trait;
 use axum::http::{Method, StatusCode};
-use delayq::api::{self, AppState};
 use delayq::clock::{Clock, SystemClock};
 use delayq::config::Config;
-use delayq::dispatch::Dispatcher;
 use delayq::job::{Job, JobId, JobSpec, JobState, MAX_RUN_AT, Topic, UnixMillis};
 use delayq::store::{
     PushMode, PushOutcome, Reschedule, Stats, Store, StoreError, StoreEvent, StoreResult,
@@ -1263,18 +1261,7 @@ impl Store for FailingStore {
 }
 
 fn failing_app(err: StoreError) -> TestApp {
-    let store: Arc<dyn Store> = Arc::new(FailingStore(err));
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let state = AppState {
-        dispatch: Dispatcher::new(store.clone(), clock.clone()),
-        store,
-        clock,
-        config: Arc::new(Config::default()),
-    };
-    TestApp {
-        router: api::router(state.clone()),
-        state,
-    }
+    TestApp::with_store(Arc::new(FailingStore(err)), Config::default())
 }
 
 /// One request per operation that reaches the store.
