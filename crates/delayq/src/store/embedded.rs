@@ -102,7 +102,7 @@ impl EmbeddedStore {
         let (db, jobs) = catch_unwind(AssertUnwindSafe(|| {
             let db = open_db(dir, &file)?;
             let jobs = load(&db, &file)?;
-            Ok((db, jobs))
+            Ok::<_, StoreError>((db, jobs))
         }))
         .map_err(|panic| {
             let msg = panic
