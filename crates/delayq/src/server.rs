@@ -12,7 +12,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::dispatch::{DispatchOptions, Dispatcher};
 use crate::store::Store;
-use crate::store::memory::MemoryStore;
+use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::store::redis::{RedisOptions, RedisStore};
 use anyhow::Context;
 use std::future::Future;
@@ -69,11 +69,12 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
             Ok(Arc::new(store))
         }
         None => {
-            // WIRING: store::embedded::EmbeddedStore::open(EmbeddedOptions { data_dir }) with
-            // .context naming data_dir; MemoryStore until merged.
-            let _ = &config.data_dir;
-            tracing::warn!("embedded store not wired in yet: using an in-memory store");
-            Ok(Arc::new(MemoryStore::new()))
+            let opts = EmbeddedOptions {
+                data_dir: config.data_dir.clone(),
+            };
+            // The store's errors name the directory or file themselves.
+            let store = EmbeddedStore::open(opts).await?;
+            Ok(Arc::new(store))
         }
     }
 }
@@ -169,8 +170,10 @@ mod tests {
     async fn serve_names_the_address_it_cannot_listen_on() {
         let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let listen = taken.local_addr().unwrap();
+        let dir = tempfile::TempDir::new().unwrap();
         let config = Config {
             listen,
+            data_dir: dir.path().to_path_buf(),
             ..Config::default()
         };
         let err = serve(config).await.unwrap_err();

@@ -2,10 +2,8 @@
 //! loses no acknowledged push and undoes no acknowledged finish, and a second server on the same
 //! data directory exits at once with a clear message.
 //!
-//! Driven over plain HTTP (the /v1 API of docs/api.md) against the compiled binary. Needs the
-//! server (`delayq serve --data-dir --listen`, server.rs and main.rs), so the tests are
-//! `#[ignore]`d until it lands: run them with
-//! `cargo test -p delayq --test embedded_crash -- --ignored --nocapture`.
+//! Driven over plain HTTP (the /v1 API of docs/api.md) against the compiled binary
+//! (`cargo test -p delayq --test embedded_crash -- --nocapture` shows the figures).
 //! Not here: the store's own reopen rules (embedded_store.rs).
 
 mod support;
@@ -101,7 +99,6 @@ async fn consumer(base: String, stop: Arc<AtomicBool>, rec: Arc<Mutex<Record>>) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs `delayq serve` (server.rs, main.rs); run with --ignored"]
 async fn kill_9_under_load_loses_no_acknowledged_push_and_undoes_no_acknowledged_finish() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
@@ -251,7 +248,6 @@ async fn kill_9_under_load_loses_no_acknowledged_push_and_undoes_no_acknowledged
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs `delayq serve` (server.rs, main.rs); run with --ignored"]
 async fn second_server_on_the_same_data_dir_exits_at_once_with_a_clear_message() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");

@@ -3,6 +3,7 @@
 //! every backend).
 
 use delayq::store::Store;
+use delayq::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use delayq::store::memory::MemoryStore;
 use delayq::store::redis::{RedisOptions, RedisStore};
 use std::any::Any;
@@ -16,6 +17,22 @@ pub struct Backend {
 }
 
 impl Backend {
+    /// An `EmbeddedStore` in a fresh temporary directory. Fields drop in order, so the store
+    /// (when this is its last handle) is closed before the directory is removed.
+    pub async fn embedded() -> Backend {
+        let dir = tempfile::TempDir::new().expect("create a temp dir");
+        let store = EmbeddedStore::open(EmbeddedOptions {
+            data_dir: dir.path().to_path_buf(),
+        })
+        .await
+        .expect("open the embedded store");
+        Backend {
+            name: "embedded",
+            store: Arc::new(store),
+            guard: Some(Box::new(dir)),
+        }
+    }
+
     pub async fn memory() -> Backend {
         Backend {
             name: "memory",
@@ -53,6 +70,15 @@ macro_rules! backend_tests {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let b = $crate::support::backends::Backend::memory().await;
+                    super::$name(&b).await;
+                }
+            )*
+        }
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let b = $crate::support::backends::Backend::embedded().await;
                     super::$name(&b).await;
                 }
             )*
