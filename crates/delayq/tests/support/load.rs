@@ -69,13 +69,14 @@ pub struct LoadSpec {
 }
 
 impl LoadSpec {
-    /// A mixed load with TTR 3 s and delays of 0–2 s, every 7th job abandoned once.
+    /// A mixed load with TTR 3 s and delays of 0–2 s, every 7th job abandoned once; three
+    /// consumers to two producers, so the consumers keep up and a soak's backlog stays small.
     pub fn mixed(topic: &str, id_prefix: &str) -> LoadSpec {
         LoadSpec {
             topic: topic.into(),
             id_prefix: id_prefix.into(),
-            producers: 3,
-            consumers: 2,
+            producers: 2,
+            consumers: 3,
             ttr_ms: 3_000,
             max_delay_ms: 2_000,
             abandon_every: 7,
