@@ -5,11 +5,14 @@
 //! is answered clearly (503 `store_unavailable`, seed code 1) and never hangs or panics.
 //! docs/reliability.md states the guarantees these tests back.
 //!
-//! CI runs one bounded round of each (about 15–25 s each in a debug build):
+//! CI runs one bounded round of each (about 10–20 s each, ~30 s for the file, in a debug build):
 //! `cargo test -p delayq --test faults -- --nocapture` (the figures go to stdout).
 //! The soaks repeat the crashes for `DELAYQ_SOAK_SECS` (default 300) and keep Redis away for
 //! `DELAYQ_SOAK_OUTAGE_SECS` (default 60):
-//! `DELAYQ_SOAK_SECS=600 DELAYQ_SOAK_OUTAGE_SECS=120 cargo test -p delayq --test faults -- --ignored --nocapture`
+//! `DELAYQ_SOAK_SECS=600 DELAYQ_SOAK_OUTAGE_SECS=120 cargo test -p delayq --test faults soak_ -- --ignored --nocapture`
+//!
+//! `a_push_answered_503_store_unavailable_changed_nothing` is ignored: it shows a known bug (see
+//! its doc) and fails until that is settled.
 //!
 //! Not here: the embedded store's crash test (embedded_crash.rs), several instances on one
 //! Redis (multi_instance.rs), the store-level outage test (redis_store.rs).
@@ -74,13 +77,13 @@ async fn graceful_restart_of_delayq_on_the_embedded_store_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak: DELAYQ_SOAK_SECS=600 cargo test -p delayq --test faults -- --ignored --nocapture"]
+#[ignore = "soak: DELAYQ_SOAK_SECS=600 cargo test -p delayq --test faults soak_ -- --ignored --nocapture"]
 async fn soak_kill_9_of_delayq_on_redis_repeatedly_under_load() {
     delayq_restarts(Backend::Redis, Stop::Kill, Some(soak_secs())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak: DELAYQ_SOAK_SECS=600 cargo test -p delayq --test faults -- --ignored --nocapture"]
+#[ignore = "soak: DELAYQ_SOAK_SECS=600 cargo test -p delayq --test faults soak_ -- --ignored --nocapture"]
 async fn soak_kill_9_of_delayq_on_the_embedded_store_repeatedly_under_load() {
     delayq_restarts(Backend::Embedded, Stop::Kill, Some(soak_secs())).await;
 }
@@ -131,6 +134,7 @@ async fn delayq_restarts(backend: Backend, stop: Stop, soak: Option<Duration>) {
     let mut settled = HashSet::new();
     let mut awaiting_at_stop: Vec<(String, Delivery)> = Vec::new();
     let started = Instant::now();
+    let mut present = 0;
     for round in 0.. {
         let spec = LoadSpec::mixed(TOPIC, &format!("r{round}-"));
         let load = Load::start(&delayq.base_url, &spec, ledger.clone());
@@ -153,7 +157,7 @@ async fn delayq_restarts(backend: Backend, stop: Stop, soak: Option<Duration>) {
         tokio::time::sleep(LOAD_AFTER_RECOVERY).await;
         load.stop().await;
 
-        let present = with_snapshot(&ledger, async |l| {
+        present = with_snapshot(&ledger, async |l| {
             let present = check_nothing_lost(&delayq.base_url, l, &mut settled).await;
             let f = &l.failures;
             assert_eq!(f.timeouts, 0, "requests hung: {f:?}");
@@ -183,7 +187,7 @@ async fn delayq_restarts(backend: Backend, stop: Stop, soak: Option<Duration>) {
         "no reservation was left unfinished at a stop: the load was too light to test redelivery"
     );
 
-    let drained = drain(&delayq.base_url, TOPIC, &ledger, DRAIN_WITHIN).await;
+    let drained = drain(&delayq.base_url, TOPIC, &ledger, drain_within(present)).await;
     let l = ledger.lock().unwrap();
     check_every_job_delivered(&l);
     // Spelled out for the jobs the issue names: reserved, unfinished at the stop, delivered again.
@@ -213,7 +217,7 @@ async fn kill_9_of_redis_with_appendfsync_always_loses_nothing_acknowledged() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak: DELAYQ_SOAK_SECS=600 cargo test -p delayq --test faults -- --ignored --nocapture"]
+#[ignore = "soak: DELAYQ_SOAK_SECS=600 cargo test -p delayq --test faults soak_ -- --ignored --nocapture"]
 async fn soak_kill_9_of_redis_repeatedly_under_load() {
     redis_crashes(Some(soak_secs())).await;
 }
@@ -230,6 +234,7 @@ async fn redis_crashes(soak: Option<Duration>) {
     let ledger = Ledger::shared();
     let mut settled = HashSet::new();
     let started = Instant::now();
+    let mut present = 0;
     for round in 0.. {
         let spec = LoadSpec::mixed(TOPIC, &format!("r{round}-"));
         let load = Load::start(&delayq.base_url, &spec, ledger.clone());
@@ -244,7 +249,7 @@ async fn redis_crashes(soak: Option<Duration>) {
         load.stop().await;
         assert!(delayq.try_wait().is_none(), "delayq exited");
 
-        let present = with_snapshot(&ledger, async |l| {
+        present = with_snapshot(&ledger, async |l| {
             let f = &l.failures;
             assert_eq!(f.timeouts, 0, "requests hung: {f:?}");
             assert_eq!(f.transport, 0, "delayq dropped connections: {f:?}");
@@ -279,7 +284,7 @@ async fn redis_crashes(soak: Option<Duration>) {
             break;
         }
     }
-    let drained = drain(&delayq.base_url, TOPIC, &ledger, DRAIN_WITHIN).await;
+    let drained = drain(&delayq.base_url, TOPIC, &ledger, drain_within(present)).await;
     let l = ledger.lock().unwrap();
     check_every_job_delivered(&l);
     log.assert_no_panic();
@@ -298,7 +303,7 @@ async fn redis_unreachable_for_10_s_is_answered_clearly_and_service_resumes_with
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak: DELAYQ_SOAK_OUTAGE_SECS=120 cargo test -p delayq --test faults -- --ignored --nocapture"]
+#[ignore = "soak: DELAYQ_SOAK_OUTAGE_SECS=120 cargo test -p delayq --test faults soak_ -- --ignored --nocapture"]
 async fn soak_redis_unreachable_for_long() {
     redis_unreachable(Duration::from_secs(env_secs("DELAYQ_SOAK_OUTAGE_SECS", 60))).await;
 }
@@ -511,6 +516,49 @@ async fn redis_unreachable(outage: Duration) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 4. A 503 is not always "nothing changed"
+
+/// docs/api.md: "503 `store_unavailable`: the store cannot be reached; nothing was changed", and
+/// compat.md says the same of `store unavailable: ...`. A Redis slower than delayq's 2 s call
+/// timeout (here: writes paused for 3 s) gets the push after delayq has answered 503, and runs
+/// it: the job exists. A client that believes the 503 and retries a push without an id gets
+/// two jobs. Either the docs say "in doubt" (reliability.md does) or the answer must differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "BUG: a push answered 503 store_unavailable (Redis answered after the 2 s call timeout) is applied anyway; docs/api.md and compat.md say nothing was changed"]
+async fn a_push_answered_503_store_unavailable_changed_nothing() {
+    let log = ServerLog::new();
+    let redis = RedisServer::start();
+    let delayq = DelayqProcess::start_logging_to(&["--redis", &redis.url()], log.path()).await;
+    let http = load::client(Duration::from_secs(30));
+    let mut raw = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // Every client's write commands, scripts included, wait 3 s: longer than the call timeout.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3_000)
+        .arg("WRITE")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let paused = Instant::now();
+    let r = push(&http, &delayq.base_url, json!({"topic": "t", "id": "slow"})).await;
+    assert!(
+        is_store_unavailable(r.0, &r.1),
+        "precondition: the push is refused with 503 store_unavailable: {r:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(4).saturating_sub(paused.elapsed())).await;
+    wait_until_ready(&delayq.base_url, RECOVER_WITHIN).await;
+    let got = send(http.get(format!("{}/v1/jobs/slow", delayq.base_url))).await;
+    assert!(
+        matches!(got, Outcome::Answer(StatusCode::NOT_FOUND, _)),
+        "the push answered 503 \"nothing was changed\" was applied: {got:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Helpers
 
 /// delayq's log (stderr) in a temp file: an outage makes it log every refused request, which
@@ -590,6 +638,11 @@ async fn post(http: &Client, base: &str, path: &str, body: Value) -> (StatusCode
 
 async fn push(http: &Client, base: &str, job: Value) -> (StatusCode, Value) {
     post(http, base, "/v1/jobs", job).await
+}
+
+/// Bound on draining `present` jobs: [`DRAIN_WITHIN`], plus 10 ms a job for a soak's backlog.
+fn drain_within(present: usize) -> Duration {
+    DRAIN_WITHIN + Duration::from_millis(10 * present as u64)
 }
 
 /// Polls `/readyz` until it answers 200; returns how long that took.
