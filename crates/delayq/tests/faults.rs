@@ -1,11 +1,11 @@
 //! Fault injection with real processes: the tests start `redis-server` and the `delayq` binary,
-//! put them under a mixed /v1 load (support/load.rs), then kill -9 delayq, kill -9 Redis, or
-//! keep Redis away for a while, and prove from the clients' own record of what was acknowledged
+//! put them under a mixed /v1 load (support/load.rs), then kill -9 (or SIGTERM) delayq, kill -9
+//! Redis, keep Redis away for a while or make it hang (SIGSTOP), and prove from the clients' own record of what was acknowledged
 //! that nothing acknowledged is lost, unfinished jobs come back after their TTR, and an outage
 //! is answered clearly (503 `store_unavailable`, seed code 1) and never hangs or panics.
 //! docs/reliability.md states the guarantees these tests back.
 //!
-//! CI runs one bounded round of each (about 10–20 s each, ~30 s for the file, in a debug build):
+//! CI runs one bounded round of each (about 8–15 s each, ~40 s for the file, in a debug build):
 //! `cargo test -p delayq --test faults -- --nocapture` (the figures go to stdout).
 //! The soaks repeat the crashes for `DELAYQ_SOAK_SECS` (default 300) and keep Redis away for
 //! `DELAYQ_SOAK_OUTAGE_SECS` (default 60):
@@ -44,6 +44,8 @@ const LOAD_AFTER_RECOVERY: Duration = Duration::from_secs(1);
 const REDIS_CRASH_OUTAGE: Duration = Duration::from_secs(3);
 /// How long Redis stays away in the unreachable test (the issue's "about 10 s").
 const UNREACHABLE_OUTAGE: Duration = Duration::from_secs(10);
+/// How long Redis hangs (SIGSTOP) in the hung-Redis test.
+const HUNG_OUTAGE: Duration = Duration::from_secs(6);
 /// Longest a request may take to fail while Redis is down (store calls time out after ~2 s).
 const FAIL_WITHIN: Duration = Duration::from_secs(5);
 /// Longest a graceful shutdown may take (in-flight requests get up to 5 s).
@@ -375,89 +377,11 @@ async fn redis_unreachable(outage: Duration) {
     let mut rounds = 0;
     let mut slowest = Duration::ZERO;
     while down.elapsed() < outage {
-        let v1_push = http
-            .post(format!("{base}/v1/jobs"))
-            .json(&json!({"topic": "during", "body": "x"}));
-        let seed_push = http
-            .post(format!("{base}/push"))
-            .json(&json!({"topic": "during", "id": "seed-during", "delay": 0, "ttr": 10}));
-        let long_poll = http
-            .post(format!("{base}/v1/reserve"))
-            .json(&json!({"topics": ["before"], "timeout_ms": 2_000}));
-        let seed_pop = http
-            .post(format!("{base}/pop"))
-            .json(&json!({"topic": "before", "timeout": 2}));
-        let (v1_push, seed_push, long_poll, seed_pop, get, stats, readyz, healthz) = tokio::join!(
-            timed(v1_push),
-            timed(seed_push),
-            timed(long_poll),
-            timed(seed_pop),
-            timed(http.get(format!("{base}/v1/jobs/ready-0"))),
-            timed(http.get(format!("{base}/v1/stats"))),
-            timed(http.get(format!("{base}/readyz"))),
-            timed(http.get(format!("{base}/healthz"))),
-        );
-        for (what, (took, outcome), bound) in [
-            ("POST /v1/jobs", &v1_push, FAIL_WITHIN),
-            ("GET /v1/jobs/ready-0", &get, FAIL_WITHIN),
-            ("GET /v1/stats", &stats, FAIL_WITHIN),
-        ] {
-            assert!(*took < bound, "{what} took {took:?}");
-            assert!(
-                matches!(outcome, Outcome::Answer(s, b) if is_store_unavailable(*s, b)),
-                "{what}: {outcome:?}"
-            );
-        }
-        let (took, outcome) = &seed_push;
-        assert!(*took < FAIL_WITHIN, "seed /push took {took:?}");
-        assert!(
-            matches!(outcome, Outcome::Answer(StatusCode::OK, b)
-                if b["code"] == 1 && b["message"].as_str().is_some_and(|m| m.contains("store unavailable"))),
-            "seed /push: {outcome:?}"
-        );
-        // Long polls: a clear refusal, or "nothing" at their timeout; never longer.
-        let (took, outcome) = &long_poll;
-        assert!(
-            *took < Duration::from_secs(2) + FAIL_WITHIN,
-            "/v1/reserve took {took:?}"
-        );
-        assert!(
-            matches!(outcome, Outcome::Answer(s, b) if is_store_unavailable(*s, b)
-                || (*s == StatusCode::OK && b["jobs"] == json!([]))),
-            "/v1/reserve: {outcome:?}"
-        );
-        let (took, outcome) = &seed_pop;
-        assert!(
-            *took < Duration::from_secs(2) + FAIL_WITHIN,
-            "seed /pop took {took:?}"
-        );
-        assert!(
-            matches!(outcome, Outcome::Answer(StatusCode::OK, b)
-                if (b["code"] == 1 && b["message"].as_str().is_some_and(|m| m.contains("store unavailable")))
-                || (b["code"] == 0 && b["data"].is_null())),
-            "seed /pop: {outcome:?}"
-        );
-        let (took, outcome) = &readyz;
-        assert!(*took < FAIL_WITHIN, "/readyz took {took:?}");
-        assert!(
-            matches!(outcome, Outcome::Answer(StatusCode::SERVICE_UNAVAILABLE, b) if b["status"] == "unavailable"),
-            "/readyz: {outcome:?}"
-        );
-        let (took, outcome) = &healthz;
-        assert!(*took < FAIL_WITHIN, "/healthz took {took:?}");
-        assert!(
-            matches!(outcome, Outcome::Answer(StatusCode::OK, _)),
-            "/healthz: {outcome:?}"
-        );
+        slowest = slowest.max(every_request_is_answered_clearly(&http, &base).await);
         assert!(
             delayq.try_wait().is_none(),
             "delayq exited during the outage"
         );
-        for (took, _) in [
-            &v1_push, &seed_push, &long_poll, &seed_pop, &get, &stats, &readyz, &healthz,
-        ] {
-            slowest = slowest.max(*took);
-        }
         rounds += 1;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -512,6 +436,63 @@ async fn redis_unreachable(outage: Duration) {
         "redis away for {outage:?}: {rounds} rounds of requests, each answered within \
          {slowest:?}; ready again {recovered_in:?} after Redis restarted; all 50 jobs from \
          before delivered"
+    );
+}
+
+/// Redis that stops answering without closing connections (SIGSTOP: a hung server, or a network
+/// that drops packets), rather than refusing them: every store call has to give up on its
+/// deadline (~2 s), so this is where a missing timeout would hang. Same checks as above; once
+/// Redis continues, service resumes and the jobs from before are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_that_stops_answering_is_answered_within_the_call_timeout_and_service_resumes() {
+    let log = ServerLog::new();
+    let redis = RedisServer::start();
+    let mut delayq = DelayqProcess::start_logging_to(&["--redis", &redis.url()], log.path()).await;
+    let base = delayq.base_url.clone();
+    let http = load::client(Duration::from_secs(60));
+    let ledger = Ledger::shared();
+    for i in 0..10 {
+        let id = format!("before-{i}");
+        let body = format!("body of {id}");
+        let due_floor_ms = now_ms();
+        let r = push(
+            &http,
+            &base,
+            json!({"topic": "before", "id": id, "body": body}),
+        )
+        .await;
+        assert_eq!(r.0, StatusCode::CREATED, "push {id}: {r:?}");
+        let mut l = ledger.lock().unwrap();
+        l.pushes.insert(id.clone(), Sent { body, due_floor_ms });
+        l.push_acked.insert(id);
+    }
+
+    let pid = redis_pid(&redis).await;
+    signal(pid, "STOP");
+    let stopped = Instant::now();
+    let mut rounds = 0;
+    let mut slowest = Duration::ZERO;
+    while stopped.elapsed() < HUNG_OUTAGE {
+        slowest = slowest.max(every_request_is_answered_clearly(&http, &base).await);
+        assert!(
+            delayq.try_wait().is_none(),
+            "delayq exited while Redis hung"
+        );
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    signal(pid, "CONT");
+    let hung = stopped.elapsed();
+    let recovered_in = wait_until_ready(&base, RECOVER_WITHIN).await;
+
+    let drained = drain(&base, "before", &ledger, DRAIN_WITHIN).await;
+    check_every_job_delivered(&ledger.lock().unwrap());
+    assert_eq!(drained, 10, "jobs from before Redis hung, delivered after");
+    assert!(delayq.try_wait().is_none(), "delayq exited");
+    log.assert_no_panic();
+    println!(
+        "redis hung for {hung:?}: {rounds} rounds of requests, each answered within {slowest:?}; \
+         ready again {recovered_in:?} after it continued"
     );
 }
 
@@ -620,6 +601,122 @@ async fn with_snapshot<T>(ledger: &Arc<Mutex<Ledger>>, check: impl AsyncFnOnce(&
     let out = check(&snapshot).await;
     *ledger.lock().unwrap() = snapshot;
     out
+}
+
+/// One request of every kind while the store is away, all at once: /v1 push, get and stats
+/// answer 503 `store_unavailable` and the seed push code 1 `store unavailable` within
+/// [`FAIL_WITHIN`]; long polls (2 s) answer that or "nothing" within their timeout plus
+/// [`FAIL_WITHIN`]; `/readyz` is 503 and `/healthz` 200. Returns the slowest answer's time.
+async fn every_request_is_answered_clearly(http: &Client, base: &str) -> Duration {
+    let v1_push = http
+        .post(format!("{base}/v1/jobs"))
+        .json(&json!({"topic": "during", "body": "x"}));
+    let seed_push = http
+        .post(format!("{base}/push"))
+        .json(&json!({"topic": "during", "id": "seed-during", "delay": 0, "ttr": 10}));
+    let long_poll = http
+        .post(format!("{base}/v1/reserve"))
+        .json(&json!({"topics": ["before"], "timeout_ms": 2_000}));
+    let seed_pop = http
+        .post(format!("{base}/pop"))
+        .json(&json!({"topic": "before", "timeout": 2}));
+    let (v1_push, seed_push, long_poll, seed_pop, get, stats, readyz, healthz) = tokio::join!(
+        timed(v1_push),
+        timed(seed_push),
+        timed(long_poll),
+        timed(seed_pop),
+        timed(http.get(format!("{base}/v1/jobs/ready-0"))),
+        timed(http.get(format!("{base}/v1/stats"))),
+        timed(http.get(format!("{base}/readyz"))),
+        timed(http.get(format!("{base}/healthz"))),
+    );
+    for (what, (took, outcome), bound) in [
+        ("POST /v1/jobs", &v1_push, FAIL_WITHIN),
+        ("GET /v1/jobs/ready-0", &get, FAIL_WITHIN),
+        ("GET /v1/stats", &stats, FAIL_WITHIN),
+    ] {
+        assert!(*took < bound, "{what} took {took:?}");
+        assert!(
+            matches!(outcome, Outcome::Answer(s, b) if is_store_unavailable(*s, b)),
+            "{what}: {outcome:?}"
+        );
+    }
+    let (took, outcome) = &seed_push;
+    assert!(*took < FAIL_WITHIN, "seed /push took {took:?}");
+    assert!(
+        matches!(outcome, Outcome::Answer(StatusCode::OK, b)
+            if b["code"] == 1 && b["message"].as_str().is_some_and(|m| m.contains("store unavailable"))),
+        "seed /push: {outcome:?}"
+    );
+    // Long polls: a clear refusal, or "nothing" at their timeout; never longer.
+    let (took, outcome) = &long_poll;
+    assert!(
+        *took < Duration::from_secs(2) + FAIL_WITHIN,
+        "/v1/reserve took {took:?}"
+    );
+    assert!(
+        matches!(outcome, Outcome::Answer(s, b) if is_store_unavailable(*s, b)
+            || (*s == StatusCode::OK && b["jobs"] == json!([]))),
+        "/v1/reserve: {outcome:?}"
+    );
+    let (took, outcome) = &seed_pop;
+    assert!(
+        *took < Duration::from_secs(2) + FAIL_WITHIN,
+        "seed /pop took {took:?}"
+    );
+    assert!(
+        matches!(outcome, Outcome::Answer(StatusCode::OK, b)
+            if (b["code"] == 1 && b["message"].as_str().is_some_and(|m| m.contains("store unavailable")))
+            || (b["code"] == 0 && b["data"].is_null())),
+        "seed /pop: {outcome:?}"
+    );
+    let (took, outcome) = &readyz;
+    assert!(*took < FAIL_WITHIN, "/readyz took {took:?}");
+    assert!(
+        matches!(outcome, Outcome::Answer(StatusCode::SERVICE_UNAVAILABLE, b) if b["status"] == "unavailable"),
+        "/readyz: {outcome:?}"
+    );
+    let (took, outcome) = &healthz;
+    assert!(*took < FAIL_WITHIN, "/healthz took {took:?}");
+    assert!(
+        matches!(outcome, Outcome::Answer(StatusCode::OK, _)),
+        "/healthz: {outcome:?}"
+    );
+    [
+        &v1_push, &seed_push, &long_poll, &seed_pop, &get, &stats, &readyz, &healthz,
+    ]
+    .iter()
+    .map(|(took, _)| *took)
+    .max()
+    .unwrap()
+}
+
+/// The process id of `redis`'s server, from `INFO server`.
+async fn redis_pid(redis: &RedisServer) -> u32 {
+    let mut c = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no process_id in INFO server: {info}"))
+}
+
+/// Sends `SIG<name>` to `pid` (our own redis-server).
+fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid}: {status}");
 }
 
 /// How long a request took, and how it ended.
