@@ -111,7 +111,7 @@ pub struct Sent {
 /// Requests that did not get their success answer, by kind.
 #[derive(Debug, Default)]
 pub struct Failures {
-    /// 503 `store_unavailable` (or the seed API's code 1 `store unavailable: ...`).
+    /// 503 `store_unavailable`.
     pub unavailable: u64,
     /// The connection failed or was cut (delayq not running).
     pub transport: u64,
