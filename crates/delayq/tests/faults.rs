@@ -11,9 +11,6 @@
 //! `DELAYQ_SOAK_OUTAGE_SECS` (default 60):
 //! `DELAYQ_SOAK_SECS=600 DELAYQ_SOAK_OUTAGE_SECS=120 cargo test -p delayq --test faults soak_ -- --ignored --nocapture`
 //!
-//! `a_push_answered_503_store_unavailable_changed_nothing` is ignored: it shows a known bug (see
-//! its doc) and fails until that is settled.
-//!
 //! Not here: the embedded store's crash test (embedded_crash.rs), several instances on one
 //! Redis (multi_instance.rs), the store-level outage test (redis_store.rs).
 
@@ -497,16 +494,14 @@ async fn redis_that_stops_answering_is_answered_within_the_call_timeout_and_serv
 }
 
 // ---------------------------------------------------------------------------------------------
-// 4. A 503 is not always "nothing changed"
+// 4. A 503 after a store timeout is in doubt; a retry with the same id settles it
 
-/// docs/api.md: "503 `store_unavailable`: the store cannot be reached; nothing was changed", and
-/// compat.md says the same of `store unavailable: ...`. A Redis slower than delayq's 2 s call
-/// timeout (here: writes paused for 3 s) gets the push after delayq has answered 503, and runs
-/// it: the job exists. A client that believes the 503 and retries a push without an id gets
-/// two jobs. Either the docs say "in doubt" (reliability.md does) or the answer must differ.
+/// A Redis slower than delayq's ~2 s call timeout (here: writes paused for 3 s) gets the push
+/// after delayq has answered 503, and runs it. docs/api.md says so: such a 503 is in doubt and
+/// the client retries with the same id. The retry must settle it: 201 or 409 `exists`, and the
+/// job exists exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: a push answered 503 store_unavailable (Redis answered after the 2 s call timeout) is applied anyway; docs/api.md and compat.md say nothing was changed"]
-async fn a_push_answered_503_store_unavailable_changed_nothing() {
+async fn a_push_answered_503_after_a_store_timeout_is_settled_by_a_retry_with_the_same_id() {
     let log = ServerLog::new();
     let redis = RedisServer::start();
     let delayq = DelayqProcess::start_logging_to(&["--redis", &redis.url()], log.path()).await;
@@ -525,18 +520,35 @@ async fn a_push_answered_503_store_unavailable_changed_nothing() {
         .await
         .unwrap();
     let paused = Instant::now();
-    let r = push(&http, &delayq.base_url, json!({"topic": "t", "id": "slow"})).await;
+    let job = json!({"topic": "doubt", "id": "slow", "body": "once"});
+    let r = push(&http, &delayq.base_url, job.clone()).await;
     assert!(
         is_store_unavailable(r.0, &r.1),
-        "precondition: the push is refused with 503 store_unavailable: {r:?}"
+        "precondition: the push is answered 503 store_unavailable: {r:?}"
     );
     tokio::time::sleep(Duration::from_secs(4).saturating_sub(paused.elapsed())).await;
     wait_until_ready(&delayq.base_url, RECOVER_WITHIN).await;
+
+    let (status, body) = push(&http, &delayq.base_url, job).await;
+    assert!(
+        status == StatusCode::CREATED
+            || (status == StatusCode::CONFLICT && body["error"]["code"] == "exists"),
+        "the retry settles the doubt with 201 or 409 exists: {status} {body}"
+    );
     let got = send(http.get(format!("{}/v1/jobs/slow", delayq.base_url))).await;
     assert!(
-        matches!(got, Outcome::Answer(StatusCode::NOT_FOUND, _)),
-        "the push answered 503 \"nothing was changed\" was applied: {got:?}"
+        matches!(&got, Outcome::Answer(StatusCode::OK, j) if j["body"] == "once"),
+        "the job exists after the retry: {got:?}"
     );
+    let stats = send(http.get(format!("{}/v1/stats", delayq.base_url))).await;
+    let Outcome::Answer(StatusCode::OK, stats) = stats else {
+        panic!("stats: {stats:?}")
+    };
+    assert_eq!(
+        stats["topics"]["doubt"]["ready"], 1,
+        "exactly one job: {stats}"
+    );
+    log.assert_no_panic();
 }
 
 // ---------------------------------------------------------------------------------------------

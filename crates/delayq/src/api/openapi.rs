@@ -66,7 +66,7 @@ fn responses(mut specific: serde_json::Map<String, Value>, body: bool) -> Value 
     );
     specific.insert(
         "503".into(),
-        error("`store_unavailable`: the store cannot be reached; nothing was changed"),
+        error("`store_unavailable`: the store could not be reached or did not answer in time; unreached changes nothing, no answer in time is in doubt (retry with the same id)"),
     );
     Value::Object(specific)
 }
