@@ -5,7 +5,7 @@
 use delayq::store::Store;
 use delayq::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use delayq::store::memory::MemoryStore;
-use delayq::store::redis::{RedisOptions, RedisStore};
+use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -45,7 +45,7 @@ impl Backend {
     pub async fn redis(name: &'static str, shards: u16) -> Backend {
         let server = super::redis_server::RedisServer::start();
         let store = RedisStore::connect(RedisOptions {
-            url: server.url(),
+            target: RedisTarget::Server(server.url()),
             prefix: "delayq".into(),
             shards,
         })
