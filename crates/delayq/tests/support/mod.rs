@@ -5,4 +5,5 @@
 pub mod app;
 pub mod backends;
 pub mod process;
+pub mod redis_cluster;
 pub mod redis_server;
