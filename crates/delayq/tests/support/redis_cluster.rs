@@ -2,7 +2,8 @@
 //! `redis-server --cluster-enabled yes` per node on free loopback ports (client port and
 //! cluster bus port both chosen, so nothing lands above 65535), each in its own temp dir with
 //! no persistence, then `redis-cli --cluster create ... --cluster-replicas R --cluster-yes`,
-//! then a wait until every node reports `cluster_state:ok` and knows every other node.
+//! then a wait until every node reports `cluster_state:ok` and knows every other node, and
+//! every replica has finished its first sync.
 //! `redis-cli` gives each master an equal, contiguous slot range, in port order of creation.
 //!
 //! Cleanup that survives a `static`: a cluster shared by a whole test binary lives in a
@@ -199,7 +200,7 @@ impl RedisCluster {
         while Instant::now() < deadline {
             if self.nodes.iter().all(|n| {
                 let info = cluster_info(n.port);
-                info.contains("cluster_state:ok") && info.contains(&known)
+                info.contains("cluster_state:ok") && info.contains(&known) && replica_synced(n.port)
             }) {
                 return;
             }
@@ -311,6 +312,16 @@ fn free_ports() -> [u16; 2] {
     let a = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     let b = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     [a, b].map(|l| l.local_addr().expect("local addr").port())
+}
+
+/// Whether a node is a master or a replica whose initial sync is done.
+fn replica_synced(port: u16) -> bool {
+    let info: String = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(500)))
+        .and_then(|mut c| redis::cmd("INFO").arg("replication").query(&mut c))
+        .unwrap_or_default();
+    info.contains("role:master")
+        || info.contains("role:slave") && info.contains("master_link_status:up")
 }
 
 /// `CLUSTER INFO` of one node, or "" if it does not answer.
