@@ -17,8 +17,12 @@ use std::path::{Path, PathBuf};
 pub struct Config {
     /// Address of the HTTP listener. Default `127.0.0.1:9277` (loopback: expose it on purpose).
     pub listen: SocketAddr,
-    /// Redis URL (`redis://`, `rediss://`); `None` selects the embedded store.
+    /// Redis URL (`redis://`, `rediss://`); `None` (and no `redis_cluster`) selects the
+    /// embedded store.
     pub redis: Option<String>,
+    /// Seed URLs of a Redis Cluster; `None` unless given. Excludes `redis`: a deployment is
+    /// one server or one cluster, and guessing which was meant would hide a mistake.
+    pub redis_cluster: Option<Vec<String>>,
     /// Directory of the embedded store. Default `./delayq-data`.
     pub data_dir: PathBuf,
     /// Prefix of every Redis key, so several namespaces can share one Redis. Default `delayq`.
@@ -44,6 +48,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 9277)),
             redis: None,
+            redis_cluster: None,
             data_dir: PathBuf::from("./delayq-data"),
             prefix: "delayq".to_string(),
             shards: 8,
@@ -78,6 +83,8 @@ const REDIS_SCHEMES: &[&str] = &[
     "valkey+unix",
     "unix",
 ];
+/// URL schemes a Redis Cluster seed may use (cluster nodes are reached over TCP).
+const REDIS_CLUSTER_SCHEMES: &[&str] = &["redis", "rediss", "valkey", "valkeys"];
 
 /// The flags of `delayq serve`. Each is also read from `DELAYQ_<NAME>` (clap's `env`), and
 /// each but `--config` from the TOML file under its snake_case name. `None` means "not given
@@ -90,6 +97,14 @@ pub struct ServeArgs {
     /// Redis URL (redis://, rediss://, unix://); without it, the embedded store is used
     #[arg(long, env = "DELAYQ_REDIS", value_name = "URL")]
     pub redis: Option<String>,
+    /// Redis Cluster seed URLs, comma-separated (redis://host:port,...); excludes --redis
+    #[arg(
+        long,
+        env = "DELAYQ_REDIS_CLUSTER",
+        value_name = "URLS",
+        value_delimiter = ','
+    )]
+    pub redis_cluster: Option<Vec<String>>,
     /// Directory of the embedded store [default: ./delayq-data]
     #[arg(long, env = "DELAYQ_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -160,6 +175,7 @@ fn key_suffix(key: &Option<String>) -> String {
 struct FileConfig {
     listen: Option<String>,
     redis: Option<String>,
+    redis_cluster: Option<UrlList>,
     data_dir: Option<PathBuf>,
     prefix: Option<String>,
     shards: Option<i64>,
@@ -168,6 +184,23 @@ struct FileConfig {
     max_wait: Option<i64>,
     max_batch: Option<i64>,
     max_waiters: Option<i64>,
+}
+
+/// `redis_cluster` in the file: a TOML array of URLs or one comma-separated string.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum UrlList {
+    List(Vec<String>),
+    Joined(String),
+}
+
+impl UrlList {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            UrlList::List(v) => v,
+            UrlList::Joined(s) => s.split(',').map(str::to_string).collect(),
+        }
+    }
 }
 
 /// Where a setting's value came from, for error messages.
@@ -227,6 +260,40 @@ impl<'a, T> Setting<'a, T> {
     }
 }
 
+impl<'a, T> Setting<'a, T> {
+    /// The first of flag/env and file that is set; `None` if neither is.
+    fn pick_optional(
+        key: &'static str,
+        arg: Option<T>,
+        file: Option<T>,
+        path: &'a Path,
+    ) -> Option<Self> {
+        let (value, origin) = match (arg, file) {
+            (Some(v), _) => (v, Origin::Args(key)),
+            (None, Some(v)) => (v, Origin::File(key, path)),
+            (None, None) => return None,
+        };
+        Some(Setting { key, value, origin })
+    }
+}
+
+/// Checks that `url` (a value of setting `s`) starts with one of `schemes`. The URL is not
+/// echoed: it may hold a password.
+fn check_scheme<T>(s: &Setting<'_, T>, url: &str, schemes: &[&str]) -> Result<(), ConfigError> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if scheme.is_some_and(|sc| schemes.contains(&sc)) {
+        return Ok(());
+    }
+    Err(s.invalid(format!(
+        "not a Redis URL: it must start with one of {}",
+        schemes
+            .iter()
+            .map(|s| format!("{s}://"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
 impl Setting<'_, u64> {
     /// Checks `min..=max` and converts.
     fn in_range<U: TryFrom<u64>>(&self, min: u64, max: u64) -> Result<U, ConfigError> {
@@ -273,37 +340,37 @@ impl Config {
             ))
         })?;
 
-        let redis = match (args.redis, file.redis) {
-            (Some(v), _) => Some(Setting {
-                key: "redis",
-                value: v,
-                origin: Origin::Args("redis"),
-            }),
-            (None, Some(v)) => Some(Setting {
-                key: "redis",
-                value: v,
-                origin: Origin::File("redis", path),
-            }),
-            (None, None) => None,
-        };
-        let redis = match redis {
-            Some(s) => {
-                let scheme = s.value.split_once("://").map(|(scheme, _)| scheme);
-                if !scheme.is_some_and(|sc| REDIS_SCHEMES.contains(&sc)) {
-                    // Not echoed: the URL may hold a password.
-                    return Err(s.invalid(format!(
-                        "not a Redis URL: it must start with one of {}",
-                        REDIS_SCHEMES
-                            .iter()
-                            .map(|s| format!("{s}://"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-                Some(s.value)
+        let redis = Setting::pick_optional("redis", args.redis, file.redis, path);
+        if let Some(s) = &redis {
+            check_scheme(s, &s.value, REDIS_SCHEMES)?;
+        }
+        let redis_cluster = Setting::pick_optional(
+            "redis_cluster",
+            args.redis_cluster,
+            file.redis_cluster.map(UrlList::into_vec),
+            path,
+        );
+        if let Some(s) = &redis_cluster {
+            let urls: Vec<&str> = s.value.iter().map(|u| u.trim()).collect();
+            if urls.iter().all(|u| u.is_empty()) {
+                return Err(s.invalid("no seed URL given"));
             }
-            None => None,
-        };
+            for url in urls {
+                if url.is_empty() {
+                    return Err(s.invalid("empty seed URL (stray comma?)"));
+                }
+                check_scheme(s, url, REDIS_CLUSTER_SCHEMES)?;
+            }
+        }
+        if let (Some(r), Some(c)) = (&redis, &redis_cluster) {
+            return Err(c.invalid(format!(
+                "cannot be combined with redis (from {}): give one Redis server or one cluster",
+                r.origin
+            )));
+        }
+        let redis = redis.map(|s| s.value);
+        let redis_cluster =
+            redis_cluster.map(|s| s.value.iter().map(|u| u.trim().to_string()).collect());
 
         let data_dir = Setting::pick("data_dir", args.data_dir, file.data_dir, path, d.data_dir);
         if data_dir.value.as_os_str().is_empty() {
@@ -391,6 +458,7 @@ impl Config {
         Ok(Config {
             listen,
             redis,
+            redis_cluster,
             data_dir: data_dir.value,
             prefix: prefix.value,
             shards,
@@ -533,6 +601,7 @@ mod tests {
             Config {
                 listen: "0.0.0.0:1".parse().unwrap(),
                 redis: Some("redis://r:6379/0".into()),
+                redis_cluster: None,
                 data_dir: "/d".into(),
                 prefix: "p".into(),
                 shards: 2,
@@ -718,6 +787,66 @@ mod tests {
         let f = toml_file("prefix = \"\"\n");
         let e = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap_err();
         assert_eq!(invalid_setting(e).0, "prefix");
+    }
+
+    #[test]
+    fn redis_cluster_seeds_come_from_flag_env_or_file() {
+        let want = Some(vec![
+            "redis://127.0.0.1:7000".to_string(),
+            "redis://127.0.0.1:7001".to_string(),
+        ]);
+        let joined = "redis://127.0.0.1:7000,redis://127.0.0.1:7001";
+        let c = load(&["--redis-cluster", joined], &[]).unwrap();
+        assert_eq!((c.redis_cluster, c.redis), (want.clone(), None));
+        let c = load(&[], &[("DELAYQ_REDIS_CLUSTER", joined)]).unwrap();
+        assert_eq!(c.redis_cluster, want);
+        let f = toml_file(&format!("redis_cluster = \"{joined}\"\n"));
+        let c = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap();
+        assert_eq!(c.redis_cluster, want);
+        let f =
+            toml_file("redis_cluster = [\"redis://127.0.0.1:7000\", \"redis://127.0.0.1:7001\"]\n");
+        let c = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap();
+        assert_eq!(c.redis_cluster, want);
+    }
+
+    #[test]
+    fn redis_and_redis_cluster_together_are_refused_naming_both() {
+        let e = load(&["--redis=redis://a:1", "--redis-cluster=redis://b:2"], &[]).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("redis_cluster") && text.contains("--redis "),
+            "{text}"
+        );
+        let f = toml_file("redis = \"redis://a:1\"\n");
+        let e = load(
+            &[
+                "--config",
+                f.path().to_str().unwrap(),
+                "--redis-cluster=redis://b:2",
+            ],
+            &[],
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("redis_cluster") && text.contains("`redis`"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn bad_redis_cluster_seeds_are_refused() {
+        for argv in [
+            "--redis-cluster=",
+            "--redis-cluster=redis://a:1,,redis://b:2",
+            "--redis-cluster=unix:///run/redis.sock",
+            "--redis-cluster=a:1",
+        ] {
+            let e = load(&[argv], &[]).expect_err(argv);
+            assert_eq!(invalid_setting(e).0, "redis_cluster", "{argv}");
+        }
+        let e = load(&["--redis-cluster=http://user:secret@host"], &[]).unwrap_err();
+        assert!(!e.to_string().contains("secret"), "{e}");
     }
 
     #[test]

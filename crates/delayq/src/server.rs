@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::dispatch::{DispatchOptions, Dispatcher};
 use crate::store::Store;
 use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
-use crate::store::redis::{RedisOptions, RedisStore};
+use crate::store::redis::{RedisOptions, RedisStore, RedisTarget};
 use anyhow::Context;
 use std::future::Future;
 use std::sync::Arc;
@@ -54,21 +54,31 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     run(listener, state, shutdown_signal()).await
 }
 
-/// Opens the store the configuration selects: Redis when `redis` is set, else embedded.
+/// Opens the store the configuration selects: Redis when `redis` is set, a Redis Cluster when
+/// `redis_cluster` is (config.rs refuses both), else embedded.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    match &config.redis {
-        Some(url) => {
-            let opts = RedisOptions {
-                url: url.clone(),
-                prefix: config.prefix.clone(),
-                shards: config.shards,
-            };
-            let store = RedisStore::connect(opts)
+    let redis = |target| RedisOptions {
+        target,
+        prefix: config.prefix.clone(),
+        shards: config.shards,
+    };
+    match (&config.redis, &config.redis_cluster) {
+        (Some(url), _) => {
+            let store = RedisStore::connect(redis(RedisTarget::Server(url.clone())))
                 .await
                 .with_context(|| format!("cannot use Redis at {}", redact_url(url)))?;
             Ok(Arc::new(store))
         }
-        None => {
+        (None, Some(seeds)) => {
+            let store = RedisStore::connect(redis(RedisTarget::Cluster(seeds.clone())))
+                .await
+                .with_context(|| {
+                    let seeds: Vec<String> = seeds.iter().map(|u| redact_url(u)).collect();
+                    format!("cannot use the Redis Cluster at {}", seeds.join(","))
+                })?;
+            Ok(Arc::new(store))
+        }
+        (None, None) => {
             let opts = EmbeddedOptions {
                 data_dir: config.data_dir.clone(),
             };

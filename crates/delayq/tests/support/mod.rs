@@ -6,4 +6,5 @@ pub mod app;
 pub mod backends;
 pub mod load;
 pub mod process;
+pub mod redis_cluster;
 pub mod redis_server;
