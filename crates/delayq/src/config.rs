@@ -82,6 +82,11 @@ impl AuthToken {
         self.0.as_bytes()
     }
 
+    /// The token, for sending it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// At least [`MIN_AUTH_TOKEN_LEN`] characters, printable ASCII without spaces or commas
     /// (what fits an `Authorization` header and a comma-separated variable). The message never
     /// quotes the token.
