@@ -88,7 +88,7 @@ async fn password_opens_the_store_and_a_wrong_one_is_a_clear_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_user_opens_the_store_and_a_wrong_password_is_a_clear_error() {
     let server = RedisServer::start();
-    // What delayq needs: its keys, its event channel, scripts and pub/sub.
+    // Only delayq's keys (`{PREFIX:SHARD}:...`) and its event channel (`PREFIX:events`).
     admin(
         &server,
         &[
@@ -97,9 +97,8 @@ async fn acl_user_opens_the_store_and_a_wrong_password_is_a_clear_error() {
             "delayq",
             "on",
             &format!(">{USER_PASSWORD}"),
-            "~delayq*",
-            "~{delayq*",
-            "&delayq*",
+            "~{delayq:*",
+            "&delayq:*",
             "+@all",
         ],
     );
