@@ -41,6 +41,18 @@ pub struct Config {
     /// Most long polls waiting at once; one more is refused at once (503 `too_many_waiters`).
     /// Default 10000.
     pub max_waiters: usize,
+    /// Bearer tokens every request but `GET /healthz` must carry (`Authorization: Bearer ...`):
+    /// those of `auth_tokens` and those of `auth_token_file`, together. Empty (the default): no
+    /// authentication, which is why the default listener is loopback.
+    pub auth_tokens: Vec<AuthToken>,
+    /// Longest a request may take, reading its body included, before it is answered 503
+    /// `timeout`; a long poll (`/v1/reserve`, seed `/pop`) gets `max_wait` on top, so its own
+    /// wait never trips it. Default 30 s.
+    pub request_timeout_secs: u64,
+    /// Longest an HTTP/1 connection may go without sending a complete request head, idle
+    /// between requests or slow to send one; then it is closed, so idle or stalled clients do
+    /// not hold sockets forever. Default 60 s.
+    pub idle_timeout_secs: u64,
 }
 
 impl Default for Config {
@@ -57,7 +69,78 @@ impl Default for Config {
             max_wait_secs: 300,
             max_batch: 1000,
             max_waiters: 10_000,
+            auth_tokens: Vec::new(),
+            request_timeout_secs: 30,
+            idle_timeout_secs: 60,
         }
+    }
+}
+
+/// A bearer token clients must present. Its `Debug` hides it, so no `Config` or argument
+/// dump shows a secret; [`AuthToken::check`] holds the rules, applied when the config loads.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthToken(String);
+
+impl AuthToken {
+    /// The token as sent in the header, for comparing.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    /// The token, for sending it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// At least [`MIN_AUTH_TOKEN_LEN`] characters, printable ASCII without spaces or commas
+    /// (what fits an `Authorization` header and a comma-separated variable). The message never
+    /// quotes the token.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(i) = self
+            .0
+            .bytes()
+            .position(|b| !b.is_ascii_graphic() || b == b',')
+        {
+            return Err(format!(
+                "has a character other than printable ASCII at position {} (spaces and commas \
+                 are not allowed either)",
+                i + 1
+            ));
+        }
+        if self.0.len() < MIN_AUTH_TOKEN_LEN {
+            return Err(format!(
+                "is {} characters long; at least {MIN_AUTH_TOKEN_LEN} are required",
+                self.0.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl From<&str> for AuthToken {
+    fn from(s: &str) -> AuthToken {
+        AuthToken(s.to_string())
+    }
+}
+
+impl From<String> for AuthToken {
+    fn from(s: String) -> AuthToken {
+        AuthToken(s)
+    }
+}
+
+/// For clap: any string is taken here and checked with the other settings, so the error names
+/// where it came from.
+impl std::str::FromStr for AuthToken {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<AuthToken, Self::Err> {
+        Ok(AuthToken::from(s))
+    }
+}
+
+impl fmt::Debug for AuthToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AuthToken(***)")
     }
 }
 
@@ -73,6 +156,10 @@ pub const MAX_BATCH_LIMIT: u64 = 10_000;
 /// Largest accepted `max_wait` (one day): keeps seconds-to-milliseconds arithmetic far from
 /// overflow, and no HTTP client waits longer.
 pub const MAX_WAIT_LIMIT_SECS: u64 = 86_400;
+/// Shortest accepted bearer token: 16 random characters are beyond guessing over HTTP.
+pub const MIN_AUTH_TOKEN_LEN: usize = 16;
+/// Largest accepted `request_timeout` and `idle_timeout` (one day).
+pub const MAX_TIMEOUT_SECS: u64 = 86_400;
 /// URL schemes the Redis client understands.
 const REDIS_SCHEMES: &[&str] = &[
     "redis",
@@ -129,6 +216,25 @@ pub struct ServeArgs {
     /// Most long polls waiting at once, 1-1000000 [default: 10000]
     #[arg(long, env = "DELAYQ_MAX_WAITERS", value_name = "N")]
     pub max_waiters: Option<u64>,
+    /// Bearer token clients must send (repeat the flag for several; DELAYQ_AUTH_TOKENS takes
+    /// a comma-separated list); prefer --auth-token-file: flags show in `ps`
+    #[arg(
+        long = "auth-token",
+        env = "DELAYQ_AUTH_TOKENS",
+        value_name = "TOKEN",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub auth_tokens: Vec<AuthToken>,
+    /// File of bearer tokens, one per line; blank lines and # comments are ignored
+    #[arg(long, env = "DELAYQ_AUTH_TOKEN_FILE", value_name = "FILE")]
+    pub auth_token_file: Option<PathBuf>,
+    /// Longest a request may take in seconds, a long poll's wait not counted [default: 30]
+    #[arg(long, env = "DELAYQ_REQUEST_TIMEOUT", value_name = "SECS")]
+    pub request_timeout: Option<u64>,
+    /// Seconds a connection may stay idle or take to send a request head [default: 60]
+    #[arg(long, env = "DELAYQ_IDLE_TIMEOUT", value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
     /// TOML file with any of the settings above, under snake_case keys
     #[arg(long, env = "DELAYQ_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -184,6 +290,10 @@ struct FileConfig {
     max_wait: Option<i64>,
     max_batch: Option<i64>,
     max_waiters: Option<i64>,
+    auth_tokens: Option<Vec<String>>,
+    auth_token_file: Option<PathBuf>,
+    request_timeout: Option<i64>,
+    idle_timeout: Option<i64>,
 }
 
 /// `redis_cluster` in the file: a TOML array of URLs or one comma-separated string.
@@ -215,6 +325,9 @@ enum Origin<'a> {
 impl fmt::Display for Origin<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // `auth_tokens` is the one setting whose flag is singular: it is given once per
+            // token.
+            Origin::Args("auth_tokens") => f.write_str("--auth-token or DELAYQ_AUTH_TOKENS"),
             Origin::Args(key) => write!(
                 f,
                 "--{} or DELAYQ_{}",
@@ -455,6 +568,47 @@ impl Config {
         );
         let max_waiters: usize = max_waiters.in_range(1, MAX_WAITERS_LIMIT)?;
 
+        let mut auth_tokens = auth_tokens(
+            (!args.auth_tokens.is_empty()).then_some(args.auth_tokens),
+            file.auth_tokens
+                .map(|v| v.into_iter().map(AuthToken::from).collect()),
+            path,
+        )?;
+        let token_file = match (args.auth_token_file, file.auth_token_file) {
+            (Some(v), _) => Some(Setting {
+                key: "auth_token_file",
+                value: v,
+                origin: Origin::Args("auth_token_file"),
+            }),
+            (None, Some(v)) => Some(Setting {
+                key: "auth_token_file",
+                value: v,
+                origin: Origin::File("auth_token_file", path),
+            }),
+            (None, None) => None,
+        };
+        if let Some(s) = token_file {
+            auth_tokens.extend(read_token_file(&s)?);
+        }
+
+        let request_timeout = Setting::pick(
+            "request_timeout",
+            args.request_timeout,
+            file_u64("request_timeout", file.request_timeout)?,
+            path,
+            d.request_timeout_secs,
+        );
+        let request_timeout_secs: u64 = request_timeout.in_range(1, MAX_TIMEOUT_SECS)?;
+
+        let idle_timeout = Setting::pick(
+            "idle_timeout",
+            args.idle_timeout,
+            file_u64("idle_timeout", file.idle_timeout)?,
+            path,
+            d.idle_timeout_secs,
+        );
+        let idle_timeout_secs: u64 = idle_timeout.in_range(1, MAX_TIMEOUT_SECS)?;
+
         Ok(Config {
             listen,
             redis,
@@ -467,8 +621,56 @@ impl Config {
             max_wait_secs,
             max_batch,
             max_waiters,
+            auth_tokens,
+            request_timeout_secs,
+            idle_timeout_secs,
         })
     }
+}
+
+/// The `auth_tokens` setting (flag/env over file), each token checked. Errors say which token
+/// (by position) and why, never what it is.
+fn auth_tokens(
+    arg: Option<Vec<AuthToken>>,
+    file: Option<Vec<AuthToken>>,
+    path: &Path,
+) -> Result<Vec<AuthToken>, ConfigError> {
+    let tokens = Setting::pick("auth_tokens", arg, file, path, Vec::new());
+    for (i, token) in tokens.value.iter().enumerate() {
+        token
+            .check()
+            .map_err(|m| tokens.invalid(format!("token {} {m}", i + 1)))?;
+    }
+    Ok(tokens.value)
+}
+
+/// The tokens of an `auth_token_file`: one per line, surrounding whitespace trimmed, blank
+/// lines and lines starting with `#` ignored. An unreadable file, a bad token (named by line,
+/// not quoted) or a file without any token is an error naming the file.
+fn read_token_file(s: &Setting<'_, PathBuf>) -> Result<Vec<AuthToken>, ConfigError> {
+    let path = &s.value;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| s.invalid(format!("cannot read {}: {e}", path.display())))?;
+    let mut tokens = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let token = AuthToken::from(line);
+        token.check().map_err(|m| {
+            s.invalid(format!(
+                "the token on line {} of {} {m}",
+                n + 1,
+                path.display()
+            ))
+        })?;
+        tokens.push(token);
+    }
+    if tokens.is_empty() {
+        return Err(s.invalid(format!("{} holds no token", path.display())));
+    }
+    Ok(tokens)
 }
 
 /// Reads and parses the `--config` file, naming the key at fault when TOML's error allows.
@@ -569,7 +771,11 @@ mod tests {
         let cmd = ServeArgs::augment_args(Command::new("serve"));
         for arg in cmd.get_arguments() {
             let long = arg.get_long().unwrap();
-            let expected = format!("DELAYQ_{}", long.replace('-', "_").to_ascii_uppercase());
+            let expected = match long {
+                // Given once per token; its variable holds the list.
+                "auth-token" => "DELAYQ_AUTH_TOKENS".to_string(),
+                _ => format!("DELAYQ_{}", long.replace('-', "_").to_ascii_uppercase()),
+            };
             assert_eq!(
                 arg.get_env().and_then(|e| e.to_str()),
                 Some(expected.as_str()),
@@ -592,6 +798,10 @@ mod tests {
                 "--max-wait=5",
                 "--max-batch=6",
                 "--max-waiters=7",
+                "--auth-token=0123456789abcdef",
+                "--auth-token=fedcba9876543210",
+                "--request-timeout=8",
+                "--idle-timeout=9",
             ],
             &[],
         )
@@ -610,6 +820,9 @@ mod tests {
                 max_wait_secs: 5,
                 max_batch: 6,
                 max_waiters: 7,
+                auth_tokens: vec!["0123456789abcdef".into(), "fedcba9876543210".into()],
+                request_timeout_secs: 8,
+                idle_timeout_secs: 9,
             }
         );
     }
@@ -627,6 +840,9 @@ mod tests {
             compat_pop_timeout = 4
             max_wait = 5
             max_batch = 6
+            auth_tokens = ["0123456789abcdef"]
+            request_timeout = 7
+            idle_timeout = 8
             "#,
         );
         let c = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap();
@@ -638,6 +854,8 @@ mod tests {
             (c.compat_pop_timeout_secs, c.max_wait_secs, c.max_batch),
             (4, 5, 6)
         );
+        assert_eq!(c.auth_tokens, vec![AuthToken::from("0123456789abcdef")]);
+        assert_eq!((c.request_timeout_secs, c.idle_timeout_secs), (7, 8));
     }
 
     #[test]
@@ -732,6 +950,20 @@ mod tests {
             // The default compat timeout (178 s) does not fit a lower max_wait either.
             (&["--max-wait=60"], "compat_pop_timeout"),
             (&["--max-wait=86401"], "max_wait"),
+            (&["--request-timeout=0"], "request_timeout"),
+            (&["--request-timeout=86401"], "request_timeout"),
+            (&["--idle-timeout=0"], "idle_timeout"),
+            (&["--idle-timeout=86401"], "idle_timeout"),
+            (&["--auth-token=short"], "auth_tokens"),
+            (
+                &["--auth-token=0123456789abcdef", "--auth-token="],
+                "auth_tokens",
+            ),
+            (&["--auth-token=0123456789 abcdef"], "auth_tokens"),
+            (
+                &["--auth-token-file=/nonexistent/tokens"],
+                "auth_token_file",
+            ),
         ];
         for (argv, setting) in cases {
             let e = load(argv, &[]).expect_err(&format!("{argv:?} should be refused"));
@@ -787,6 +1019,106 @@ mod tests {
         let f = toml_file("prefix = \"\"\n");
         let e = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap_err();
         assert_eq!(invalid_setting(e).0, "prefix");
+    }
+
+    fn token_file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn auth_tokens_come_from_a_comma_separated_variable() {
+        let c = load(
+            &[],
+            &[("DELAYQ_AUTH_TOKENS", "0123456789abcdef,fedcba9876543210")],
+        )
+        .unwrap();
+        assert_eq!(
+            c.auth_tokens,
+            vec![
+                AuthToken::from("0123456789abcdef"),
+                AuthToken::from("fedcba9876543210")
+            ]
+        );
+        // The flag replaces the variable, like every setting.
+        let c = load(
+            &["--auth-token=aaaaaaaaaaaaaaaa"],
+            &[("DELAYQ_AUTH_TOKENS", "0123456789abcdef")],
+        )
+        .unwrap();
+        assert_eq!(c.auth_tokens, vec![AuthToken::from("aaaaaaaaaaaaaaaa")]);
+    }
+
+    #[test]
+    fn token_file_lines_are_tokens_without_blanks_and_comments() {
+        let f = token_file(
+            "# rotated 2025-01\n\n  0123456789abcdef  \n#old-old-old-old-old\nfedcba9876543210\n",
+        );
+        let path = f.path().to_str().unwrap();
+        let c = load(&["--auth-token-file", path], &[]).unwrap();
+        assert_eq!(
+            c.auth_tokens,
+            vec![
+                AuthToken::from("0123456789abcdef"),
+                AuthToken::from("fedcba9876543210")
+            ]
+        );
+        // Tokens from the flag and from the file are all accepted.
+        let c = load(
+            &["--auth-token=aaaaaaaaaaaaaaaa"],
+            &[("DELAYQ_AUTH_TOKEN_FILE", path)],
+        )
+        .unwrap();
+        assert_eq!(c.auth_tokens.len(), 3);
+        // And from the TOML file.
+        let conf = toml_file(&format!(
+            "auth_token_file = {path:?}\nauth_tokens = [\"bbbbbbbbbbbbbbbb\"]\n"
+        ));
+        let c = load(&["--config", conf.path().to_str().unwrap()], &[]).unwrap();
+        assert_eq!(c.auth_tokens[0], AuthToken::from("bbbbbbbbbbbbbbbb"));
+        assert_eq!(c.auth_tokens.len(), 3);
+    }
+
+    #[test]
+    fn token_file_without_a_token_or_unreadable_is_an_error_naming_it() {
+        let f = token_file("# nothing yet\n\n");
+        let path = f.path().to_str().unwrap();
+        let e = load(&["--auth-token-file", path], &[]).unwrap_err();
+        let text = e.to_string();
+        assert_eq!(invalid_setting(e).0, "auth_token_file");
+        assert!(text.contains(path) && text.contains("no token"), "{text}");
+
+        let e = load(&["--auth-token-file=/nonexistent/tokens"], &[]).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/tokens"), "{e}");
+    }
+
+    #[test]
+    fn bad_tokens_are_refused_without_being_echoed() {
+        let f = token_file("0123456789abcdef\nsecret-but-short\x01\n");
+        let e = load(&["--auth-token-file", f.path().to_str().unwrap()], &[]).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("line 2"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+
+        let e = load(&["--auth-token=tinysecret"], &[]).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("at least 16"), "{text}");
+        assert!(
+            text.contains("--auth-token or DELAYQ_AUTH_TOKENS"),
+            "{text}"
+        );
+        assert!(!text.contains("tinysecret"), "{text}");
+    }
+
+    #[test]
+    fn debug_output_hides_tokens() {
+        let c = load(&["--auth-token=0123456789abcdef"], &[]).unwrap();
+        let args = parse(&["--auth-token=0123456789abcdef"], &[]).unwrap();
+        for dump in [format!("{c:?}"), format!("{args:?}")] {
+            assert!(!dump.contains("0123456789abcdef"), "{dump}");
+            assert!(dump.contains("AuthToken(***)"), "{dump}");
+        }
     }
 
     #[test]

@@ -6,6 +6,12 @@
 //! Shutdown (SIGINT or SIGTERM for `serve`): stop accepting, answer every waiting pop with
 //! "nothing" (the dispatcher's shutdown), let in-flight requests finish, and give up on
 //! stragglers after [`DRAIN_TIMEOUT`]. Nothing here knows job rules or HTTP routes.
+//!
+//! Connections are served by hyper-util's auto (HTTP/1 and HTTP/2) builder, as `axum::serve`
+//! does, but with a timer, so that `idle_timeout` applies: an HTTP/1 connection that has not
+//! sent a complete request head within it (idle between requests, or sending its head too
+//! slowly) is closed; HTTP/2 connections are pinged at that interval and closed when the peer
+//! does not answer. `axum::serve` has no such knob.
 
 use crate::api::{self, AppState};
 use crate::clock::{Clock, SystemClock};
@@ -15,6 +21,11 @@ use crate::store::Store;
 use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::store::redis::{RedisOptions, RedisStore, RedisTarget};
 use anyhow::Context;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,6 +119,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let stopping = CancellationToken::new();
     let dispatcher = state.dispatch.start(stopping.clone());
+    let idle_timeout = Duration::from_secs(state.config.idle_timeout_secs);
     let app = api::router(state);
 
     let begin_shutdown = {
@@ -121,7 +133,7 @@ pub async fn run(
             stopping.cancel();
         }
     };
-    let server = axum::serve(listener, app).with_graceful_shutdown(begin_shutdown);
+    let server = serve_http(listener, app, idle_timeout, begin_shutdown);
     let drain_deadline = async {
         stopping.cancelled().await;
         tokio::time::sleep(DRAIN_TIMEOUT).await;
@@ -142,6 +154,49 @@ pub async fn run(
     }
     tracing::info!("stopped");
     served
+}
+
+/// Accepts connections and serves `app` on each until `shutdown` completes; then stops
+/// accepting, asks every connection to close once its current request is answered (idle ones
+/// close at once), and returns when all have.
+async fn serve_http(
+    mut listener: TcpListener,
+    app: Router,
+    idle_timeout: Duration,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(idle_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(idle_timeout);
+    let builder = Arc::new(builder);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        // axum's `Listener` retries failed accepts (out of file descriptors, ...) itself.
+        let (stream, _peer) = tokio::select! {
+            conn = axum::serve::Listener::accept(&mut listener) => conn,
+            _ = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            if let Err(e) = watcher.watch(conn).await {
+                // Client resets, header timeouts: the connection's business, not the server's.
+                tracing::debug!(error = %e, "connection closed with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.
