@@ -9,7 +9,7 @@ mod support;
 
 use delayq::config::Config;
 use delayq::job::{JobId, JobSpec, Topic};
-use delayq::store::redis::{RedisOptions, RedisStore};
+use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget};
 use delayq::store::{PushMode, Store, StoreError};
 use std::path::Path;
 use std::process::Command;
@@ -36,7 +36,7 @@ fn url_with(server: &RedisServer, userinfo: &str) -> String {
 
 async fn connect(url: &str) -> Result<RedisStore, StoreError> {
     RedisStore::connect(RedisOptions {
-        url: url.to_string(),
+        target: RedisTarget::Server(url.to_string()),
         prefix: "delayq".into(),
         shards: 2,
     })
