@@ -7,6 +7,8 @@
 
 mod support;
 
+use support::process::DelayqProcess;
+
 use delayq::config::Config;
 use delayq::job::{JobId, JobSpec, Topic};
 use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget};
@@ -147,31 +149,68 @@ async fn serve_names_the_redis_url_without_its_password() {
     }
 }
 
-/// A self-signed certificate for 127.0.0.1 in `dir` (`cert.pem`, `key.pem`), by `openssl`.
-fn self_signed_cert(dir: &Path) {
-    let status = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-        ])
-        .arg(dir.join("key.pem"))
-        .arg("-out")
-        .arg(dir.join("cert.pem"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap_or_else(|e| panic!("could not run openssl (apt-get install -y openssl): {e}"));
-    assert!(status.success(), "openssl failed");
+/// A private CA (`ca.pem`) and a server certificate for 127.0.0.1 signed by it (`cert.pem`,
+/// `key.pem`) in `dir`, by `openssl`.
+fn private_ca_and_server_cert(dir: &Path) {
+    let openssl = |args: &[&str]| {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("could not run openssl (apt-get install -y openssl): {e}"));
+        assert!(status.success(), "openssl {args:?} failed");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=delayq test CA",
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "server.csr",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca-key.pem",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "cert.pem",
+    ]);
 }
 
 fn free_port() -> u16 {
@@ -185,7 +224,8 @@ fn free_port() -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_url_speaks_tls_and_verifies_the_certificate() {
     let certs = tempfile::TempDir::new().unwrap();
-    self_signed_cert(certs.path());
+    private_ca_and_server_cert(certs.path());
+    let ca = certs.path().join("ca.pem");
     let cert = certs.path().join("cert.pem");
     let key = certs.path().join("key.pem");
     let tls_port = free_port().to_string();
@@ -197,13 +237,13 @@ async fn rediss_url_speaks_tls_and_verifies_the_certificate() {
         "--tls-key-file",
         key.to_str().unwrap(),
         "--tls-ca-cert-file",
-        cert.to_str().unwrap(),
+        ca.to_str().unwrap(),
         "--tls-auth-clients",
         "no",
     ]);
     // The server really speaks TLS on that port, to a client that trusts its certificate.
     let out = Command::new("redis-cli")
-        .args(["--tls", "--cacert", cert.to_str().unwrap()])
+        .args(["--tls", "--cacert", ca.to_str().unwrap()])
         .args(["-h", "127.0.0.1", "-p", &tls_port, "PING"])
         .output()
         .expect("run redis-cli");
@@ -215,7 +255,7 @@ async fn rediss_url_speaks_tls_and_verifies_the_certificate() {
         server.log()
     );
 
-    // delayq accepts the URL, shakes hands, and refuses the untrusted certificate.
+    // delayq accepts the URL, shakes hands, and refuses a certificate from a CA it does not trust.
     let url = format!("rediss://127.0.0.1:{tls_port}/");
     let m = match connect(&url).await {
         Err(StoreError::Unavailable(m)) => m,
@@ -230,4 +270,25 @@ async fn rediss_url_speaks_tls_and_verifies_the_certificate() {
         matches!(connect(&insecure).await, Err(StoreError::Unavailable(_))),
         "#insecure must not connect"
     );
+
+    // Trust comes from the system's store, which `SSL_CERT_FILE` can name: a private CA works.
+    let delayq = DelayqProcess::start_with_env(
+        &["--redis", &url],
+        &[("SSL_CERT_FILE", ca.to_str().unwrap())],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{}/v1/jobs", delayq.base_url))
+        .body(r#"{"topic":"tls","id":"over-tls"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "push over a TLS Redis");
+    let r = http
+        .get(format!("{}/v1/jobs/over-tls", delayq.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
 }

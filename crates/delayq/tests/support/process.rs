@@ -16,6 +16,8 @@ pub struct DelayqProcess {
     args: Vec<String>,
     /// Where stderr is appended (kept across `restart`); `None`: inherited.
     log: Option<PathBuf>,
+    /// Extra environment variables (kept across `restart`).
+    env: Vec<(String, String)>,
 }
 
 /// A loopback port that was free a moment ago.
@@ -29,15 +31,35 @@ pub fn free_port() -> u16 {
 impl DelayqProcess {
     /// Starts `delayq serve --listen 127.0.0.1:<free port> <args>`.
     pub async fn start(args: &[&str]) -> DelayqProcess {
-        Self::start_on(free_port(), owned(args), None).await
+        Self::start_on(free_port(), owned(args), None, Vec::new()).await
+    }
+
+    /// As `start`, with extra environment variables.
+    pub async fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> DelayqProcess {
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self::start_on(free_port(), owned(args), None, env).await
     }
 
     /// As `start`, with the process's stderr appended to `log` (also after `restart`).
     pub async fn start_logging_to(args: &[&str], log: &Path) -> DelayqProcess {
-        Self::start_on(free_port(), owned(args), Some(log.to_path_buf())).await
+        Self::start_on(
+            free_port(),
+            owned(args),
+            Some(log.to_path_buf()),
+            Vec::new(),
+        )
+        .await
     }
 
-    async fn start_on(port: u16, args: Vec<String>, log: Option<PathBuf>) -> DelayqProcess {
+    async fn start_on(
+        port: u16,
+        args: Vec<String>,
+        log: Option<PathBuf>,
+        env: Vec<(String, String)>,
+    ) -> DelayqProcess {
         let stderr = match &log {
             Some(path) => OpenOptions::new()
                 .create(true)
@@ -53,6 +75,7 @@ impl DelayqProcess {
             .arg(format!("127.0.0.1:{port}"))
             .args(&args)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -64,6 +87,7 @@ impl DelayqProcess {
             base_url: format!("http://127.0.0.1:{port}"),
             args,
             log,
+            env,
         };
         p.wait_healthy().await;
         p
@@ -129,7 +153,13 @@ impl DelayqProcess {
     pub async fn restart(&mut self) {
         self.kill();
         // The old value is dropped here; killing an exited child again is harmless.
-        *self = Self::start_on(self.port, self.args.clone(), self.log.clone()).await;
+        *self = Self::start_on(
+            self.port,
+            self.args.clone(),
+            self.log.clone(),
+            self.env.clone(),
+        )
+        .await;
     }
 
     /// What the process logged so far, when started with `start_logging_to`.
