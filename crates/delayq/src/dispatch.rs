@@ -10,12 +10,17 @@
 //! it still ticks every [`TIMER_SAFETY_INTERVAL`], a safety net for a `Due` event lost on the
 //! way (Redis pub/sub is at-most-once), not the mechanism.
 //!
-//! **Waiters.** [`Dispatcher::reserve`] first asks the store (which never waits). If nothing
-//! is ready and the caller may wait, it registers a waiter (topics, max, a oneshot sender) in
+//! **Waiters.** [`Dispatcher::reserve`] first asks the store (which never waits), unless
+//! older callers already wait on one of its topics: then it queues behind them. If nothing is
+//! ready and the caller may wait, it registers a waiter (topics, max, a oneshot sender) in
 //! arrival order and awaits the oneshot with its timeout. No store connection is held while
 //! waiting. A single serving task reacts to the store's events: on `Ready(topic)` it walks the
-//! waiters interested in that topic in arrival order (first come, first served) and reserves
-//! for each until the store has nothing more; on `Resync`/lag it serves every waiter.
+//! waiters interested in that topic in arrival order (first come, first served) until the store
+//! has nothing more; on `Resync`/lag it serves every waiter. Waiters asking for the same topic
+//! list are served together: one `reserve` for all of them (up to `SERVE_BATCH` jobs), handed
+//! out in arrival order, so a busy topic costs one store call per batch of consumers, not per
+//! consumer. Between waiters of different, overlapping topic lists the order is that of each
+//! list's oldest waiter.
 //!
 //! The lost wake-up (a job becomes ready between the caller's first try and its registration)
 //! is closed by having the serving task also serve every newly registered waiter once. While a
@@ -58,6 +63,8 @@ pub const TIMER_SAFETY_INTERVAL: Duration = Duration::from_secs(5);
 /// How often every waiter is re-checked while any exist (safety net).
 pub const WAITER_SAFETY_INTERVAL: Duration = Duration::from_secs(1);
 /// First and last retry delay after a failed store call in the timer.
+/// Most jobs one serving step reserves at once for waiters asking for the same topics.
+const SERVE_BATCH: usize = 1000;
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// At most one log line per this interval for a store that keeps failing.
@@ -437,7 +444,6 @@ impl Dispatcher {
     async fn serve(&self, which: Serve, errors: &mut ErrorLog) {
         // Topics the store just answered "nothing" for, within this pass.
         let mut drained: HashSet<Topic> = HashSet::new();
-        let mut cursor = 0u64;
         // For a Fresh pass: the newcomers' topics. Marking them seen here, before any reserve,
         // keeps a waiter registering meanwhile fresh for the next pass.
         let fresh_topics: HashSet<Topic> = match &which {
@@ -452,12 +458,21 @@ impl Dispatcher {
             }
             _ => HashSet::new(),
         };
+        // Waiters already looked at in this pass (served, or their topics found empty).
+        let mut visited: HashSet<u64> = HashSet::new();
         loop {
-            let next = {
+            // The oldest eligible waiter, and with it every later one asking for the same
+            // topics: one store call serves them all, handed out in arrival order.
+            let batch = {
                 let mut list = self.lock();
-                let mut found = None;
+                let mut lead: Option<Vec<Topic>> = None;
+                let mut members: Vec<(u64, usize)> = Vec::new();
+                let mut total = 0usize;
                 let mut gone = Vec::new();
-                for (&id, w) in list.by_id.range_mut(cursor..) {
+                for (&id, w) in list.by_id.iter_mut() {
+                    if visited.contains(&id) {
+                        continue;
+                    }
                     if w.tx.is_closed() {
                         gone.push(id);
                         continue;
@@ -470,31 +485,46 @@ impl Dispatcher {
                     if !wanted {
                         continue;
                     }
-                    // Served now, or its topics were just found empty: either way seen.
-                    w.fresh = false;
-                    if w.topics.iter().all(|t| drained.contains(t)) {
-                        continue;
+                    match &lead {
+                        None => {
+                            // Served now, or its topics were just found empty: either way seen.
+                            w.fresh = false;
+                            visited.insert(id);
+                            if w.topics.iter().all(|t| drained.contains(t)) {
+                                continue;
+                            }
+                            lead = Some(w.topics.clone());
+                        }
+                        Some(topics) if *topics == w.topics && total < SERVE_BATCH => {
+                            w.fresh = false;
+                            visited.insert(id);
+                        }
+                        Some(_) => continue,
                     }
-                    found = Some((id, w.topics.clone(), w.max));
-                    break;
+                    members.push((id, w.max));
+                    total += w.max;
                 }
                 for id in gone {
                     list.by_id.remove(&id);
                 }
-                found
+                lead.map(|topics| (topics, members, total))
             };
-            let Some((id, topics, max)) = next else {
+            let Some((topics, members, total)) = batch else {
                 return;
             };
-            cursor = id + 1;
-            match self.store.reserve(&topics, max, self.clock.now()).await {
+            match self.store.reserve(&topics, total, self.clock.now()).await {
                 Ok(jobs) => {
                     errors.recovered();
-                    if jobs.len() < max {
+                    if jobs.len() < total {
                         drained.extend(topics);
                     }
-                    if !jobs.is_empty() {
-                        self.deliver(id, jobs).await;
+                    let mut jobs = jobs.into_iter();
+                    for (id, max) in members {
+                        let mine: Vec<Job> = jobs.by_ref().take(max).collect();
+                        if mine.is_empty() {
+                            break;
+                        }
+                        self.deliver(id, mine).await;
                     }
                 }
                 Err(e) => {
@@ -1084,5 +1114,28 @@ mod tests {
         shutdown.cancel();
         assert!(joined(second).await.unwrap().is_empty());
         joined(task).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waiters_of_one_topic_are_served_together_in_arrival_order() {
+        let f = fixture();
+        let mut waiting = Vec::new();
+        for n in 1..=4 {
+            waiting.push(f.spawn_reserve(&["t"], Duration::from_secs(30)));
+            f.until_waiters(n).await;
+        }
+        let specs = ["j1", "j2", "j3"].map(|id| spec(id, 0)).to_vec();
+        f.store
+            .push_batch(specs, PushMode::Reject, f.clock.now())
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        for w in waiting.drain(..3) {
+            got.push(ids(&joined(w).await.unwrap()).join(","));
+        }
+        assert_eq!(got, ["j1", "j2", "j3"], "oldest waiter, best job");
+        f.until_waiters(1).await;
+        f.shutdown.cancel();
+        assert!(joined(waiting.pop().unwrap()).await.unwrap().is_empty());
     }
 }
