@@ -15,6 +15,8 @@
 //! | `{p:s}:ready` | ZSET | ready jobs, lexicographic `topic \0 priority run_at seq id` |
 //! | `{p:s}:dead` | ZSET | dead jobs, lexicographic `topic \0 seq id` |
 //! | `{p:s}:counts` | HASH | `<state code><topic>` → count, for cheap stats |
+//! | `{p:s}:windows` | ZSET | window numbers of the far-future lists below, scored by the earliest run_at pushed into each |
+//! | `{p:s}:w:<n>` | LIST | ids of delayed jobs due in window `n` (`run_at / WINDOW_MS`), pushed while `n` was far |
 //!
 //! Pub/sub events go to the channel `<prefix>:events` (a channel, not a key).
 //!
@@ -24,6 +26,23 @@
 //! passed in KEYS: with per-topic keys every such call would need a second round trip to learn
 //! the topic. Job ids are only ever hash fields and zset members, never part of a key name, so
 //! no id can collide with an internal key.
+
+/// Width of a timeline window. Part of the storage format (window keys are named by
+/// `run_at / WINDOW_MS`): never change it.
+pub const WINDOW_MS: u64 = 60_000;
+
+/// The window a time falls in.
+pub fn window_of(t: u64) -> u64 {
+    t / WINDOW_MS
+}
+
+/// The window list a job due at `run_at`, scheduled at `now`, goes to: `Some` when that
+/// window starts two or more windows after `now`'s (so it is more than one window away and
+/// the timer drains it, one window ahead, only later); `None` for the exact timeline.
+pub fn far_window(run_at: u64, now: u64) -> Option<u64> {
+    let w = window_of(run_at);
+    (w >= window_of(now) + 2).then_some(w)
+}
 
 /// FNV-1a, 64 bit. Hand-rolled so the shard of an id is the same on every instance, version
 /// and platform (a `std` hasher makes no such promise). Never change it: shards of existing
@@ -112,6 +131,9 @@ pub struct ShardKeys {
     pub ready: String,
     pub dead: String,
     pub counts: String,
+    pub windows: String,
+    /// The shard's hash tag, braces included: window list keys are `<tag>:w:<n>`.
+    pub tag: String,
 }
 
 impl ShardKeys {
@@ -132,18 +154,26 @@ impl ShardKeys {
             ready: format!("{tag}:ready"),
             dead: format!("{tag}:dead"),
             counts: format!("{tag}:counts"),
+            windows: format!("{tag}:windows"),
+            tag: tag.to_string(),
         }
     }
 
-    /// KEYS[1..5] of a transition script.
-    pub fn all(&self) -> [&str; 5] {
+    /// KEYS[1..6] of a transition script.
+    pub fn all(&self) -> [&str; 6] {
         [
             &self.jobs,
             &self.timeline,
             &self.ready,
             &self.dead,
             &self.counts,
+            &self.windows,
         ]
+    }
+
+    /// The list of the shard's far-future jobs due in window `w`.
+    pub fn window(&self, w: u64) -> String {
+        format!("{}:w:{w}", self.tag)
     }
 }
 
@@ -194,6 +224,17 @@ mod tests {
         for key in k.all() {
             assert!(key.starts_with("{delayq:3}:"), "{key}");
         }
+        assert_eq!(k.window(29_000_000), "{delayq:3}:w:29000000");
+    }
+
+    #[test]
+    fn only_jobs_two_windows_ahead_or_more_go_to_a_window_list() {
+        let now = 100 * WINDOW_MS + 59_999;
+        assert_eq!(far_window(now, now), None);
+        assert_eq!(far_window(101 * WINDOW_MS + 59_999, now), None);
+        assert_eq!(far_window(102 * WINDOW_MS, now), Some(102));
+        assert_eq!(far_window(102 * WINDOW_MS, 100 * WINDOW_MS), Some(102));
+        assert_eq!(far_window(u64::MAX, 0), Some(u64::MAX / WINDOW_MS));
     }
 
     #[test]
@@ -221,6 +262,7 @@ mod tests {
                 for key in k.all() {
                     assert_eq!(key_slot(key), key_slot(&k.jobs));
                 }
+                assert_eq!(key_slot(&k.window(7)), key_slot(&k.jobs));
             }
         }
         // Stable: part of the storage format.

@@ -1,11 +1,12 @@
 -- lib: helpers shared by the transition scripts. Not a script by itself: Rust prepends it to
 -- each transition's file (scripts.rs), so every script sees the same record format and index
--- maintenance. Everything it touches is passed in KEYS; all five keys share one {hash tag}.
+-- maintenance. Everything it touches is passed in KEYS; all keys share one {hash tag}.
 --
 -- KEYS (every script that includes lib):
 --   KEYS[1] jobs      HASH  id -> cmsgpack record (below)
---   KEYS[2] timeline  ZSET  id scored by its timer deadline: run_at (delayed), reserved_until
---                           (reserved). One zset for both, so the timer reads one head.
+--   KEYS[2] timeline  ZSET  id scored by its exact timer deadline: run_at (delayed),
+--                           reserved_until (reserved). One zset for both, so the timer reads
+--                           one head. Holds every delayed job except the far ones below.
 --   KEYS[3] ready     ZSET  all scores 0; member = topic \0 priority(4) run_at(6) seq(7) id,
 --                           integers big-endian, so lexicographic order is (topic, priority,
 --                           run_at, seq) and ZRANGEBYLEX [topic\0 (topic\1 is one topic's queue.
@@ -13,24 +14,84 @@
 --   KEYS[4] dead      ZSET  all scores 0; member = topic \0 seq(7) id (seq is re-stamped on
 --                           burial, so this is oldest burial first per topic).
 --   KEYS[5] counts    HASH  state code .. topic -> count of the shard's jobs; HDEL at zero.
+--   KEYS[6] windows   ZSET  member = window number n (a decimal string), score = the earliest
+--                           run_at ever pushed into list n (ZADD LT): a lower bound of its jobs'.
+--   KEYS[7..] (push, reschedule, tick only) window lists `<tag>:w:<n>`, named by Rust.
 -- ARGV (every script that includes lib): ARGV[1] pub/sub channel, ARGV[2] now (ms).
 --
--- Record: a cmsgpack array
---   {state, topic, body, run_at, ttr_ms, priority, max_attempts, attempts, reserved_until
---    (0 = none), seq, backoff_ms (array)}
+-- Far-future jobs (memory: a list entry costs about the id's length + 2 bytes, a timeline
+-- entry ~144). A push or reschedule whose run_at lies in window n = floor(run_at / WINDOW_MS)
+-- with n >= window(now) + 2 (Rust decides, keys.rs far_window, and passes list n in KEYS)
+-- RPUSHes the id to list n instead of the timeline. Every other deadline (near pushes,
+-- backoff, release delays, reservations) goes to the timeline. Lists are cleaned lazily:
+-- delete, replace, reschedule, bury leave the id in its list. The timer drains a window once
+-- its score is within WINDOW_MS of now (tick.lua): each id whose record is still delayed with
+-- run_at in that window is ZADDed to the timeline at its run_at (idempotent, so duplicates
+-- and two instances draining at once are harmless; promotion stays the timeline's exact,
+-- atomic step), anything else is dropped. Invariant: list n exists iff n is in `windows`
+-- (every script that adds or empties a list updates both).
+--
+-- Record: a cmsgpack array, trailing defaults omitted (a pending job with default options is
+-- 5 elements, ~59 bytes with a 30-byte body: jemalloc's 64-byte class):
+--   {state, topic, body, run_at, seq, ttr_ms = 60000, priority = 1024, max_attempts = 0,
+--    backoff_ms (array) = {}, attempts = 0, reserved_until (0 = none) = 0}
+-- The defaults are the storage format's (record.rs mirrors them), not job.rs's: never change
+-- them. Records written before this layout ({state, topic, body, run_at, ttr_ms, priority,
+-- max_attempts, attempts, reserved_until, seq, backoff_ms}: always 11 elements, the 11th an
+-- array; a new record of 11 ends with a number) are still read, and rewritten in the new
+-- layout by their next transition.
 -- state is job.rs's JobState::code: d delayed, r ready, x reserved, b dead (buried).
 -- Every number is an integer below 2^53, exact in Lua's doubles; cmsgpack packs them as ints.
 --
 -- Events: one PUBLISH per script run, at most; payload = lines "R<topic>" (jobs of the topic
--- became ready) and "D<ms>" (a timer deadline became its shard's earliest).
+-- became ready) and "D<ms>" (a timer deadline, or a window's drain time, became its shard's
+-- earliest).
 
-local JOBS, TIMELINE, READY, DEAD, COUNTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local JOBS, TIMELINE, READY, DEAD, COUNTS, WINDOWS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
+  KEYS[6]
 local CHANNEL = ARGV[1]
 local NOW = tonumber(ARGV[2])
 -- job.rs MAX_RUN_AT: `after` clamps here.
 local MAX_RUN_AT = 253402300799000
+-- keys.rs WINDOW_MS.
+local WINDOW_MS = 60000
 
+-- Positions in a loaded (working) record; `decode` and `encode` map the stored layout.
 local S, TOPIC, BODY, RUN_AT, TTR, PRIO, MAXATT, ATT, RU, SEQ, BACKOFF = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+
+-- The stored layout's defaults, by stored position (6..11); see the header.
+local DEFAULT_TTR, DEFAULT_PRIO = 60000, 1024
+
+-- A stored record (unpacked) as a working table.
+local function decode(r)
+  if #r == 11 and type(r[11]) == 'table' then return r end -- the old layout is the working one
+  return {r[1], r[2], r[3], r[4], r[6] or DEFAULT_TTR, r[7] or DEFAULT_PRIO, r[8] or 0,
+    r[10] or 0, r[11] or 0, r[5], r[9] or {}}
+end
+
+-- A working table packed in the stored layout, trailing defaults omitted.
+local function encode(j)
+  local r = {j[S], j[TOPIC], j[BODY], j[RUN_AT], j[SEQ], j[TTR], j[PRIO], j[MAXATT], j[BACKOFF],
+    j[ATT], j[RU]}
+  local defaults = {[6] = DEFAULT_TTR, [7] = DEFAULT_PRIO, [8] = 0, [10] = 0, [11] = 0}
+  local n = 11
+  while n > 5 do
+    if n == 9 then
+      if #r[9] > 0 then break end
+    elseif r[n] ~= defaults[n] then
+      break
+    end
+    r[n] = nil
+    n = n - 1
+  end
+  return cmsgpack.pack(r)
+end
+
+-- The window a time falls in (keys.rs window_of). Exact: t < 2^53, and t / WINDOW_MS is far
+-- enough from the next integer for doubles at these magnitudes.
+local function window_of(t)
+  return math.floor(t / WINDOW_MS)
+end
 
 -- job.rs `after`: a delay added to a time, clamped at MAX_RUN_AT.
 local function after(t, d)
@@ -44,7 +105,7 @@ end
 local function load(id)
   local raw = redis.call('HGET', JOBS, id)
   if not raw then return nil end
-  return cmsgpack.unpack(raw)
+  return decode(cmsgpack.unpack(raw))
 end
 
 -- Like `load`, but a record that does not decode counts as absent. For scans over indexes
@@ -53,8 +114,13 @@ end
 local function load_lenient(id)
   local raw = redis.call('HGET', JOBS, id)
   if not raw then return nil end
-  local ok, j = pcall(cmsgpack.unpack, raw)
-  if not ok or type(j) ~= 'table' or type(j[S]) ~= 'string' or type(j[TOPIC]) ~= 'string' then
+  local ok, r = pcall(cmsgpack.unpack, raw)
+  if not ok or type(r) ~= 'table' or type(r[1]) ~= 'string' or type(r[2]) ~= 'string'
+    or type(r[4]) ~= 'number' then
+    return nil
+  end
+  local j = decode(r)
+  if type(j[SEQ]) ~= 'number' or type(j[TTR]) ~= 'number' or type(j[BACKOFF]) ~= 'table' then
     return nil
   end
   return j
@@ -111,7 +177,34 @@ local function set_timer(id, t)
   redis.call('ZADD', TIMELINE, t, id)
 end
 
--- Removes a job's index entries and count (not its record).
+-- The earliest time this shard's timer must wake for: the timeline head or the first window's
+-- drain time (its score - WINDOW_MS), or nil.
+local function earliest_timer()
+  local t = nil
+  local head = redis.call('ZRANGE', TIMELINE, 0, 0, 'WITHSCORES')
+  if head[1] then t = tonumber(head[2]) end
+  local win = redis.call('ZRANGE', WINDOWS, 0, 0, 'WITHSCORES')
+  if win[1] then
+    local d = tonumber(win[2]) - WINDOW_MS
+    if t == nil or d < t then t = d end
+  end
+  return t
+end
+
+-- Puts a delayed job in far window list `win` = {key, window number} instead of the
+-- timeline; a drain time before the shard's earliest timer is announced.
+local function set_window(id, j, win)
+  local drain = j[RUN_AT] - WINDOW_MS
+  local first = earliest_timer()
+  if first == nil or drain < first then
+    if ev_due == nil or drain < ev_due then ev_due = drain end
+  end
+  redis.call('RPUSH', win[1], id)
+  redis.call('ZADD', WINDOWS, 'LT', j[RUN_AT], win[2])
+end
+
+-- Removes a job's index entries and count (not its record). A delayed job in a window list
+-- stays there (see the header): the drain drops it.
 local function unindex(id, j)
   local s = j[S]
   if s == 'd' or s == 'x' then
@@ -124,11 +217,14 @@ local function unindex(id, j)
   count(j[TOPIC], s, -1)
 end
 
--- Stores a job (new or changed, already unindexed) with its index entries and count.
--- Returns the packed record.
-local function put(id, j)
+-- Stores a job (new or changed, already unindexed) with its index entries and count; a
+-- delayed one goes to window list `win` ({key, window number}) when given. Returns the packed
+-- record.
+local function put(id, j, win)
   local s = j[S]
-  if s == 'd' then
+  if s == 'd' and win then
+    set_window(id, j, win)
+  elseif s == 'd' then
     set_timer(id, j[RUN_AT])
   elseif s == 'x' then
     set_timer(id, j[RU])
@@ -139,7 +235,7 @@ local function put(id, j)
     redis.call('ZADD', DEAD, 0, dead_member(id, j))
   end
   count(j[TOPIC], s, 1)
-  local packed = cmsgpack.pack(j)
+  local packed = encode(j)
   redis.call('HSET', JOBS, id, packed)
   return packed
 end

@@ -10,20 +10,27 @@
 //!
 //! Layout (`keys.rs`): jobs are spread over `shards` shards by FNV-1a of the id; each shard is
 //! one hash tag `{<prefix>:<s>}` (one Redis Cluster slot) holding a jobs HASH (one field per
-//! job: no key per job, ids never become key names), a timeline ZSET (delayed and reserved
-//! jobs by deadline), a ready and a dead ZSET (all topics, ordered topic-first) and a counts
-//! HASH for cheap stats.
+//! job: no key per job, ids never become key names), a timeline ZSET (near delayed and
+//! reserved jobs by exact deadline), far-future window LISTs with their index ZSET (delayed
+//! jobs due two or more [`WINDOW_MS`] windows ahead; the timer drains a window into the
+//! timeline one window before it starts, see `lib.lua`), a ready and a dead ZSET (all
+//! topics, ordered topic-first) and a counts HASH for cheap stats. Rust names the window list
+//! a push or reschedule needs (it knows the new run_at) and passes it in KEYS.
 //!
 //! Connections (`conn.rs`, `events.rs`): one multiplexed connection for all commands (a
 //! consumer in a long poll holds none: waiting lives in dispatch.rs) and one pub/sub connection
 //! for events. With Redis down every call fails within about 2 s with
 //! [`StoreError::Unavailable`]; both connections come back by themselves.
 //!
-//! Memory (measured by `tests/redis_store.rs`, Redis 7.0, jemalloc): about 317 bytes per
-//! delayed job with a 36-character id and a 30-byte body: ~171 for the jobs HASH field
-//! (hashtable entry, id, ~70-byte record) and ~144 for the timeline ZSET entry. Getting to
-//! 200 would take listpack-sized buckets for both (jobs bucketed by id, the timeline by time
-//! window), which needs scripts to name keys derived from data; not done yet.
+//! Memory (`tests/redis_store.rs` `memory_per_pending_job_is_at_most_200_bytes`: 100,000 jobs
+//! an hour ahead, 30-byte body, 8 shards, Redis 7.0, jemalloc): about 138 bytes per pending
+//! job with 12-character ids (`r1234-567890`) and 194 with 36-character UUIDs (before the
+//! window lists and the short record: 252 and 316). Per job: the jobs HASH field (24-byte
+//! dict entry, ~10 of bucket array, the id's sds, a 59-byte record in a 64-byte allocation)
+//! plus a window list entry (the id's length + 2). A job within two windows of its time costs
+//! a timeline entry more (~144). Deleted or rescheduled far jobs leave their id in the old
+//! list until that window is drained. Going lower would take listpack-sized buckets for the
+//! jobs HASH (the dict entry and sds headers are most of what is left).
 //!
 //! Redis Cluster ([`RedisTarget::Cluster`]): the same scripts and layout, each shard's keys
 //! on one slot with tags chosen to spread the shards evenly over the slot space
@@ -41,7 +48,10 @@ mod keys;
 mod record;
 mod scripts;
 
-pub use keys::{CLUSTER_SLOTS, ShardKeys, cluster_tag, event_channel, fnv1a64, key_slot, shard_of};
+pub use keys::{
+    CLUSTER_SLOTS, ShardKeys, WINDOW_MS, cluster_tag, event_channel, far_window, fnv1a64, key_slot,
+    shard_of, window_of,
+};
 
 use crate::job::{Job, JobId, JobSpec, JobState, MAX_RUN_AT, Topic, UnixMillis};
 use crate::store::{
@@ -85,6 +95,9 @@ pub struct RedisOptions {
 
 /// Most jobs one push script call carries: bounds how long one script blocks Redis.
 const PUSH_CHUNK: usize = 256;
+/// Most far windows per shard one tick looks at (and drains, if due); more due windows just
+/// make the tick report `next_due = now` and the timer go again.
+const TICK_WINDOWS: u64 = 16;
 /// Most dead jobs one `kick_topic` round moves.
 const KICK_CHUNK: u64 = 1000;
 /// `reserve` gives up after this many rounds that found jobs in a peek but reserved none
@@ -349,11 +362,35 @@ impl Store for RedisStore {
         let mut calls = Vec::new();
         let mut slots: Vec<&[usize]> = Vec::new();
         for (shard, idxs) in &by_shard {
+            let keys = &self.inner.shards[usize::from(*shard)];
             for chunk in idxs.chunks(PUSH_CHUNK) {
-                let mut call = self
-                    .eval(&SCRIPTS.push, &self.inner.shards[usize::from(*shard)], now)
-                    .arg(mode_arg);
-                for &i in chunk {
+                // The distinct far windows of the chunk, in first-use order: KEYS[7..].
+                let mut windows: Vec<u64> = Vec::new();
+                let slot_of: Vec<usize> = chunk
+                    .iter()
+                    .map(|&i| match far_window(jobs[i].run_at.min(MAX_RUN_AT), now) {
+                        None => 0,
+                        Some(w) => match windows.iter().position(|&x| x == w) {
+                            Some(k) => k + 1,
+                            None => {
+                                windows.push(w);
+                                windows.len()
+                            }
+                        },
+                    })
+                    .collect();
+                let window_keys: Vec<String> = windows.iter().map(|&w| keys.window(w)).collect();
+                let mut all_keys: Vec<&str> = keys.all().to_vec();
+                all_keys.extend(window_keys.iter().map(String::as_str));
+                let mut call = Eval::new(&SCRIPTS.push, &all_keys)
+                    .arg(&self.inner.channel)
+                    .arg(now)
+                    .arg(mode_arg)
+                    .arg(windows.len());
+                for w in &windows {
+                    call = call.arg(*w);
+                }
+                for (&i, &slot) in chunk.iter().zip(&slot_of) {
                     let j = &jobs[i];
                     call = call
                         .arg(j.id.as_str())
@@ -364,7 +401,8 @@ impl Store for RedisStore {
                         .arg(j.priority)
                         .arg(j.max_attempts)
                         .arg(base + i as u64)
-                        .arg(backoff_arg(&j.backoff_ms));
+                        .arg(backoff_arg(&j.backoff_ms))
+                        .arg(slot);
                 }
                 calls.push(call);
                 slots.push(chunk);
@@ -557,13 +595,21 @@ impl Store for RedisStore {
         change: Reschedule,
         now: UnixMillis,
     ) -> StoreResult<(Job, JobState)> {
-        let call = self
-            .eval(&SCRIPTS.reschedule, self.shard(id), now)
+        let run_at = change.run_at.min(MAX_RUN_AT);
+        let keys = self.shard(id);
+        let far = far_window(run_at, now);
+        let window_key = far.map(|w| keys.window(w));
+        let mut all_keys: Vec<&str> = keys.all().to_vec();
+        all_keys.extend(window_key.as_deref());
+        let call = Eval::new(&SCRIPTS.reschedule, &all_keys)
+            .arg(&self.inner.channel)
+            .arg(now)
             .arg(id.as_str())
-            .arg(change.run_at.min(MAX_RUN_AT))
+            .arg(run_at)
             .arg(if change.body.is_some() { "1" } else { "0" })
             .arg(change.body.as_deref().unwrap_or(""))
-            .arg(change.priority.map(|p| p.to_string()).unwrap_or_default());
+            .arg(change.priority.map(|p| p.to_string()).unwrap_or_default())
+            .arg(far.map(|w| w.to_string()).unwrap_or_default());
         let v = self.eval_one(call).await?;
         let (job, rest) = by_id_reply(id, &v)?;
         let previous = match rest {
@@ -584,7 +630,11 @@ impl Store for RedisStore {
         }
     }
 
-    /// One pipeline: every shard's counts HASH and timeline head.
+    /// One pipeline: every shard's counts HASH, timeline head and first far window.
+    ///
+    /// `next_due` is exact while the earliest deadline is in a timeline; when a far window
+    /// comes first it is that window's score, the earliest run_at ever pushed into it: exact
+    /// unless that job has since been deleted or moved, then a lower bound (lib.lua).
     async fn stats(&self) -> StoreResult<Stats> {
         let mut pipe = redis::pipe();
         for k in &self.inner.shards {
@@ -594,11 +644,16 @@ impl Store for RedisStore {
                 .arg(0)
                 .arg(0)
                 .arg("WITHSCORES");
+            pipe.cmd("ZRANGE")
+                .arg(&k.windows)
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES");
         }
         let replies = self.inner.conn.query(&pipe).await?;
         let mut stats = Stats::default();
-        for pair in replies.chunks(2) {
-            let [counts, head] = pair else {
+        for triple in replies.chunks(3) {
+            let [counts, head, window] = triple else {
                 return Err(StoreError::Corrupt("short stats reply".into()));
             };
             for kv in array(counts)?.chunks(2) {
@@ -623,20 +678,28 @@ impl Store for RedisStore {
                     JobState::Dead => c.dead += n,
                 }
             }
-            if let [_, score] = array(head)? {
-                let t = score_ms(score)?;
-                stats.next_due = Some(stats.next_due.map_or(t, |d| d.min(t)));
+            for first in [head, window] {
+                if let [_, score] = array(first)? {
+                    let t = score_ms(score)?;
+                    stats.next_due = Some(stats.next_due.map_or(t, |d| d.min(t)));
+                }
             }
         }
         stats.topics.retain(|_, c| c.total() > 0);
         Ok(stats)
     }
 
-    /// `limit` bounds the whole pass, across shards. Two round trips when work is due: a
-    /// pipelined look at every shard's due count and timeline head, then the tick scripts of
-    /// the shards that get a share of `limit` (shared out by what each has due, the
-    /// remainder rotating between passes so no shard starves), in one pipeline. An idle pass
-    /// is one round trip. Ready events are published by the scripts themselves.
+    /// `limit` bounds the whole pass, across shards (promotions and expiries; and separately
+    /// the ids drained from far window lists). Two round trips when work is due: a pipelined
+    /// look at every shard's due count, timeline head and first far windows, then the tick
+    /// scripts of the shards that get a share of `limit` (shared out by what each has due,
+    /// the remainder rotating between passes so no shard starves) or have a window to drain
+    /// (one whose score is within [`WINDOW_MS`] of now), in one pipeline. An idle pass is one
+    /// round trip. Ready events are published by the scripts themselves.
+    ///
+    /// `next_due` is the earliest timeline deadline or window drain time (a window's score
+    /// minus [`WINDOW_MS`]): the timer wakes a window ahead of a far job, drains it into the
+    /// timeline, then wakes at its exact run_at.
     async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
         let mut pipe = redis::pipe();
         for k in &self.inner.shards {
@@ -646,46 +709,93 @@ impl Store for RedisStore {
                 .arg(0)
                 .arg(0)
                 .arg("WITHSCORES");
+            pipe.cmd("ZRANGE")
+                .arg(&k.windows)
+                .arg(0)
+                .arg(TICK_WINDOWS - 1)
+                .arg("WITHSCORES");
         }
         let replies = self.inner.conn.query(&pipe).await?;
-        let mut due = Vec::with_capacity(self.inner.shards.len());
-        let mut heads = Vec::with_capacity(self.inner.shards.len());
-        for pair in replies.chunks(2) {
-            let [count, head] = pair else {
+        let n = self.inner.shards.len();
+        let mut due = Vec::with_capacity(n);
+        let mut heads = Vec::with_capacity(n);
+        // Per shard: the window numbers to drain now and the first window's drain time.
+        let mut drains: Vec<Vec<u64>> = Vec::with_capacity(n);
+        let mut first_drain: Vec<Option<UnixMillis>> = Vec::with_capacity(n);
+        for triple in replies.chunks(3) {
+            let [count, head, windows] = triple else {
                 return Err(StoreError::Corrupt("short tick reply".into()));
             };
-            due.push(int(count)?.max(0) as u64);
+            let mut due_now = int(count)?.max(0) as u64;
             heads.push(match array(head)? {
                 [_, score] => Some(score_ms(score)?),
                 _ => None,
             });
+            let mut mine = Vec::new();
+            let mut first = None;
+            for pair in array(windows)?.chunks(2) {
+                let [member, score] = pair else {
+                    return Err(unexpected(windows));
+                };
+                let score = score_ms(score)?;
+                let drain_at = score.saturating_sub(WINDOW_MS);
+                first = Some(first.map_or(drain_at, |t: u64| t.min(drain_at)));
+                if drain_at <= now {
+                    mine.push(string(member)?.parse().map_err(|_| unexpected(member))?);
+                    if score <= now {
+                        // Some of its jobs may be due now: give the shard a promotion share.
+                        due_now += limit as u64;
+                    }
+                }
+            }
+            due.push(due_now);
+            drains.push(mine);
+            first_drain.push(first);
         }
         let start = self.inner.tick_rotation.fetch_add(1, Ordering::Relaxed);
         let shares = share_out(limit as u64, &due, start);
+        let draining = drains.iter().filter(|d| !d.is_empty()).count().max(1);
+        let drain_budget = (limit / draining).max(1);
 
         let mut out = TickOutcome::default();
         let mut next_due = |t: UnixMillis| {
             out.next_due = Some(out.next_due.map_or(t, |d| d.min(t)));
         };
         let mut calls = Vec::new();
-        for (shard, &n) in shares.iter().enumerate() {
-            if n == 0 {
+        for (shard, &share) in shares.iter().enumerate() {
+            if share == 0 && drains[shard].is_empty() {
                 // Not run: its head is its next deadline (<= now if work is left over).
-                if let Some(t) = heads[shard] {
+                for t in [heads[shard], first_drain[shard]].into_iter().flatten() {
                     next_due(t);
                 }
-            } else {
-                calls.push(
-                    self.eval(&SCRIPTS.tick, &self.inner.shards[shard], now)
-                        .arg(n),
-                );
+                continue;
             }
+            let keys = &self.inner.shards[shard];
+            let window_keys: Vec<String> = drains[shard].iter().map(|&w| keys.window(w)).collect();
+            let mut all_keys: Vec<&str> = keys.all().to_vec();
+            all_keys.extend(window_keys.iter().map(String::as_str));
+            calls.push((
+                Eval::new(&SCRIPTS.tick, &all_keys)
+                    .arg(&self.inner.channel)
+                    .arg(now)
+                    .arg(share),
+                shard,
+            ));
         }
         if calls.is_empty() {
             return Ok(out);
         }
         let seq = self.stamp(now, 1);
-        let calls: Vec<Eval> = calls.into_iter().map(|c| c.arg(seq)).collect();
+        let calls: Vec<Eval> = calls
+            .into_iter()
+            .map(|(c, shard)| {
+                let mut c = c.arg(seq).arg(drain_budget);
+                for &w in &drains[shard] {
+                    c = c.arg(w);
+                }
+                c
+            })
+            .collect();
         let (mut promoted, mut expired) = (0, 0);
         for reply in self.inner.conn.eval(&calls).await? {
             let a = array(&reply)?;

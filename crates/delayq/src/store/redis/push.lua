@@ -1,15 +1,18 @@
 -- push: stores new jobs of one shard, each created or (replace mode) atomically replacing the
 -- job with its id, whatever that job's state. A replaced job's index entries go with it, so
--- its old version can never be delivered again.
--- KEYS: the shard's keys (lib.lua).
--- ARGV[1] channel, ARGV[2] now, ARGV[3] mode: 'reject' or 'replace';
---   then 9 per job: id, topic, body, run_at, ttr_ms, priority, max_attempts, seq,
---   backoff ('' or '15000,180000').
+-- its old version can never be delivered again (an id it left in a window list is dropped by
+-- the drain: the record no longer matches).
+-- KEYS: the shard's keys (lib.lua), then KEYS[7..6+m] the window lists far jobs go to.
+-- ARGV[1] channel, ARGV[2] now, ARGV[3] mode: 'reject' or 'replace', ARGV[4] m, ARGV[5..4+m]
+--   the window numbers of KEYS[7..6+m];
+--   then 10 per job: id, topic, body, run_at, ttr_ms, priority, max_attempts, seq,
+--   backoff ('' or '15000,180000'), window (0 = the timeline, k = KEYS[6+k]).
 -- Returns one status per job, in order: 'c' created, 'e' exists (nothing changed), or the
 -- replaced job's prior state code.
 local reject = ARGV[3] == 'reject'
+local m = tonumber(ARGV[4])
 local out = {}
-for i = 4, #ARGV, 9 do
+for i = 5 + m, #ARGV, 10 do
   local id = ARGV[i]
   local old = load(id)
   if old and reject then
@@ -26,8 +29,11 @@ for i = 4, #ARGV, 9 do
     local run_at = tonumber(ARGV[i + 3])
     local state = 'd'
     if run_at <= NOW then state = 'r' end
+    local k = tonumber(ARGV[i + 9])
+    local win = nil
+    if k > 0 then win = {KEYS[6 + k], ARGV[4 + k]} end
     put(id, {state, ARGV[i + 1], ARGV[i + 2], run_at, tonumber(ARGV[i + 4]),
-      tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), 0, 0, tonumber(ARGV[i + 7]), backoff})
+      tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), 0, 0, tonumber(ARGV[i + 7]), backoff}, win)
   end
 end
 flush_events()

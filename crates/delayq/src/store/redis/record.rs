@@ -8,44 +8,78 @@ use crate::store::{StoreError, StoreResult};
 use redis::Value;
 use serde::Deserialize;
 
-/// The record as packed by `lib.lua`'s `put`; field order is the format.
+/// One element of a stored record.
 #[derive(Debug, Deserialize)]
-struct Record(
-    String,   // state code
-    String,   // topic
-    String,   // body
-    u64,      // run_at
-    u64,      // ttr_ms
-    u32,      // priority
-    u32,      // max_attempts
-    u32,      // attempts
-    u64,      // reserved_until (0 = none)
-    u64,      // seq
-    Vec<u64>, // backoff_ms
-);
+#[serde(untagged)]
+enum Field {
+    Int(u64),
+    Text(String),
+    List(Vec<u64>),
+}
 
-/// Decodes the record of job `id`.
+/// The stored layout's defaults for omitted trailing fields (`lib.lua`): part of the storage
+/// format, not job.rs's defaults. Never change them.
+const STORED_DEFAULT_TTR_MS: u64 = 60_000;
+const STORED_DEFAULT_PRIORITY: u64 = 1024;
+
+/// Decodes the record of job `id`, in either layout `lib.lua` describes: the current one
+/// (`state, topic, body, run_at, seq`, then `ttr_ms, priority, max_attempts, backoff_ms,
+/// attempts, reserved_until` with trailing defaults omitted) or the one before it (always 11
+/// elements, the 11th the backoff array).
 pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
     let corrupt = |why: String| StoreError::Corrupt(format!("job record {id:?}: {why}"));
-    let r: Record = rmp_serde::from_slice(raw).map_err(|e| corrupt(e.to_string()))?;
-    let state = state_from_code(&r.0).map_err(|_| corrupt(format!("state code {:?}", r.0)))?;
-    let topic = Topic::parse(r.1).map_err(|e| corrupt(e.to_string()))?;
+    let mut r: Vec<Field> = rmp_serde::from_slice(raw).map_err(|e| corrupt(e.to_string()))?;
+    if r.len() == 11 && matches!(r[10], Field::List(_)) {
+        // The old layout, reordered into the current one.
+        let backoff = r.pop();
+        let seq = r.remove(9);
+        r.insert(4, seq);
+        let (ru, att) = (r.pop(), r.pop());
+        r.extend(backoff);
+        r.extend(att);
+        r.extend(ru);
+    }
+    if !(5..=11).contains(&r.len()) {
+        return Err(corrupt(format!("{} fields", r.len())));
+    }
+    let text = |i: usize| match r.get(i) {
+        Some(Field::Text(s)) => Ok(s.clone()),
+        other => Err(corrupt(format!("field {i}: {other:?}"))),
+    };
+    let num = |i: usize, default: u64| match r.get(i) {
+        None => Ok(default),
+        Some(Field::Int(n)) => Ok(*n),
+        other => Err(corrupt(format!("field {i}: {other:?}"))),
+    };
+    let small = |i: usize, default: u64| {
+        u32::try_from(num(i, default)?).map_err(|_| corrupt(format!("field {i} out of range")))
+    };
+    let code = text(0)?;
+    let state = state_from_code(&code).map_err(|_| corrupt(format!("state code {code:?}")))?;
+    let topic = Topic::parse(text(1)?).map_err(|e| corrupt(e.to_string()))?;
     let id = JobId::parse(id).map_err(|e| corrupt(e.to_string()))?;
+    let backoff_ms = match r.get(8) {
+        None => Vec::new(),
+        Some(Field::List(b)) => b.clone(),
+        other => return Err(corrupt(format!("field 8: {other:?}"))),
+    };
     Ok(Job {
         spec: JobSpec {
             topic,
             id,
-            body: r.2,
-            run_at: r.3,
-            ttr_ms: r.4,
-            priority: r.5,
-            max_attempts: r.6,
-            backoff_ms: r.10,
+            body: text(2)?,
+            run_at: num(3, 0)?,
+            ttr_ms: num(5, STORED_DEFAULT_TTR_MS)?,
+            priority: small(6, STORED_DEFAULT_PRIORITY)?,
+            max_attempts: small(7, 0)?,
+            backoff_ms,
         },
         state,
-        attempts: r.7,
-        reserved_until: (state == JobState::Reserved).then_some(r.8),
-        seq: r.9,
+        attempts: small(9, 0)?,
+        reserved_until: (state == JobState::Reserved)
+            .then(|| num(10, 0))
+            .transpose()?,
+        seq: num(4, 0)?,
     })
 }
 
@@ -100,5 +134,77 @@ pub fn by_id_reply<'a>(id: &JobId, v: &'a Value) -> StoreResult<(Job, &'a [Value
         Some("nf") => Err(StoreError::NotFound),
         Some("ws") if a.len() == 2 => Err(StoreError::WrongState(state_from_code(string(&a[1])?)?)),
         _ => Err(unexpected(v)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_record_layouts_decode_to_the_same_job() {
+        // The layout before trailing defaults were omitted: 11 fields, backoff last.
+        let old = rmp_serde::to_vec(&(
+            "x",
+            "t",
+            "body",
+            5u64,
+            30_000u64,
+            7u32,
+            3u32,
+            2u32,
+            99u64,
+            1234u64,
+            vec![10u64, 20],
+        ))
+        .unwrap();
+        let new = rmp_serde::to_vec(&(
+            "x",
+            "t",
+            "body",
+            5u64,
+            1234u64,
+            30_000u64,
+            7u32,
+            3u32,
+            vec![10u64, 20],
+            2u32,
+            99u64,
+        ))
+        .unwrap();
+        let a = decode_job("j", &old).unwrap();
+        assert_eq!(a, decode_job("j", &new).unwrap());
+        assert_eq!(
+            (
+                a.spec.ttr_ms,
+                a.spec.priority,
+                a.spec.max_attempts,
+                a.attempts,
+                a.seq
+            ),
+            (30_000, 7, 3, 2, 1234)
+        );
+        assert_eq!(
+            (a.reserved_until, a.spec.backoff_ms),
+            (Some(99), vec![10, 20])
+        );
+    }
+
+    #[test]
+    fn omitted_trailing_fields_take_the_stored_defaults() {
+        let short = rmp_serde::to_vec(&("d", "t", "b", 5u64, 1234u64)).unwrap();
+        let j = decode_job("j", &short).unwrap();
+        assert_eq!(j.state, JobState::Delayed);
+        assert_eq!(
+            (
+                j.spec.ttr_ms,
+                j.spec.priority,
+                j.spec.max_attempts,
+                j.attempts
+            ),
+            (60_000, 1024, 0, 0)
+        );
+        assert!(j.spec.backoff_ms.is_empty());
+        assert!(decode_job("j", &rmp_serde::to_vec(&("d", "t", "b", 5u64)).unwrap()).is_err());
     }
 }

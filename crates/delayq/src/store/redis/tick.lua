@@ -1,15 +1,37 @@
--- tick: one timer pass over this shard. Takes up to `limit` timeline entries due at `now`:
--- a delayed job becomes ready; a reserved job whose TTR ran out goes on by job.rs's
--- after_delivery_failed (ready now, delayed by its backoff, or dead). The record, not the
--- score, decides: an entry whose record is gone or not timed is dropped; one whose record has
--- a later deadline is re-scored. Nothing here can make the pass spin on one entry.
--- KEYS: the shard's keys (lib.lua).
--- ARGV[1] channel, ARGV[2] now, ARGV[3] limit, ARGV[4] seq (burial stamp for jobs that die).
+-- tick: one timer pass over this shard. First drains the far window lists Rust found due
+-- (score - WINDOW_MS <= now, lib.lua): up to `drain` ids in all, each whose record is still
+-- delayed with run_at in that window is ZADDed to the timeline at its run_at, any other
+-- dropped; a list left empty leaves the window index. Then takes up to `limit` timeline
+-- entries due at `now`: a delayed job becomes ready; a reserved job whose TTR ran out goes on
+-- by job.rs's after_delivery_failed (ready now, delayed by its backoff, or dead). The record,
+-- not the score, decides: an entry whose record is gone or not timed is dropped; one whose
+-- record has a later deadline is re-scored. Nothing here can make the pass spin on one entry.
+-- KEYS: the shard's keys (lib.lua), then KEYS[7..6+m] the due window lists, earliest first.
+-- ARGV[1] channel, ARGV[2] now, ARGV[3] limit, ARGV[4] seq (burial stamp for jobs that die),
+-- ARGV[5] drain (most ids taken from window lists), ARGV[6..5+m] the window numbers of
+-- KEYS[7..6+m].
 -- Returns {promoted, expired, next_due, topic, topic, ...}: next_due is the shard's earliest
--- remaining deadline, `now` if due entries remain (limit hit), -1 if none; the topics are
--- those that gained ready jobs.
+-- remaining timer deadline or window drain time, `now` if work due now remains (limit or
+-- drain budget hit), -1 if none; the topics are those that gained ready jobs.
 local limit = tonumber(ARGV[3])
 local seq = tonumber(ARGV[4])
+local drain = tonumber(ARGV[5])
+for k = 7, #KEYS do
+  if drain <= 0 then break end
+  local list, w = KEYS[k], ARGV[k - 1]
+  local n = tonumber(w)
+  local ids = redis.call('LPOP', list, drain)
+  if ids then
+    drain = drain - #ids
+    for _, id in ipairs(ids) do
+      local j = load_lenient(id)
+      if j and j[S] == 'd' and window_of(j[RUN_AT]) == n then
+        redis.call('ZADD', TIMELINE, j[RUN_AT], id)
+      end
+    end
+  end
+  if redis.call('EXISTS', list) == 0 then redis.call('ZREM', WINDOWS, w) end
+end
 local promoted, expired = 0, 0
 local due = redis.call('ZRANGEBYSCORE', TIMELINE, '-inf', NOW, 'LIMIT', 0, limit)
 for _, id in ipairs(due) do
@@ -40,8 +62,11 @@ local next_due = -1
 if #redis.call('ZRANGEBYSCORE', TIMELINE, '-inf', NOW, 'LIMIT', 0, 1) > 0 then
   next_due = NOW
 else
-  local head = redis.call('ZRANGE', TIMELINE, 0, 0, 'WITHSCORES')
-  if head[1] then next_due = tonumber(head[2]) end
+  local t = earliest_timer()
+  if t then
+    if t < NOW then t = NOW end
+    next_due = t
+  end
 end
 flush_events()
 local out = {promoted, expired, next_due}
