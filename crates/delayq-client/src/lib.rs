@@ -1,1 +1,544 @@
-pub fn placeholder() {}
+//! An async client for delayq's /v1 HTTP API (docs/api.md): one method per endpoint, serde types
+//! that mirror the JSON, and refusals parsed into [`ClientError::Api`].
+//!
+//! What it does not do: retry, pool across servers, validate input (the server does, and says
+//! which field is wrong), or speak the seed-compatible API. It does not depend on the `delayq`
+//! crate, so a producer or consumer can use it without pulling in the server. Plain `http://`
+//! only for now: it is built without TLS.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), delayq_client::ClientError> {
+//! use delayq_client::{Client, NewJob};
+//! let client = Client::new("http://127.0.0.1:9277")?;
+//! let job = client.push(NewJob::new("orders", r#"{"order":42}"#).delay_ms(15_000)).await?;
+//! for job in client.reserve(["orders"], 10, 30_000).await? {
+//!     // ... work ...
+//!     client.finish(&job.id).await?;
+//! }
+//! # let _ = job; Ok(()) }
+//! ```
+
+mod error;
+mod types;
+
+pub use error::ClientError;
+pub use types::{
+    FinishResult, Health, Job, JobState, NewJob, PushResult, PushStatus, Readiness, Reschedule,
+    Rescheduled, Stats, TopicStats,
+};
+
+use reqwest::{Method, RequestBuilder, Url};
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+use types::{
+    FinishBatchRequest, KickTopicRequest, KickTopicResponse, PushBatchRequest, PushBatchResponse,
+    ReleaseRequest, ReserveRequest, ReserveResponse,
+};
+
+/// How long an ordinary request may take, end to end, unless [`Client::with_timeout`] says
+/// otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long connecting may take; a server that does not accept within this is down.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A handle on one delayq server. Cheap to clone; clones share the connection pool.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    /// The server's base URL; endpoint paths are appended to its path, so a server mounted
+    /// under a prefix (`http://host/delayq/`) works.
+    base: Url,
+    /// Time limit of each request. A reserve that long-polls gets its `timeout_ms` on top, so
+    /// the wait itself never trips it.
+    timeout: Duration,
+}
+
+type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+impl Client {
+    /// A client for the server at `base_url`, e.g. `http://127.0.0.1:9277`.
+    pub fn new(base_url: &str) -> Result<Client> {
+        let base = Url::parse(base_url)
+            .map_err(|e| ClientError::InvalidUrl(format!("{base_url:?}: {e}")))?;
+        match base.scheme() {
+            "http" => {}
+            "https" => {
+                return Err(ClientError::InvalidUrl(format!(
+                    "{base_url:?}: https is not supported by this build (no TLS); use http://"
+                )));
+            }
+            other => {
+                return Err(ClientError::InvalidUrl(format!(
+                    "{base_url:?}: scheme {other:?} is not http"
+                )));
+            }
+        }
+        if base.cannot_be_a_base() || base.host().is_none() {
+            return Err(ClientError::InvalidUrl(format!(
+                "{base_url:?}: expected http://HOST:PORT"
+            )));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(ClientError::transport)?;
+        Ok(Client {
+            http,
+            base,
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// Sets the time limit of each request (default [`DEFAULT_TIMEOUT`]). A reserve's own
+    /// `timeout_ms` is added to it.
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The base URL requests go to.
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// `POST /v1/jobs`: pushes one job and returns it as stored (201).
+    pub async fn push(&self, job: NewJob) -> Result<Job> {
+        self.call(self.request(Method::POST, &["v1", "jobs"]).json(&job))
+            .await
+    }
+
+    /// `POST /v1/jobs/batch`: pushes several jobs; one result per job, in order. With `replace`,
+    /// existing ids are replaced; without it they are reported as [`PushStatus::Exists`].
+    pub async fn push_batch(&self, jobs: Vec<NewJob>, replace: bool) -> Result<Vec<PushResult>> {
+        let body = PushBatchRequest {
+            jobs: &jobs,
+            replace,
+        };
+        let r: PushBatchResponse = self
+            .call(
+                self.request(Method::POST, &["v1", "jobs", "batch"])
+                    .json(&body),
+            )
+            .await?;
+        Ok(r.results)
+    }
+
+    /// `GET /v1/jobs/{id}`.
+    pub async fn get(&self, id: &str) -> Result<Job> {
+        self.call(self.request(Method::GET, &["v1", "jobs", id]))
+            .await
+    }
+
+    /// `DELETE /v1/jobs/{id}`: removes the job, whatever its state.
+    pub async fn delete(&self, id: &str) -> Result<()> {
+        self.call_empty(self.request(Method::DELETE, &["v1", "jobs", id]))
+            .await
+    }
+
+    /// `POST /v1/jobs/{id}/finish`: the job is done and removed.
+    pub async fn finish(&self, id: &str) -> Result<()> {
+        self.call_empty(self.request(Method::POST, &["v1", "jobs", id, "finish"]))
+            .await
+    }
+
+    /// `POST /v1/finish`: finishes several jobs; ids that name no job are listed in `missing`.
+    pub async fn finish_batch<I, S>(&self, ids: I) -> Result<FinishResult>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let ids: Vec<String> = ids.into_iter().map(Into::into).collect();
+        self.call(
+            self.request(Method::POST, &["v1", "finish"])
+                .json(&FinishBatchRequest { ids: &ids }),
+        )
+        .await
+    }
+
+    /// `POST /v1/jobs/{id}/release`: gives a reserved job back, ready at once or after
+    /// `delay_ms` (without it, the job's backoff schedule applies).
+    pub async fn release(&self, id: &str, delay_ms: Option<u64>) -> Result<Job> {
+        self.call(
+            self.request(Method::POST, &["v1", "jobs", id, "release"])
+                .json(&ReleaseRequest { delay_ms }),
+        )
+        .await
+    }
+
+    /// `POST /v1/jobs/{id}/touch`: extends a reservation by the job's TTR.
+    pub async fn touch(&self, id: &str) -> Result<Job> {
+        self.call(self.request(Method::POST, &["v1", "jobs", id, "touch"]))
+            .await
+    }
+
+    /// `POST /v1/jobs/{id}/bury`: moves the job to `dead`.
+    pub async fn bury(&self, id: &str) -> Result<Job> {
+        self.call(self.request(Method::POST, &["v1", "jobs", id, "bury"]))
+            .await
+    }
+
+    /// `POST /v1/jobs/{id}/kick`: makes a dead job ready again.
+    pub async fn kick(&self, id: &str) -> Result<Job> {
+        self.call(self.request(Method::POST, &["v1", "jobs", id, "kick"]))
+            .await
+    }
+
+    /// `POST /v1/topics/{topic}/kick`: makes up to `max` dead jobs of the topic ready; returns
+    /// how many.
+    pub async fn kick_topic(&self, topic: &str, max: u64) -> Result<u64> {
+        let r: KickTopicResponse = self
+            .call(
+                self.request(Method::POST, &["v1", "topics", topic, "kick"])
+                    .json(&KickTopicRequest { max }),
+            )
+            .await?;
+        Ok(r.kicked)
+    }
+
+    /// `POST /v1/jobs/{id}/reschedule`: changes the due time (and optionally body and priority)
+    /// of a delayed or ready job. Returns the job and the state it was in before.
+    pub async fn reschedule(&self, id: &str, change: Reschedule) -> Result<(Job, JobState)> {
+        let r: Rescheduled = self
+            .call(
+                self.request(Method::POST, &["v1", "jobs", id, "reschedule"])
+                    .json(&change),
+            )
+            .await?;
+        Ok((r.job, r.previous_state))
+    }
+
+    /// `POST /v1/reserve`: up to `max` ready jobs from `topics` (preferred in that order),
+    /// waiting up to `timeout_ms` when none is ready. An empty answer means nothing became
+    /// ready in time.
+    pub async fn reserve<I, S>(&self, topics: I, max: u32, timeout_ms: u64) -> Result<Vec<Job>>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let topics: Vec<String> = topics.into_iter().map(Into::into).collect();
+        let body = ReserveRequest {
+            topics: &topics,
+            max,
+            timeout_ms,
+        };
+        let r: ReserveResponse = self
+            .call(
+                self.request(Method::POST, &["v1", "reserve"])
+                    .json(&body)
+                    .timeout(self.timeout + Duration::from_millis(timeout_ms)),
+            )
+            .await?;
+        Ok(r.jobs)
+    }
+
+    /// `GET /v1/stats`: job counts per topic and state.
+    pub async fn stats(&self) -> Result<Stats> {
+        self.call(self.request(Method::GET, &["v1", "stats"])).await
+    }
+
+    /// `GET /healthz`: the process is alive.
+    pub async fn health(&self) -> Result<Health> {
+        self.call(self.request(Method::GET, &["healthz"])).await
+    }
+
+    /// `GET /readyz`: the store is reachable. A 503 is an [`ClientError::Api`] error.
+    pub async fn ready(&self) -> Result<Readiness> {
+        self.call(self.request(Method::GET, &["readyz"])).await
+    }
+
+    /// The URL of an endpoint: the base URL's path plus `segments`, each percent-encoded as
+    /// one path segment (ids may hold spaces, `/` or `?`).
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        url.set_query(None);
+        url.set_fragment(None);
+        url.path_segments_mut()
+            .expect("checked in Client::new: the base URL can be a base")
+            .pop_if_empty()
+            .extend(segments);
+        url
+    }
+
+    fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
+        self.http
+            .request(method, self.url(segments))
+            .timeout(self.timeout)
+    }
+
+    /// Sends a request and returns the raw body of a success, or the refusal as an error.
+    async fn send(&self, req: RequestBuilder) -> Result<Vec<u8>> {
+        let resp = req.send().await.map_err(ClientError::transport)?;
+        let status = resp.status();
+        let body = resp.bytes().await.map_err(ClientError::transport)?;
+        if !status.is_success() {
+            return Err(ClientError::from_response(status.as_u16(), &body));
+        }
+        Ok(body.to_vec())
+    }
+
+    async fn call<T: DeserializeOwned>(&self, req: RequestBuilder) -> Result<T> {
+        let body = self.send(req).await?;
+        serde_json::from_slice(&body).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    async fn call_empty(&self, req: RequestBuilder) -> Result<()> {
+        self.send(req).await.map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The client against a canned HTTP responder: checks method, path and body of each request
+    //! and how answers are read. The real server's behaviour is not simulated here.
+
+    use super::*;
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// What the responder saw.
+    #[derive(Debug)]
+    struct Seen {
+        method: String,
+        path: String,
+        body: String,
+    }
+
+    /// Serves one request with `status` and `body`, and reports what it received.
+    async fn respond_once(status: u16, body: &str) -> (Client, tokio::task::JoinHandle<Seen>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let body = body.to_string();
+        let task = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let (head_len, content_length) = loop {
+                let n = sock.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "client closed before sending a request");
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+                    let len = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                        .unwrap_or(0);
+                    break (i + 4, len);
+                }
+            };
+            while buf.len() < head_len + content_length {
+                let n = sock.read(&mut chunk).await.unwrap();
+                assert!(n > 0);
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let head = String::from_utf8_lossy(&buf[..head_len]).to_string();
+            let mut words = head.split_whitespace();
+            let method = words.next().unwrap().to_string();
+            let path = words.next().unwrap().to_string();
+            let reply = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            sock.write_all(reply.as_bytes()).await.unwrap();
+            sock.shutdown().await.ok();
+            Seen {
+                method,
+                path,
+                body: String::from_utf8_lossy(&buf[head_len..]).to_string(),
+            }
+        });
+        (Client::new(&format!("http://{addr}")).unwrap(), task)
+    }
+
+    fn job_json(id: &str, state: &str) -> String {
+        json!({
+            "id": id, "topic": "orders", "body": "b", "state": state,
+            "run_at_ms": 1767225600000u64, "ttr_ms": 60000, "priority": 1024,
+            "max_attempts": 0, "backoff_ms": [], "attempts": 0, "reserved_until_ms": null
+        })
+        .to_string()
+    }
+
+    fn body_json(seen: &Seen) -> Value {
+        serde_json::from_str(&seen.body).unwrap()
+    }
+
+    #[tokio::test]
+    async fn push_posts_the_new_job_and_returns_the_stored_one() {
+        let (c, seen) = respond_once(201, &job_json("j1", "delayed")).await;
+        let job = c
+            .push(NewJob::new("orders", "b").delay_ms(1000))
+            .await
+            .unwrap();
+        let seen = seen.await.unwrap();
+        assert_eq!(
+            (seen.method.as_str(), seen.path.as_str()),
+            ("POST", "/v1/jobs")
+        );
+        assert_eq!(
+            body_json(&seen),
+            json!({"topic": "orders", "body": "b", "delay_ms": 1000})
+        );
+        assert_eq!(job.id, "j1");
+        assert_eq!(job.state, JobState::Delayed);
+    }
+
+    #[tokio::test]
+    async fn ids_are_percent_encoded_as_one_path_segment() {
+        let (c, seen) = respond_once(200, &job_json("a b/c?d", "ready")).await;
+        c.get("a b/c?d").await.unwrap();
+        assert_eq!(seen.await.unwrap().path, "/v1/jobs/a%20b%2Fc%3Fd");
+    }
+
+    #[tokio::test]
+    async fn base_url_path_is_kept_as_a_prefix() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let c = Client::new(&format!("http://{addr}/delayq/")).unwrap();
+        assert_eq!(
+            c.url(&["v1", "stats"]).as_str(),
+            format!("http://{addr}/delayq/v1/stats")
+        );
+        let c = Client::new(&format!("http://{addr}")).unwrap();
+        assert_eq!(
+            c.url(&["v1", "topics", "a/b", "kick"]).path(),
+            "/v1/topics/a%2Fb/kick"
+        );
+    }
+
+    #[tokio::test]
+    async fn delete_and_finish_accept_204() {
+        let (c, seen) = respond_once(204, "").await;
+        c.delete("j").await.unwrap();
+        let seen = seen.await.unwrap();
+        assert_eq!(
+            (seen.method.as_str(), seen.path.as_str()),
+            ("DELETE", "/v1/jobs/j")
+        );
+
+        let (c, seen) = respond_once(204, "").await;
+        c.finish("j").await.unwrap();
+        assert_eq!(seen.await.unwrap().path, "/v1/jobs/j/finish");
+    }
+
+    #[tokio::test]
+    async fn release_without_delay_sends_an_empty_object() {
+        let (c, seen) = respond_once(200, &job_json("j", "ready")).await;
+        c.release("j", None).await.unwrap();
+        let seen = seen.await.unwrap();
+        assert_eq!(seen.path, "/v1/jobs/j/release");
+        assert_eq!(body_json(&seen), json!({}));
+    }
+
+    #[tokio::test]
+    async fn reserve_sends_topics_max_and_timeout_and_unwraps_jobs() {
+        let reply = format!(r#"{{"jobs": [{}]}}"#, job_json("j", "reserved"));
+        let (c, seen) = respond_once(200, &reply).await;
+        let jobs = c.reserve(["a", "b"], 5, 1500).await.unwrap();
+        let seen = seen.await.unwrap();
+        assert_eq!(seen.path, "/v1/reserve");
+        assert_eq!(
+            body_json(&seen),
+            json!({"topics": ["a", "b"], "max": 5, "timeout_ms": 1500})
+        );
+        assert_eq!(jobs.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn batch_finish_kick_topic_and_reschedule_unwrap_their_answers() {
+        let (c, seen) = respond_once(200, r#"{"finished": 1, "missing": ["b"]}"#).await;
+        let r = c.finish_batch(["a", "b"]).await.unwrap();
+        assert_eq!(body_json(&seen.await.unwrap()), json!({"ids": ["a", "b"]}));
+        assert_eq!(r.missing, ["b"]);
+
+        let (c, seen) = respond_once(200, r#"{"kicked": 3}"#).await;
+        assert_eq!(c.kick_topic("orders", 100).await.unwrap(), 3);
+        let seen = seen.await.unwrap();
+        assert_eq!(seen.path, "/v1/topics/orders/kick");
+        assert_eq!(body_json(&seen), json!({"max": 100}));
+
+        let reply = format!(
+            r#"{{"job": {}, "previous_state": "ready"}}"#,
+            job_json("j", "delayed")
+        );
+        let (c, seen) = respond_once(200, &reply).await;
+        let (job, prev) = c
+            .reschedule("j", Reschedule::delay_ms(5000).priority(1))
+            .await
+            .unwrap();
+        assert_eq!(
+            body_json(&seen.await.unwrap()),
+            json!({"delay_ms": 5000, "priority": 1})
+        );
+        assert_eq!((job.state, prev), (JobState::Delayed, JobState::Ready));
+
+        let reply = json!({"results": [{"id": "x", "status": "exists"}]}).to_string();
+        let (c, seen) = respond_once(200, &reply).await;
+        let r = c
+            .push_batch(vec![NewJob::new("t", "").id("x")], true)
+            .await
+            .unwrap();
+        let seen = seen.await.unwrap();
+        assert_eq!(seen.path, "/v1/jobs/batch");
+        assert_eq!(
+            body_json(&seen),
+            json!({"jobs": [{"topic": "t", "id": "x", "body": ""}], "replace": true})
+        );
+        assert_eq!(r[0].status, PushStatus::Exists);
+    }
+
+    #[tokio::test]
+    async fn refusal_becomes_an_api_error() {
+        let (c, _seen) = respond_once(
+            409,
+            r#"{"error": {"code": "wrong_state", "field": null, "message": "job is reserved", "state": "reserved"}}"#,
+        )
+        .await;
+        let e = c.bury("j").await.unwrap_err();
+        assert_eq!(e.code(), Some("wrong_state"));
+        assert_eq!(e.status(), Some(409));
+    }
+
+    #[tokio::test]
+    async fn success_with_an_unreadable_body_is_a_decode_error() {
+        let (c, _seen) = respond_once(200, "not json").await;
+        assert!(matches!(c.stats().await, Err(ClientError::Decode(_))));
+    }
+
+    #[tokio::test]
+    async fn unreachable_server_is_a_transport_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let c = Client::new(&format!("http://{addr}")).unwrap();
+        match c.health().await {
+            Err(ClientError::Transport(msg)) => {
+                assert!(
+                    msg.starts_with(&format!("cannot connect to {addr}: ")),
+                    "{msg}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn base_url_must_be_plain_http_with_a_host() {
+        assert!(Client::new("http://127.0.0.1:9277").is_ok());
+        for bad in [
+            "127.0.0.1:9277",
+            "https://x",
+            "ftp://x",
+            "nonsense",
+            "unix:/tmp/s",
+        ] {
+            assert!(
+                matches!(Client::new(bad), Err(ClientError::InvalidUrl(_))),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,7 +1,530 @@
-//! The /v1 API (STUB).
-use super::AppState;
-use axum::Router;
+//! The /v1 API: JSON in, JSON out, as specified by docs/api.md (and described for machines by
+//! `openapi.rs`, served at `/v1/openapi.json`).
+//!
+//! Each handler reads its input by hand (input.rs), validates it completely before touching the
+//! store, calls the store (or the dispatcher, for the long-poll of `reserve`), and renders the
+//! result (model.rs) or an [`ApiError`]. Handlers never wait themselves, never read the clock
+//! other than through `AppState::clock`, and never log job bodies. Health checks are not here.
+//!
+//! Ids travel in paths percent-encoded: axum decodes path parameters, so an id with a space is
+//! `/v1/jobs/a%20b` and one with a slash is `/v1/jobs/a%2Fb` (a raw `/` would end the segment).
 
+mod error;
+mod input;
+mod model;
+
+pub use error::ApiError;
+
+use super::AppState;
+use crate::job::{self, JobId, JobSpec, Topic, UnixMillis};
+use crate::store::{PushMode, Reschedule, StoreError};
+use axum::Json;
+use axum::Router;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use input::Fields;
+use model::{
+    BatchPushReply, FinishBatchReply, JobView, KickTopicReply, PushResult, RescheduleReply,
+    ReserveReply, StatsView,
+};
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// Every /v1 route (health checks excepted).
 pub fn routes() -> Router<AppState> {
     Router::new()
+        .route("/v1/jobs", post(push))
+        // A static segment wins over `{id}`, so the job whose id is "batch" is served here too.
+        .route(
+            "/v1/jobs/batch",
+            post(push_batch)
+                .get(|st: State<AppState>| get_job_by_id(st, literal_batch_id()))
+                .delete(|st: State<AppState>| delete_job_by_id(st, literal_batch_id())),
+        )
+        .route("/v1/jobs/{id}", get(get_job).delete(delete_job))
+        .route("/v1/jobs/{id}/finish", post(finish))
+        .route("/v1/jobs/{id}/release", post(release))
+        .route("/v1/jobs/{id}/touch", post(touch))
+        .route("/v1/jobs/{id}/bury", post(bury))
+        .route("/v1/jobs/{id}/kick", post(kick))
+        .route("/v1/jobs/{id}/reschedule", post(reschedule))
+        .route("/v1/reserve", post(reserve))
+        .route("/v1/finish", post(finish_batch))
+        .route("/v1/topics/{topic}/kick", post(kick_topic))
+        .route("/v1/stats", get(stats))
+        .route("/v1/openapi.json", get(super::openapi::serve))
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+type Body = Result<Bytes, BytesRejection>;
+/// A path parameter (`{id}` or `{topic}`), percent-decoded.
+type IdPath = Result<Path<String>, PathRejection>;
+
+/// The fields of `NewJob` (docs/api.md).
+const NEW_JOB_FIELDS: &[&str] = &[
+    "topic",
+    "id",
+    "body",
+    "delay_ms",
+    "run_at_ms",
+    "ttr_ms",
+    "priority",
+    "max_attempts",
+    "backoff_ms",
+    "replace",
+];
+
+/// The path of a job: `/v1/jobs/` and its id, percent-encoded.
+pub fn job_path(id: &JobId) -> String {
+    let mut out = String::from("/v1/jobs/");
+    for b in id.as_str().bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn literal_batch_id() -> IdPath {
+    Ok(Path("batch".to_string()))
+}
+
+fn record_id(id: &JobId) {
+    tracing::Span::current().record("job_id", id.as_str());
+}
+
+/// The job id of a path, validated like any id.
+fn path_id(path: IdPath) -> ApiResult<JobId> {
+    let Path(raw) = path.map_err(|r| ApiError::path("id", r))?;
+    let id = JobId::parse(raw).map_err(|e| ApiError::from_invalid("id", e))?;
+    record_id(&id);
+    Ok(id)
+}
+
+fn required<T>(f: &Fields, field: &str, v: Option<T>) -> ApiResult<T> {
+    v.ok_or_else(|| ApiError::field(f.name(field), "is required"))
+}
+
+/// `usize` limit from the config as a `u64`, for comparing with request numbers.
+fn limit_u64(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+/// Reads `delay_ms` / `run_at_ms` (at most one of them) as an absolute due time.
+fn due_time(f: &mut Fields, now: UnixMillis) -> ApiResult<Option<UnixMillis>> {
+    let delay = f.u64("delay_ms")?;
+    let run_at = f.u64("run_at_ms")?;
+    match (delay, run_at) {
+        (Some(_), Some(_)) => Err(ApiError::field(
+            f.name("run_at_ms"),
+            "give either delay_ms or run_at_ms, not both",
+        )),
+        (Some(d), None) => match now.checked_add(d) {
+            Some(t) if t <= job::MAX_RUN_AT => Ok(Some(t)),
+            _ => Err(ApiError::field(
+                f.name("delay_ms"),
+                format!("{d} ms puts the due time after the year 9999"),
+            )),
+        },
+        (None, Some(t)) if t > job::MAX_RUN_AT => Err(ApiError::field(
+            f.name("run_at_ms"),
+            format!(
+                "must be at most {} (the end of the year 9999)",
+                job::MAX_RUN_AT
+            ),
+        )),
+        (None, t) => Ok(t),
+    }
+}
+
+/// A validated `NewJob` and its own `replace` flag, if it gave one.
+struct NewJob {
+    spec: JobSpec,
+    replace: Option<bool>,
+}
+
+fn new_job(mut f: Fields, now: UnixMillis, max_body_bytes: usize) -> ApiResult<NewJob> {
+    let topic = f.string("topic")?;
+    let topic = required(&f, "topic", topic)?;
+    let topic = Topic::parse(topic).map_err(|e| ApiError::from_invalid(f.name("topic"), e))?;
+    let id = match f.string("id")? {
+        Some(s) => JobId::parse(s).map_err(|e| ApiError::from_invalid(f.name("id"), e))?,
+        None => JobId::generate(),
+    };
+    let body = f.string("body")?.unwrap_or_default();
+    if body.len() > max_body_bytes {
+        return Err(ApiError::body_too_large(
+            f.name("body"),
+            body.len(),
+            max_body_bytes,
+        ));
+    }
+    let run_at = due_time(&mut f, now)?.unwrap_or(now);
+    let mut spec = JobSpec::new(topic, id, body, run_at);
+    if let Some(ttr) = f.u64("ttr_ms")? {
+        job::validate_ttr_ms(ttr).map_err(|e| ApiError::from_invalid(f.name("ttr_ms"), e))?;
+        spec.ttr_ms = ttr;
+    }
+    if let Some(p) = f.u32("priority")? {
+        spec.priority = p;
+    }
+    if let Some(n) = f.u32("max_attempts")? {
+        spec.max_attempts = n;
+    }
+    if let Some(steps) = f.u64s("backoff_ms")? {
+        job::validate_backoff(&steps)
+            .map_err(|e| ApiError::from_invalid(f.name("backoff_ms"), e))?;
+        spec.backoff_ms = steps;
+    }
+    let replace = f.bool("replace")?;
+    // Everything was checked above; this is the domain's own word on it, kept as a backstop.
+    spec.validate(max_body_bytes).map_err(|e| {
+        let field = match e.field {
+            "ttr" => "ttr_ms",
+            "delay" => "run_at_ms",
+            "backoff" => "backoff_ms",
+            other => other,
+        };
+        ApiError::from_invalid(f.name(field), e)
+    })?;
+    Ok(NewJob { spec, replace })
+}
+
+/// `POST /v1/jobs`: 201 and the job, with its `Location`.
+#[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
+async fn push(State(st): State<AppState>, body: Body) -> ApiResult<Response> {
+    let now = st.clock.now();
+    let f = Fields::new(input::object(&body?, false)?, "", NEW_JOB_FIELDS)?;
+    let NewJob { spec, replace } = new_job(f, now, st.config.max_body_bytes)?;
+    record_id(&spec.id);
+    let mode = if replace.unwrap_or(false) {
+        PushMode::Replace
+    } else {
+        PushMode::Reject
+    };
+    let location = HeaderValue::from_str(&job_path(&spec.id))
+        .map_err(|e| ApiError::Internal(format!("location header: {e}")))?;
+    st.store.push(spec.clone(), mode, now).await?;
+    // What the store just created, without a second round trip (which could race a consumer).
+    let job = job::Job::new(spec, now, 0);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(JobView::from(job)),
+    )
+        .into_response())
+}
+
+/// `POST /v1/jobs/batch`: validated whole, then pushed; a conflict on one job does not stop the
+/// others.
+#[tracing::instrument(skip_all, fields(jobs = tracing::field::Empty))]
+async fn push_batch(State(st): State<AppState>, body: Body) -> ApiResult<Json<BatchPushReply>> {
+    let now = st.clock.now();
+    let mut f = Fields::new(input::object(&body?, false)?, "", &["jobs", "replace"])?;
+    let replace = f.bool("replace")?.unwrap_or(false);
+    let items = f.array("jobs")?;
+    let items = required(&f, "jobs", items)?;
+    tracing::Span::current().record("jobs", items.len());
+    if items.len() > st.config.max_batch {
+        return Err(ApiError::field(
+            "jobs",
+            format!(
+                "has {} jobs, at most {} allowed",
+                items.len(),
+                st.config.max_batch
+            ),
+        ));
+    }
+    let mut specs = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let name = format!("jobs[{i}]");
+        let jf = Fields::from_value(item, &name, NEW_JOB_FIELDS)?;
+        let job = new_job(jf, now, st.config.max_body_bytes)?;
+        if job.replace.is_some_and(|r| r != replace) {
+            return Err(ApiError::field(
+                format!("{name}.replace"),
+                "differs from the batch's replace; a batch has one mode, set it on the batch",
+            ));
+        }
+        specs.push(job.spec);
+    }
+    let ids: Vec<String> = specs.iter().map(|s| s.id.to_string()).collect();
+    let mode = if replace {
+        PushMode::Replace
+    } else {
+        PushMode::Reject
+    };
+    let outcomes = st.store.push_batch(specs, mode, now).await?;
+    if outcomes.len() != ids.len() {
+        return Err(ApiError::Internal(format!(
+            "store answered {} outcomes for {} jobs",
+            outcomes.len(),
+            ids.len()
+        )));
+    }
+    let mut results = Vec::with_capacity(ids.len());
+    for (id, outcome) in ids.into_iter().zip(outcomes) {
+        let status = match outcome {
+            Ok(o) => PushResult::status_of(o),
+            Err(StoreError::Exists) => "exists",
+            Err(e) => return Err(e.into()),
+        };
+        results.push(PushResult { id, status });
+    }
+    Ok(Json(BatchPushReply { results }))
+}
+
+/// `GET /v1/jobs/{id}`.
+async fn get_job(st: State<AppState>, path: IdPath) -> ApiResult<Json<JobView>> {
+    get_job_by_id(st, path).await
+}
+
+#[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
+async fn get_job_by_id(State(st): State<AppState>, path: IdPath) -> ApiResult<Json<JobView>> {
+    let id = path_id(path)?;
+    Ok(Json(st.store.get(&id).await?.into()))
+}
+
+/// `DELETE /v1/jobs/{id}`: 204 whatever the job's state.
+async fn delete_job(st: State<AppState>, path: IdPath) -> ApiResult<StatusCode> {
+    delete_job_by_id(st, path).await
+}
+
+#[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
+async fn delete_job_by_id(State(st): State<AppState>, path: IdPath) -> ApiResult<StatusCode> {
+    let id = path_id(path)?;
+    st.store.delete(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/jobs/{id}/finish`: 204.
+#[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
+async fn finish(State(st): State<AppState>, path: IdPath) -> ApiResult<StatusCode> {
+    let id = path_id(path)?;
+    st.store.finish(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/jobs/{id}/release`, body `{"delay_ms"}` optional (an empty body is fine).
+#[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
+async fn release(State(st): State<AppState>, path: IdPath, body: Body) -> ApiResult<Json<JobView>> {
+    let now = st.clock.now();
+    let id = path_id(path)?;
+    let mut f = Fields::new(input::object(&body?, true)?, "", &["delay_ms"])?;
+    let delay = f.u64("delay_ms")?;
+    if let Some(d) = delay
+        && now.checked_add(d).is_none_or(|t| t > job::MAX_RUN_AT)
+    {
+        return Err(ApiError::field(
+            "delay_ms",
+            format!("{d} ms puts the due time after the year 9999"),
+        ));
+    }
+    Ok(Json(st.store.release(&id, delay, now).await?.into()))
+}
+
+/// `POST /v1/jobs/{id}/touch`: extends the reservation by the job's TTR from now.
+#[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
+async fn touch(State(st): State<AppState>, path: IdPath) -> ApiResult<Json<JobView>> {
+    let id = path_id(path)?;
+    Ok(Json(st.store.touch(&id, st.clock.now()).await?.into()))
+}
+
+/// `POST /v1/jobs/{id}/bury`: to `dead`.
+#[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
+async fn bury(State(st): State<AppState>, path: IdPath) -> ApiResult<Json<JobView>> {
+    let id = path_id(path)?;
+    Ok(Json(st.store.bury(&id, st.clock.now()).await?.into()))
+}
+
+/// `POST /v1/jobs/{id}/kick`: a dead job back to `ready`.
+#[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
+async fn kick(State(st): State<AppState>, path: IdPath) -> ApiResult<Json<JobView>> {
+    let id = path_id(path)?;
+    Ok(Json(st.store.kick(&id, st.clock.now()).await?.into()))
+}
+
+/// `POST /v1/jobs/{id}/reschedule`: new due time (and optionally body and priority) of a
+/// delayed or ready job.
+#[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
+async fn reschedule(
+    State(st): State<AppState>,
+    path: IdPath,
+    body: Body,
+) -> ApiResult<Json<RescheduleReply>> {
+    let now = st.clock.now();
+    let id = path_id(path)?;
+    let mut f = Fields::new(
+        input::object(&body?, false)?,
+        "",
+        &["delay_ms", "run_at_ms", "body", "priority"],
+    )?;
+    let run_at = due_time(&mut f, now)?
+        .ok_or_else(|| ApiError::field("delay_ms", "one of delay_ms or run_at_ms is required"))?;
+    let body = f.string("body")?;
+    if let Some(b) = &body
+        && b.len() > st.config.max_body_bytes
+    {
+        return Err(ApiError::body_too_large(
+            "body",
+            b.len(),
+            st.config.max_body_bytes,
+        ));
+    }
+    let priority = f.u32("priority")?;
+    let change = Reschedule {
+        run_at,
+        body,
+        priority,
+    };
+    let (job, previous_state) = st.store.reschedule(&id, change, now).await?;
+    Ok(Json(RescheduleReply {
+        job: job.into(),
+        previous_state,
+    }))
+}
+
+/// `POST /v1/reserve`: up to `max` jobs, waiting up to `timeout_ms` for the first.
+#[tracing::instrument(skip_all, fields(topics, max, timeout_ms))]
+async fn reserve(State(st): State<AppState>, body: Body) -> ApiResult<Json<ReserveReply>> {
+    let cfg = &st.config;
+    let mut f = Fields::new(
+        input::object(&body?, false)?,
+        "",
+        &["topics", "max", "timeout_ms"],
+    )?;
+    let names = f.strings("topics")?;
+    let names = required(&f, "topics", names)?;
+    if names.is_empty() || names.len() > cfg.max_batch {
+        return Err(ApiError::field(
+            "topics",
+            format!(
+                "must name 1 to {} topics, got {}",
+                cfg.max_batch,
+                names.len()
+            ),
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut topics = Vec::with_capacity(names.len());
+    for (i, name) in names.into_iter().enumerate() {
+        let t =
+            Topic::parse(name).map_err(|e| ApiError::from_invalid(format!("topics[{i}]"), e))?;
+        if seen.insert(t.clone()) {
+            topics.push(t);
+        }
+    }
+    let max = f.u64("max")?.unwrap_or(1);
+    if max == 0 || max > limit_u64(cfg.max_batch) {
+        return Err(ApiError::field(
+            "max",
+            format!("must be between 1 and {}, got {max}", cfg.max_batch),
+        ));
+    }
+    let timeout_ms = f.u64("timeout_ms")?.unwrap_or(0);
+    let max_wait_ms = cfg.max_wait_secs.saturating_mul(1000);
+    if timeout_ms > max_wait_ms {
+        return Err(ApiError::field(
+            "timeout_ms",
+            format!(
+                "must be at most {max_wait_ms} ({} s), got {timeout_ms}",
+                cfg.max_wait_secs
+            ),
+        ));
+    }
+    let span = tracing::Span::current();
+    span.record("topics", topics.len());
+    span.record("max", max);
+    span.record("timeout_ms", timeout_ms);
+    let max = usize::try_from(max).unwrap_or(cfg.max_batch);
+    let jobs = st
+        .dispatch
+        .reserve(topics, max, Duration::from_millis(timeout_ms))
+        .await?;
+    Ok(Json(ReserveReply {
+        jobs: jobs.into_iter().map(JobView::from).collect(),
+    }))
+}
+
+/// `POST /v1/finish`: finishes each id; unknown ones are listed, not refused.
+#[tracing::instrument(skip_all, fields(ids = tracing::field::Empty))]
+async fn finish_batch(State(st): State<AppState>, body: Body) -> ApiResult<Json<FinishBatchReply>> {
+    let mut f = Fields::new(input::object(&body?, false)?, "", &["ids"])?;
+    let raw = f.strings("ids")?;
+    let raw = required(&f, "ids", raw)?;
+    tracing::Span::current().record("ids", raw.len());
+    if raw.len() > st.config.max_batch {
+        return Err(ApiError::field(
+            "ids",
+            format!(
+                "has {} ids, at most {} allowed",
+                raw.len(),
+                st.config.max_batch
+            ),
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut ids = Vec::with_capacity(raw.len());
+    for (i, s) in raw.into_iter().enumerate() {
+        let id = JobId::parse(s).map_err(|e| ApiError::from_invalid(format!("ids[{i}]"), e))?;
+        if seen.insert(id.clone()) {
+            ids.push(id);
+        }
+    }
+    let mut finished = 0u64;
+    let mut missing = Vec::new();
+    for id in ids {
+        match st.store.finish(&id).await {
+            Ok(_) => finished = finished.saturating_add(1),
+            Err(StoreError::NotFound) => missing.push(id.into()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Json(FinishBatchReply { finished, missing }))
+}
+
+/// `POST /v1/topics/{topic}/kick`, body `{"max"}`: up to `max` dead jobs back to `ready`.
+#[tracing::instrument(skip_all, fields(topic = tracing::field::Empty))]
+async fn kick_topic(
+    State(st): State<AppState>,
+    path: IdPath,
+    body: Body,
+) -> ApiResult<Json<KickTopicReply>> {
+    let Path(raw) = path.map_err(|r| ApiError::path("topic", r))?;
+    let topic = Topic::parse(raw).map_err(|e| ApiError::from_invalid("topic", e))?;
+    tracing::Span::current().record("topic", topic.as_str());
+    let mut f = Fields::new(input::object(&body?, false)?, "", &["max"])?;
+    let max = f.u64("max")?;
+    let max = required(&f, "max", max)?;
+    if max == 0 || max > limit_u64(st.config.max_batch) {
+        return Err(ApiError::field(
+            "max",
+            format!("must be between 1 and {}, got {max}", st.config.max_batch),
+        ));
+    }
+    let kicked = st.store.kick_topic(&topic, max, st.clock.now()).await?;
+    Ok(Json(KickTopicReply { kicked }))
+}
+
+/// `GET /v1/stats`.
+#[tracing::instrument(skip_all)]
+async fn stats(State(st): State<AppState>) -> ApiResult<Json<StatsView>> {
+    Ok(Json(st.store.stats().await?.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_paths_percent_encode_everything_but_unreserved_characters() {
+        let id = JobId::parse("a b/c%d.é").unwrap();
+        assert_eq!(job_path(&id), "/v1/jobs/a%20b%2Fc%25d.%C3%A9");
+    }
 }

@@ -3,3 +3,4 @@
 
 pub mod app;
 pub mod backends;
+pub mod process;

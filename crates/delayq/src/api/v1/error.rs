@@ -1,0 +1,191 @@
+//! `ApiError`: every way a /v1 request can be refused, and how each one is rendered.
+//!
+//! The body is always `{"error": {"code", "field", "message"}}` (plus `"state"` for
+//! `wrong_state`), as docs/api.md specifies. Bad input is a 4xx naming the field; store trouble
+//! is a 503 (unreachable) or a plain 500 (corrupt data), whose details go to the log, not to the
+//! client. This module only renders: deciding which error applies is the handlers' job.
+
+use crate::job::{InvalidField, JobState};
+use crate::store::StoreError;
+use axum::Json;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// A refused /v1 request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    /// 400 `invalid_field`: a field is missing, has the wrong type or is out of range. `field`
+    /// is the field's full name (`jobs[3].topic` in batches).
+    InvalidField { field: String, message: String },
+    /// 400 `invalid_json`: the body is not JSON, or not a JSON object.
+    InvalidJson(String),
+    /// 404 `not_found`: no job with that id.
+    NotFound,
+    /// 409 `exists`: a push without `replace` named an id that exists.
+    Exists,
+    /// 409 `wrong_state`: the job's state does not allow the operation; the body also has
+    /// `state`.
+    WrongState(JobState),
+    /// 413 `too_large`: the request body, or one job's `body` (then `field` names it), is over
+    /// the configured limit.
+    TooLarge {
+        field: Option<String>,
+        message: String,
+    },
+    /// 503 `store_unavailable`: the store could not be reached. The detail is logged only.
+    StoreUnavailable(String),
+    /// 500 `internal`: something that is not the client's fault (corrupt stored data). The
+    /// detail is logged only.
+    Internal(String),
+}
+
+impl ApiError {
+    /// An `invalid_field` error; the message is prefixed with the field's name.
+    pub fn field(field: impl Into<String>, message: impl AsRef<str>) -> ApiError {
+        let field = field.into();
+        let message = format!("{field}: {}", message.as_ref());
+        ApiError::InvalidField { field, message }
+    }
+
+    /// A `too_large` error about one job body.
+    pub fn body_too_large(field: impl Into<String>, len: usize, limit: usize) -> ApiError {
+        let field = field.into();
+        ApiError::TooLarge {
+            message: format!("{field}: is {len} bytes, more than the limit of {limit}"),
+            field: Some(field),
+        }
+    }
+
+    /// Re-labels a validation error of job.rs under the /v1 name of its field.
+    pub fn from_invalid(field: impl Into<String>, e: InvalidField) -> ApiError {
+        ApiError::field(field, e.message)
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidField { .. } | ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::Exists | ApiError::WrongState(_) => StatusCode::CONFLICT,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidField { .. } => "invalid_field",
+            ApiError::InvalidJson(_) => "invalid_json",
+            ApiError::NotFound => "not_found",
+            ApiError::Exists => "exists",
+            ApiError::WrongState(_) => "wrong_state",
+            ApiError::TooLarge { .. } => "too_large",
+            ApiError::StoreUnavailable(_) => "store_unavailable",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::NotFound => ApiError::NotFound,
+            StoreError::WrongState(s) => ApiError::WrongState(s),
+            StoreError::Exists => ApiError::Exists,
+            StoreError::Unavailable(m) => ApiError::StoreUnavailable(m),
+            StoreError::Corrupt(m) => ApiError::Internal(format!("corrupt data: {m}")),
+            // `StoreError` is non-exhaustive: a future variant is the server's problem until
+            // it is mapped here.
+            #[allow(unreachable_patterns)]
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(r: BytesRejection) -> ApiError {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge {
+                field: None,
+                message: "the request body is larger than the configured limit".into(),
+            }
+        } else {
+            ApiError::InvalidJson(format!(
+                "the request body could not be read: {}",
+                r.body_text()
+            ))
+        }
+    }
+}
+
+impl ApiError {
+    /// A path parameter that could not be extracted. On a matched route the only cause is a
+    /// parameter that is not UTF-8 once percent-decoded.
+    pub fn path(param: &str, r: PathRejection) -> ApiError {
+        ApiError::field(
+            param,
+            format!("is not a valid path parameter ({})", r.body_text()),
+        )
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Detail<'a>,
+}
+
+#[derive(Serialize)]
+struct Detail<'a> {
+    code: &'static str,
+    field: Option<&'a str>,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<JobState>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let code = self.code();
+        let (field, message, state): (Option<&str>, String, Option<JobState>) = match &self {
+            ApiError::InvalidField { field, message } => (Some(field), message.clone(), None),
+            ApiError::InvalidJson(m) => (None, m.clone(), None),
+            ApiError::NotFound => (None, "no job with that id".into(), None),
+            ApiError::Exists => (
+                None,
+                "a job with this id already exists (push with \"replace\": true to replace it)"
+                    .into(),
+                None,
+            ),
+            ApiError::WrongState(s) => (
+                None,
+                format!("the job is {s}, which does not allow this operation"),
+                Some(*s),
+            ),
+            ApiError::TooLarge { field, message } => (field.as_deref(), message.clone(), None),
+            ApiError::StoreUnavailable(detail) => {
+                tracing::warn!(error = %detail, "store unavailable");
+                (
+                    None,
+                    "the store cannot be reached; nothing was changed".into(),
+                    None,
+                )
+            }
+            ApiError::Internal(detail) => {
+                tracing::error!(error = %detail, "internal error");
+                (None, "internal error".into(), None)
+            }
+        };
+        let body = Body {
+            error: Detail {
+                code,
+                field,
+                message: &message,
+                state,
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}

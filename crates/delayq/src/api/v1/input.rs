@@ -1,0 +1,211 @@
+//! Reading /v1 request bodies: JSON parsed by hand from the raw bytes, field by field, so that
+//! every mistake becomes a 400 naming the exact field (`jobs[2].ttr_ms`) instead of a serde
+//! message about a line and column.
+//!
+//! [`Fields`] checks one JSON object: unknown keys are refused (a typo such as `delay` for
+//! `delay_ms` would otherwise be silently ignored), `null` counts as absent, and each typed
+//! accessor names the field when the value has the wrong type. Range checks that belong to the
+//! domain stay in job.rs and in the handlers; this module only knows JSON types.
+
+use super::error::ApiError;
+use serde_json::{Map, Value};
+
+/// What kind of JSON value this is, for error messages.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_i64() && n.as_i64().is_some_and(|i| i < 0) => "a negative integer",
+        Value::Number(n) if n.is_u64() || n.is_i64() => "an integer",
+        Value::Number(_) => "a fractional or too large number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Parses a request body that must be a JSON object. An empty (or all-whitespace) body is `{}`
+/// when `empty_ok`, else an `invalid_json` error.
+pub fn object(bytes: &[u8], empty_ok: bool) -> Result<Map<String, Value>, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return if empty_ok {
+            Ok(Map::new())
+        } else {
+            Err(ApiError::InvalidJson(
+                "the request body is empty; expected a JSON object".into(),
+            ))
+        };
+    }
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::InvalidJson(format!("the request body is not valid JSON: {e}")))?;
+    match value {
+        Value::Object(map) => Ok(map),
+        other => Err(ApiError::InvalidJson(format!(
+            "the request body must be a JSON object, got {}",
+            kind(&other)
+        ))),
+    }
+}
+
+/// The fields of one JSON object, taken out one by one.
+pub struct Fields {
+    map: Map<String, Value>,
+    /// Prepended to field names in errors: `""` at the top level, `"jobs[3]."` in a batch.
+    prefix: String,
+}
+
+impl Fields {
+    /// Checks that every key of `map` is one of `allowed`.
+    pub fn new(
+        map: Map<String, Value>,
+        prefix: impl Into<String>,
+        allowed: &[&str],
+    ) -> Result<Fields, ApiError> {
+        let prefix = prefix.into();
+        if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(ApiError::field(
+                format!("{prefix}{unknown}"),
+                format!("unknown field; expected one of {}", allowed.join(", ")),
+            ));
+        }
+        Ok(Fields { map, prefix })
+    }
+
+    /// Checks a JSON value that must be an object (an element of a batch).
+    pub fn from_value(value: Value, name: &str, allowed: &[&str]) -> Result<Fields, ApiError> {
+        match value {
+            Value::Object(map) => Fields::new(map, format!("{name}."), allowed),
+            other => Err(ApiError::field(
+                name,
+                format!("must be an object, got {}", kind(&other)),
+            )),
+        }
+    }
+
+    /// The full name of a field, for errors.
+    pub fn name(&self, field: &str) -> String {
+        format!("{}{field}", self.prefix)
+    }
+
+    /// The value of a field; `None` when absent or `null`.
+    pub fn take(&mut self, field: &str) -> Option<Value> {
+        match self.map.remove(field) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v),
+        }
+    }
+
+    pub fn string(&mut self, field: &str) -> Result<Option<String>, ApiError> {
+        match self.take(field) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(ApiError::field(
+                self.name(field),
+                format!("must be a string, got {}", kind(&other)),
+            )),
+        }
+    }
+
+    pub fn bool(&mut self, field: &str) -> Result<Option<bool>, ApiError> {
+        match self.take(field) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(b)),
+            Some(other) => Err(ApiError::field(
+                self.name(field),
+                format!("must be true or false, got {}", kind(&other)),
+            )),
+        }
+    }
+
+    /// A non-negative integer that fits in a `u64`.
+    pub fn u64(&mut self, field: &str) -> Result<Option<u64>, ApiError> {
+        match self.take(field) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| ApiError::field(self.name(field), not_u64(&v))),
+        }
+    }
+
+    /// A non-negative integer that fits in a `u32`.
+    pub fn u32(&mut self, field: &str) -> Result<Option<u32>, ApiError> {
+        match self.take(field) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    ApiError::field(
+                        self.name(field),
+                        format!(
+                            "must be an integer between 0 and {}, got {}",
+                            u32::MAX,
+                            describe(&v)
+                        ),
+                    )
+                }),
+        }
+    }
+
+    pub fn array(&mut self, field: &str) -> Result<Option<Vec<Value>>, ApiError> {
+        match self.take(field) {
+            None => Ok(None),
+            Some(Value::Array(a)) => Ok(Some(a)),
+            Some(other) => Err(ApiError::field(
+                self.name(field),
+                format!("must be an array, got {}", kind(&other)),
+            )),
+        }
+    }
+
+    /// An array of strings, each element's errors naming it (`ids[2]`).
+    pub fn strings(&mut self, field: &str) -> Result<Option<Vec<String>>, ApiError> {
+        let Some(items) = self.array(field)? else {
+            return Ok(None);
+        };
+        let name = self.name(field);
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s),
+                other => Err(ApiError::field(
+                    format!("{name}[{i}]"),
+                    format!("must be a string, got {}", kind(&other)),
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    /// An array of non-negative integers, each element's errors naming it.
+    pub fn u64s(&mut self, field: &str) -> Result<Option<Vec<u64>>, ApiError> {
+        let Some(items) = self.array(field)? else {
+            return Ok(None);
+        };
+        let name = self.name(field);
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_u64()
+                    .ok_or_else(|| ApiError::field(format!("{name}[{i}]"), not_u64(v)))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+}
+
+/// A value, shortened for an error message (numbers are shown, other things described).
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Number(n) => n.to_string(),
+        other => kind(other).to_string(),
+    }
+}
+
+fn not_u64(v: &Value) -> String {
+    format!("must be an integer >= 0, got {}", describe(v))
+}

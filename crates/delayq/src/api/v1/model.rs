@@ -1,0 +1,105 @@
+//! The JSON shapes /v1 answers with (`Job`, `PushResult`, `Stats`, ...), as docs/api.md and
+//! openapi.rs describe them. Conversions from the domain types only; no validation here (that is
+//! input.rs and the handlers).
+
+use crate::job::{Job, JobState, UnixMillis};
+use crate::store::{self, PushOutcome, TopicCounts};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The job object of docs/api.md.
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    pub id: String,
+    pub topic: String,
+    pub body: String,
+    pub state: JobState,
+    pub run_at_ms: UnixMillis,
+    pub ttr_ms: u64,
+    pub priority: u32,
+    pub max_attempts: u32,
+    pub backoff_ms: Vec<u64>,
+    pub attempts: u32,
+    /// Set only while reserved.
+    pub reserved_until_ms: Option<UnixMillis>,
+}
+
+impl From<Job> for JobView {
+    fn from(j: Job) -> JobView {
+        JobView {
+            id: j.spec.id.into(),
+            topic: j.spec.topic.into(),
+            body: j.spec.body,
+            state: j.state,
+            run_at_ms: j.spec.run_at,
+            ttr_ms: j.spec.ttr_ms,
+            priority: j.spec.priority,
+            max_attempts: j.spec.max_attempts,
+            backoff_ms: j.spec.backoff_ms,
+            attempts: j.attempts,
+            reserved_until_ms: j.reserved_until,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct PushResult {
+    pub id: String,
+    /// `created`, `replaced` or `exists`.
+    pub status: &'static str,
+}
+
+impl PushResult {
+    pub fn status_of(outcome: PushOutcome) -> &'static str {
+        match outcome {
+            PushOutcome::Created => "created",
+            PushOutcome::Replaced(_) => "replaced",
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct BatchPushReply {
+    pub results: Vec<PushResult>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RescheduleReply {
+    pub job: JobView,
+    pub previous_state: JobState,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReserveReply {
+    pub jobs: Vec<JobView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FinishBatchReply {
+    pub finished: u64,
+    pub missing: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct KickTopicReply {
+    pub kicked: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StatsView {
+    pub topics: BTreeMap<String, TopicCounts>,
+    pub next_due_ms: Option<UnixMillis>,
+}
+
+impl From<store::Stats> for StatsView {
+    fn from(s: store::Stats) -> StatsView {
+        StatsView {
+            topics: s
+                .topics
+                .into_iter()
+                .map(|(t, c)| (String::from(t), c))
+                .collect(),
+            next_due_ms: s.next_due,
+        }
+    }
+}

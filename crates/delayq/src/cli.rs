@@ -1,0 +1,609 @@
+//! The command line of the `delayq` binary: `serve`, and the client verbs (`push`, `reserve`,
+//! `finish`, ...) that talk to a running server over /v1 through `delayq-client`.
+//!
+//! This file parses arguments and turns each verb into one or a few client calls, printing the
+//! answer as text (`output.rs`) or, with `--json`, as the server's JSON. It holds no queue
+//! logic and no HTTP: the server decides everything, the client crate speaks the protocol.
+
+use anyhow::Context as _;
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use delayq::config::{Config, ServeArgs};
+use delayq_client::{Client, FinishResult, Job, NewJob, Reschedule, Rescheduled};
+use serde::Serialize;
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::output;
+
+/// Where the client verbs look for a server when neither `--server` nor `DELAYQ_SERVER` says.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:9277";
+
+/// Most ids sent in one `POST /v1/finish`: the server's default `max_batch`.
+const FINISH_CHUNK: usize = 1000;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "delayq",
+    version,
+    about = "A delay queue: jobs that become ready at a given time",
+    after_help = "Durations: 15s, 3m, 1h, 2d, 250ms, or a bare number of milliseconds.\n\
+                  Times (--run-at): Unix milliseconds."
+)]
+pub struct Cli {
+    /// Base URL of the server the client verbs talk to
+    #[arg(
+        long,
+        global = true,
+        env = "DELAYQ_SERVER",
+        default_value = DEFAULT_SERVER,
+        value_name = "URL"
+    )]
+    pub server: String,
+    /// Print the server's JSON answer (one line) instead of text, for scripts
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server (settings: flags, DELAYQ_* variables, --config FILE)
+    Serve(ServeArgs),
+    /// Push a job
+    Push(PushArgs),
+    /// Reserve ready jobs, waiting up to --timeout for one
+    Reserve(ReserveArgs),
+    /// Finish jobs: they are done and removed
+    Finish {
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
+    },
+    /// Delete jobs, whatever their state
+    Delete {
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
+    },
+    /// Show a job
+    Get { id: String },
+    /// Job counts per topic and state
+    Stats,
+    /// Give a reserved job back, ready now or after --delay
+    Release {
+        id: String,
+        /// Ready after this long instead of now (overrides the job's backoff)
+        #[arg(long, value_parser = duration, value_name = "DURATION")]
+        delay: Option<u64>,
+    },
+    /// Extend a reservation by the job's TTR
+    Touch { id: String },
+    /// Move a job to dead
+    Bury { id: String },
+    /// Make a dead job ready again
+    Kick { id: String },
+    /// Make dead jobs of a topic ready again
+    KickTopic {
+        topic: String,
+        /// Most jobs to kick
+        #[arg(long, default_value_t = 100, value_name = "N")]
+        max: u64,
+    },
+    /// Change the due time (and optionally body and priority) of a delayed or ready job
+    Reschedule(RescheduleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// Topic to push to
+    #[arg(long)]
+    pub topic: String,
+    /// Job id (default: a new UUIDv7 chosen by the server)
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Due this long from now
+    #[arg(long, value_parser = duration, value_name = "DURATION", conflicts_with = "run_at")]
+    pub delay: Option<u64>,
+    /// Due at this Unix time in milliseconds
+    #[arg(long, value_name = "MS")]
+    pub run_at: Option<u64>,
+    /// Time to run: how long a consumer may hold the job [server default: 60s]
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub ttr: Option<u64>,
+    /// 0 is the most urgent [server default: 1024]
+    #[arg(long, value_name = "N")]
+    pub priority: Option<u32>,
+    /// Deliveries before the job is dead; 0 = unlimited [server default: 0]
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<u32>,
+    /// Delays before the 1st, 2nd, ... redelivery; the last repeats (e.g. 15s,3m,10m)
+    #[arg(long, value_parser = duration, value_delimiter = ',', value_name = "DURATIONS")]
+    pub backoff: Option<Vec<u64>>,
+    /// Replace an existing job with this id instead of failing
+    #[arg(long)]
+    pub replace: bool,
+    /// The body; '-' reads it from stdin [default: empty]
+    #[arg(conflicts_with = "body_file")]
+    pub body: Option<String>,
+    /// Read the body from this file
+    #[arg(long, value_name = "FILE")]
+    pub body_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReserveArgs {
+    /// Topics to reserve from, preferred in this order (a,b or repeated)
+    #[arg(long, required = true, value_delimiter = ',', value_name = "TOPICS")]
+    pub topic: Vec<String>,
+    /// Most jobs to reserve
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub max: u32,
+    /// How long to wait when no job is ready (0: do not wait)
+    #[arg(long, value_parser = duration, default_value = "0", value_name = "DURATION")]
+    pub timeout: u64,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("due").required(true).args(["delay", "run_at"])))]
+pub struct RescheduleArgs {
+    pub id: String,
+    /// Due this long from now
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub delay: Option<u64>,
+    /// Due at this Unix time in milliseconds
+    #[arg(long, value_name = "MS")]
+    pub run_at: Option<u64>,
+    /// Replace the body
+    #[arg(long)]
+    pub body: Option<String>,
+    /// Change the priority
+    #[arg(long, value_name = "N")]
+    pub priority: Option<u32>,
+}
+
+/// clap value parser for durations, with `delayq::job::parse_duration_ms`'s syntax.
+fn duration(s: &str) -> Result<u64, String> {
+    delayq::job::parse_duration_ms(s).ok_or_else(|| {
+        format!("{s:?} is not a duration (use e.g. 15s, 3m, 1h, 2d, 250ms, or milliseconds)")
+    })
+}
+
+/// Runs a parsed command line. Failures of a whole verb come back as `Err` (main prints them
+/// and exits 1); a verb over several ids prints each failure itself and returns exit code 1.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let Cli {
+        server,
+        json,
+        command,
+    } = cli;
+    if let Command::Serve(args) = command {
+        return serve(args).await.map(|()| ExitCode::SUCCESS);
+    }
+    let client = Client::new(&server)?;
+    run_client(&client, json, command).await
+}
+
+/// The client verbs: one or a few calls, then the answer printed.
+async fn run_client(client: &Client, json: bool, command: Command) -> anyhow::Result<ExitCode> {
+    let out = Output { json };
+    match command {
+        Command::Serve(_) => unreachable!("handled above"),
+        Command::Push(args) => {
+            let job = client.push(new_job(args)?).await?;
+            out.print(&job, || {
+                format!(
+                    "pushed {}: {}\n",
+                    job.id,
+                    output::state_summary(&job, now_ms())
+                )
+            });
+        }
+        Command::Reserve(args) => {
+            let jobs = client.reserve(&args.topic, args.max, args.timeout).await?;
+            out.print(&serde_json::json!({ "jobs": jobs }), || {
+                jobs.iter()
+                    .map(|j| output::format_job(j, now_ms()))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            if jobs.is_empty() && !json {
+                eprintln!(
+                    "no job became ready within {}",
+                    output::format_duration_ms(args.timeout)
+                );
+            }
+        }
+        Command::Finish { ids } => {
+            let mut result = FinishResult::default();
+            for chunk in ids.chunks(FINISH_CHUNK) {
+                let r = client.finish_batch(chunk.iter().cloned()).await?;
+                result.finished += r.finished;
+                result.missing.extend(r.missing);
+            }
+            out.print(&result, || format!("finished {}\n", result.finished));
+            if !result.missing.is_empty() {
+                eprintln!(
+                    "error: {} not found: {}",
+                    if result.missing.len() == 1 {
+                        "job"
+                    } else {
+                        "jobs"
+                    },
+                    result.missing.join(", ")
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Delete { ids } => {
+            let mut failed = false;
+            for id in &ids {
+                match client.delete(id).await {
+                    Ok(()) if !json => println!("deleted {id}"),
+                    Ok(()) => {}
+                    Err(e) => {
+                        eprintln!("error: {id}: {e}");
+                        failed = true;
+                    }
+                }
+            }
+            if failed {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Get { id } => {
+            let job = client.get(&id).await?;
+            out.print(&job, || output::format_job(&job, now_ms()));
+        }
+        Command::Stats => {
+            let stats = client.stats().await?;
+            out.print(&stats, || output::format_stats(&stats, now_ms()));
+        }
+        Command::Release { id, delay } => {
+            let job = client.release(&id, delay).await?;
+            out.print_transition("released", &job);
+        }
+        Command::Touch { id } => {
+            let job = client.touch(&id).await?;
+            out.print_transition("touched", &job);
+        }
+        Command::Bury { id } => {
+            let job = client.bury(&id).await?;
+            out.print_transition("buried", &job);
+        }
+        Command::Kick { id } => {
+            let job = client.kick(&id).await?;
+            out.print_transition("kicked", &job);
+        }
+        Command::KickTopic { topic, max } => {
+            let kicked = client.kick_topic(&topic, max).await?;
+            out.print(&serde_json::json!({ "kicked": kicked }), || {
+                format!("kicked {kicked} dead jobs of {topic}\n")
+            });
+        }
+        Command::Reschedule(args) => {
+            let mut change = match (args.delay, args.run_at) {
+                (Some(delay), _) => Reschedule::delay_ms(delay),
+                (None, Some(run_at)) => Reschedule::run_at_ms(run_at),
+                (None, None) => unreachable!("clap requires --delay or --run-at"),
+            };
+            change.body = args.body;
+            change.priority = args.priority;
+            let (job, previous_state) = client.reschedule(&args.id, change).await?;
+            let answer = Rescheduled {
+                job,
+                previous_state,
+            };
+            out.print(&answer, || {
+                format!(
+                    "rescheduled {}: {} (was {})\n",
+                    answer.job.id,
+                    output::state_summary(&answer.job, now_ms()),
+                    answer.previous_state
+                )
+            });
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How to print an answer: the server's JSON shape on one line, or text.
+struct Output {
+    json: bool,
+}
+
+impl Output {
+    fn print<T: Serialize>(&self, value: &T, text: impl FnOnce() -> String) {
+        if self.json {
+            println!(
+                "{}",
+                serde_json::to_string(value).expect("API types serialise")
+            );
+        } else {
+            print!("{}", text());
+        }
+    }
+
+    fn print_transition(&self, verb: &str, job: &Job) {
+        self.print(job, || {
+            format!(
+                "{verb} {}: {}\n",
+                job.id,
+                output::state_summary(job, now_ms())
+            )
+        });
+    }
+}
+
+/// The job `delayq push` sends, with its body from the argument, a file or stdin.
+fn new_job(args: PushArgs) -> anyhow::Result<NewJob> {
+    let body = match (args.body.as_deref(), &args.body_file) {
+        (Some("-"), _) => {
+            let mut body = String::new();
+            std::io::stdin()
+                .read_to_string(&mut body)
+                .context("cannot read the body from stdin (it must be UTF-8)")?;
+            body
+        }
+        (Some(body), _) => body.to_string(),
+        (None, Some(path)) => std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read the body from {} (it must be UTF-8)",
+                path.display()
+            )
+        })?,
+        (None, None) => String::new(),
+    };
+    let mut job = NewJob::new(args.topic, body).replace(args.replace);
+    // Only what was given is set; the rest is omitted, so the server's defaults apply.
+    job.id = args.id;
+    job.delay_ms = args.delay;
+    job.run_at_ms = args.run_at;
+    job.ttr_ms = args.ttr;
+    job.priority = args.priority;
+    job.max_attempts = args.max_attempts;
+    job.backoff_ms = args.backoff;
+    Ok(job)
+}
+
+/// `delayq serve`: settings, logging, then the server until it stops.
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = Config::from_args(args)?;
+    init_tracing()?;
+    delayq::server::serve(config).await.context("server failed")
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`). A `RUST_LOG` that does not parse
+/// is an error rather than silently ignored.
+fn init_tracing() -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        // The parse error repeats itself as its own source: print it once, not as a chain.
+        Ok(spec) => EnvFilter::try_new(&spec)
+            .map_err(|e| anyhow::anyhow!("invalid RUST_LOG {spec:?}: {e}"))?,
+        Err(std::env::VarError::NotPresent) => EnvFilter::new("info"),
+        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("RUST_LOG is not UTF-8"),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("delayq").chain(args.iter().copied()))
+    }
+
+    fn command(args: &[&str]) -> Command {
+        parse(args).unwrap().command
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn server_and_json_are_global_with_a_default_server() {
+        let cli = parse(&["stats"]).unwrap();
+        // DELAYQ_SERVER may be set where the tests run; the flag always wins over it.
+        if std::env::var_os("DELAYQ_SERVER").is_none() {
+            assert_eq!(cli.server, DEFAULT_SERVER);
+        }
+        assert!(!cli.json);
+        let cli = parse(&["get", "j1", "--server", "http://q:1", "--json"]).unwrap();
+        assert_eq!(cli.server, "http://q:1");
+        assert!(cli.json);
+    }
+
+    #[test]
+    fn push_takes_every_job_field_with_durations() {
+        let Command::Push(p) = command(&[
+            "push",
+            "--topic=orders",
+            "--id=o-42",
+            "--delay=15s",
+            "--ttr=1m",
+            "--priority=0",
+            "--max-attempts=3",
+            "--backoff=15s,3m,10m",
+            "--replace",
+            r#"{"order":42}"#,
+        ]) else {
+            panic!("not push");
+        };
+        assert_eq!(p.delay, Some(15_000));
+        assert_eq!(p.ttr, Some(60_000));
+        assert_eq!(p.backoff, Some(vec![15_000, 180_000, 600_000]));
+        assert_eq!(p.body.as_deref(), Some(r#"{"order":42}"#));
+        let job = new_job(p).unwrap();
+        assert_eq!(
+            serde_json::to_value(&job).unwrap(),
+            serde_json::json!({
+                "topic": "orders", "id": "o-42", "body": "{\"order\":42}", "delay_ms": 15000,
+                "ttr_ms": 60000, "priority": 0, "max_attempts": 3,
+                "backoff_ms": [15000, 180000, 600000], "replace": true
+            })
+        );
+    }
+
+    #[test]
+    fn push_without_options_leaves_them_to_the_server() {
+        let Command::Push(p) = command(&["push", "--topic", "t"]) else {
+            panic!("not push");
+        };
+        assert_eq!(
+            serde_json::to_value(new_job(p).unwrap()).unwrap(),
+            serde_json::json!({"topic": "t", "body": ""})
+        );
+    }
+
+    #[test]
+    fn push_reads_the_body_from_a_file() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, b"from file\n").unwrap();
+        let Command::Push(p) = command(&[
+            "push",
+            "--topic=t",
+            "--body-file",
+            f.path().to_str().unwrap(),
+        ]) else {
+            panic!("not push");
+        };
+        assert_eq!(new_job(p).unwrap().body, "from file\n");
+    }
+
+    #[test]
+    fn push_accepts_dash_as_the_stdin_body() {
+        let Command::Push(p) = command(&["push", "--topic=t", "-"]) else {
+            panic!("not push");
+        };
+        assert_eq!(p.body.as_deref(), Some("-"));
+    }
+
+    #[test]
+    fn push_refuses_contradictions_and_bad_durations() {
+        for args in [
+            &["push", "--topic=t", "--delay=1s", "--run-at=5"][..],
+            &["push", "--topic=t", "--body-file=f", "body"],
+            &["push", "--topic=t", "--delay=soon"],
+            &["push", "--topic=t", "--backoff=1s,x"],
+            &["push", "--topic=t", "--priority=-1"],
+            &["push", "body-without-topic"],
+        ] {
+            assert!(parse(args).is_err(), "{args:?} should be refused");
+        }
+        let e = parse(&["push", "--topic=t", "--ttr=1y"]).unwrap_err();
+        assert!(e.to_string().contains("not a duration"), "{e}");
+    }
+
+    #[test]
+    fn reserve_splits_topics_and_parses_the_timeout() {
+        let Command::Reserve(r) = command(&["reserve", "--topic", "a,b", "--timeout", "30s"])
+        else {
+            panic!("not reserve");
+        };
+        assert_eq!(r.topic, ["a", "b"]);
+        assert_eq!((r.max, r.timeout), (1, 30_000));
+        let Command::Reserve(r) = command(&["reserve", "--topic=a", "--topic=b", "--max=5"]) else {
+            panic!("not reserve");
+        };
+        assert_eq!(r.topic, ["a", "b"]);
+        assert_eq!((r.max, r.timeout), (5, 0));
+        assert!(parse(&["reserve"]).is_err(), "a topic is required");
+    }
+
+    #[test]
+    fn finish_and_delete_take_one_or_more_ids() {
+        let Command::Finish { ids } = command(&["finish", "a", "b"]) else {
+            panic!("not finish");
+        };
+        assert_eq!(ids, ["a", "b"]);
+        let Command::Delete { ids } = command(&["delete", "a"]) else {
+            panic!("not delete");
+        };
+        assert_eq!(ids, ["a"]);
+        assert!(parse(&["finish"]).is_err());
+        assert!(parse(&["delete"]).is_err());
+    }
+
+    #[test]
+    fn single_job_verbs_take_an_id() {
+        assert!(matches!(command(&["get", "j"]), Command::Get { id } if id == "j"));
+        assert!(matches!(command(&["touch", "j"]), Command::Touch { id } if id == "j"));
+        assert!(matches!(command(&["bury", "j"]), Command::Bury { id } if id == "j"));
+        assert!(matches!(command(&["kick", "j"]), Command::Kick { id } if id == "j"));
+        assert!(matches!(
+            command(&["release", "j", "--delay", "5s"]),
+            Command::Release { id, delay: Some(5000) } if id == "j"
+        ));
+        assert!(matches!(
+            command(&["release", "j"]),
+            Command::Release { delay: None, .. }
+        ));
+        assert!(parse(&["get"]).is_err());
+    }
+
+    #[test]
+    fn kick_topic_defaults_to_100() {
+        assert!(matches!(
+            command(&["kick-topic", "orders"]),
+            Command::KickTopic { topic, max: 100 } if topic == "orders"
+        ));
+        assert!(matches!(
+            command(&["kick-topic", "orders", "--max", "7"]),
+            Command::KickTopic { max: 7, .. }
+        ));
+    }
+
+    #[test]
+    fn reschedule_needs_exactly_one_due_time() {
+        let Command::Reschedule(r) =
+            command(&["reschedule", "j", "--delay=1m", "--body=b", "--priority=3"])
+        else {
+            panic!("not reschedule");
+        };
+        assert_eq!(
+            (r.delay, r.run_at, r.body.as_deref(), r.priority),
+            (Some(60_000), None, Some("b"), Some(3))
+        );
+        assert!(matches!(
+            command(&["reschedule", "j", "--run-at", "1767225600000"]),
+            Command::Reschedule(RescheduleArgs {
+                run_at: Some(1_767_225_600_000),
+                ..
+            })
+        ));
+        assert!(parse(&["reschedule", "j"]).is_err());
+        assert!(parse(&["reschedule", "j", "--delay=1s", "--run-at=5"]).is_err());
+    }
+
+    #[test]
+    fn serve_takes_the_config_flags() {
+        let Command::Serve(args) = command(&["serve", "--listen", "0.0.0.0:9277", "--shards=4"])
+        else {
+            panic!("not serve");
+        };
+        assert_eq!(args.listen.as_deref(), Some("0.0.0.0:9277"));
+        assert_eq!(args.shards, Some(4));
+    }
+
+    #[test]
+    fn version_flag_prints_the_version() {
+        let e = parse(&["--version"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion);
+        assert!(e.to_string().contains(env!("CARGO_PKG_VERSION")));
+    }
+}

@@ -1,0 +1,104 @@
+//! Runs the real `delayq` binary as a child process, for tests that kill, restart or run several
+//! servers: `DelayqProcess::start(&["--redis", url])` picks a free loopback port, waits until
+//! `/healthz` answers, and kills the process when dropped.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct DelayqProcess {
+    child: Child,
+    pub port: u16,
+    pub base_url: String,
+    args: Vec<String>,
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind 127.0.0.1:0")
+}
+
+impl DelayqProcess {
+    /// Starts `delayq serve --listen 127.0.0.1:<free port> <args>`.
+    pub async fn start(args: &[&str]) -> DelayqProcess {
+        Self::start_on(free_port(), args.iter().map(|s| s.to_string()).collect()).await
+    }
+
+    async fn start_on(port: u16, args: Vec<String>) -> DelayqProcess {
+        let child = Command::new(env!("CARGO_BIN_EXE_delayq"))
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(&args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn delayq");
+        let mut p = DelayqProcess {
+            child,
+            port,
+            base_url: format!("http://127.0.0.1:{port}"),
+            args,
+        };
+        p.wait_healthy().await;
+        p
+    }
+
+    async fn wait_healthy(&mut self) {
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("delayq exited during start-up: {status}");
+            }
+            let url = format!("{}/healthz", self.base_url);
+            if let Ok(r) = http.get(&url).send().await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "delayq did not answer /healthz within 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILL: no shutdown, no flush.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits up to `within` for a clean exit; returns the exit status.
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Starts the same command again on the same port (after `kill`).
+    pub async fn restart(&mut self) {
+        self.kill();
+        // The old value is dropped here; killing an exited child again is harmless.
+        *self = Self::start_on(self.port, self.args.clone()).await;
+    }
+}
+
+impl Drop for DelayqProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
