@@ -39,6 +39,8 @@ fn column_order(workload: &str) -> &'static [&'static str] {
             "early",
             "lost",
             "duplicates",
+            "bench_cpu_pct",
+            "server_cpu_pct",
         ],
         "w2" => &[
             "pending",
@@ -73,6 +75,14 @@ fn column_order(workload: &str) -> &'static [&'static str] {
         ],
         _ => &[],
     }
+}
+
+/// Counts and shares: shown without a ratio (a ratio of lost jobs or CPU shares misleads).
+fn ratio_less(metric: &str) -> bool {
+    matches!(
+        metric,
+        "early" | "lost" | "duplicates" | "pending" | "jobs" | "backlog" | "fired"
+    ) || metric.ends_with("_cpu_pct")
 }
 
 /// Metrics in display order for `workload`, out of those present in `present`.
@@ -214,7 +224,11 @@ pub fn comparison(results: &[RunResult], baseline: &str) -> String {
         }
         // Baseline first, then in order of appearance.
         labels.sort_by_key(|l| *l != baseline);
-        let metrics = ordered_metrics(w, runs.iter().flat_map(|r| r.metrics.keys()));
+        // The workload's headline columns only; every metric is in the JSON and single-run tables.
+        let metrics: Vec<String> = ordered_metrics(w, runs.iter().flat_map(|r| r.metrics.keys()))
+            .into_iter()
+            .filter(|m| column_order(w).contains(&m.as_str()))
+            .collect();
         let med = |label: &str, m: &str| {
             let mut v: Vec<f64> = runs
                 .iter()
@@ -232,7 +246,7 @@ pub fn comparison(results: &[RunResult], baseline: &str) -> String {
             for m in &metrics {
                 let cell = match (med(l, m), med(baseline, m)) {
                     (None, _) => "-".to_string(),
-                    (Some(v), Some(b)) if *l != baseline && b != 0.0 => {
+                    (Some(v), Some(b)) if *l != baseline && b != 0.0 && !ratio_less(m) => {
                         format!("{} ({:.2}x)", fmt_num(v), v / b)
                     }
                     (Some(v), _) => fmt_num(v),
