@@ -34,6 +34,9 @@ pub struct Config {
     pub max_wait_secs: u64,
     /// Most jobs in one batch push, reserve or finish. Default 1000.
     pub max_batch: usize,
+    /// Most long polls waiting at once; one more is refused at once (503 `too_many_waiters`).
+    /// Default 10000.
+    pub max_waiters: usize,
 }
 
 impl Default for Config {
@@ -48,6 +51,7 @@ impl Default for Config {
             compat_pop_timeout_secs: 178,
             max_wait_secs: 300,
             max_batch: 1000,
+            max_waiters: 10_000,
         }
     }
 }
@@ -57,6 +61,8 @@ impl Default for Config {
 pub const MAX_SHARDS: u64 = 1024;
 /// Largest accepted `max_body_bytes` (64 MiB): a job queue is not a blob store.
 pub const MAX_BODY_BYTES_LIMIT: u64 = 64 << 20;
+/// Largest accepted `max_waiters`.
+pub const MAX_WAITERS_LIMIT: u64 = 1_000_000;
 /// Largest accepted `max_batch`.
 pub const MAX_BATCH_LIMIT: u64 = 10_000;
 /// Largest accepted `max_wait` (one day): keeps seconds-to-milliseconds arithmetic far from
@@ -105,6 +111,9 @@ pub struct ServeArgs {
     /// Most jobs in one batch push, reserve or finish, 1-10000 [default: 1000]
     #[arg(long, env = "DELAYQ_MAX_BATCH", value_name = "N")]
     pub max_batch: Option<u64>,
+    /// Most long polls waiting at once, 1-1000000 [default: 10000]
+    #[arg(long, env = "DELAYQ_MAX_WAITERS", value_name = "N")]
+    pub max_waiters: Option<u64>,
     /// TOML file with any of the settings above, under snake_case keys
     #[arg(long, env = "DELAYQ_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -158,6 +167,7 @@ struct FileConfig {
     compat_pop_timeout: Option<i64>,
     max_wait: Option<i64>,
     max_batch: Option<i64>,
+    max_waiters: Option<i64>,
 }
 
 /// Where a setting's value came from, for error messages.
@@ -369,6 +379,15 @@ impl Config {
         );
         let max_batch: usize = max_batch.in_range(1, MAX_BATCH_LIMIT)?;
 
+        let max_waiters = Setting::pick(
+            "max_waiters",
+            args.max_waiters,
+            file_u64("max_waiters", file.max_waiters)?,
+            path,
+            d.max_waiters as u64,
+        );
+        let max_waiters: usize = max_waiters.in_range(1, MAX_WAITERS_LIMIT)?;
+
         Ok(Config {
             listen,
             redis,
@@ -379,6 +398,7 @@ impl Config {
             compat_pop_timeout_secs: compat.value,
             max_wait_secs,
             max_batch,
+            max_waiters,
         })
     }
 }
@@ -503,6 +523,7 @@ mod tests {
                 "--compat-pop-timeout=4",
                 "--max-wait=5",
                 "--max-batch=6",
+                "--max-waiters=7",
             ],
             &[],
         )
@@ -519,6 +540,7 @@ mod tests {
                 compat_pop_timeout_secs: 4,
                 max_wait_secs: 5,
                 max_batch: 6,
+                max_waiters: 7,
             }
         );
     }

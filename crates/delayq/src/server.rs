@@ -1,9 +1,194 @@
-//! Wiring: opens the store, starts the dispatcher, serves HTTP until shutdown.
+//! Wiring: opens the store, builds the dispatcher and the HTTP app, serves until shutdown.
+//!
+//! [`serve`] is `delayq serve` (main.rs parses the flags); [`run`] serves an already bound
+//! listener until a given future completes, so tests can bind port 0 and stop it at will.
+//!
+//! Shutdown (SIGINT or SIGTERM for `serve`): stop accepting, answer every waiting pop with
+//! "nothing" (the dispatcher's shutdown), let in-flight requests finish, and give up on
+//! stragglers after [`DRAIN_TIMEOUT`]. Nothing here knows job rules or HTTP routes.
 
+use crate::api::{self, AppState};
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::dispatch::{DispatchOptions, Dispatcher};
+use crate::store::Store;
+use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
+use crate::store::redis::{RedisOptions, RedisStore};
+use anyhow::Context;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
-/// Runs `delayq serve` with these settings until SIGINT/SIGTERM. STUB.
+/// Longest wait for in-flight requests once shutdown has begun.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for the dispatcher's tasks to stop after the HTTP server has.
+const DISPATCH_STOP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Runs `delayq serve` with these settings until SIGINT/SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    let _ = config;
-    anyhow::bail!("server not implemented yet")
+    let store = open_store(&config).await?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let dispatch = Dispatcher::with_options(
+        store.clone(),
+        clock.clone(),
+        DispatchOptions {
+            max_waiters: config.max_waiters,
+            ..DispatchOptions::default()
+        },
+    );
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener
+        .local_addr()
+        .with_context(|| format!("cannot read the address bound for {}", config.listen))?;
+    tracing::info!(%addr, store = store.kind(), "delayq listening");
+    let state = AppState {
+        store,
+        dispatch,
+        clock,
+        config: Arc::new(config),
+    };
+    run(listener, state, shutdown_signal()).await
+}
+
+/// Opens the store the configuration selects: Redis when `redis` is set, else embedded.
+pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    match &config.redis {
+        Some(url) => {
+            let opts = RedisOptions {
+                url: url.clone(),
+                prefix: config.prefix.clone(),
+                shards: config.shards,
+            };
+            let store = RedisStore::connect(opts)
+                .await
+                .with_context(|| format!("cannot use Redis at {}", redact_url(url)))?;
+            Ok(Arc::new(store))
+        }
+        None => {
+            let opts = EmbeddedOptions {
+                data_dir: config.data_dir.clone(),
+            };
+            // The store's errors name the directory or file themselves.
+            let store = EmbeddedStore::open(opts).await?;
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+/// A URL fit for logs and errors: any `user:password@` part is replaced by `***@`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}***{}", &url[..scheme_end + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Serves the HTTP app on `listener` with the dispatcher running, until `shutdown` completes;
+/// then drains as the module docs say. Returns when the server has stopped.
+pub async fn run(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let stopping = CancellationToken::new();
+    let dispatcher = state.dispatch.start(stopping.clone());
+    let app = api::router(state);
+
+    let begin_shutdown = {
+        let stopping = stopping.clone();
+        async move {
+            tokio::select! {
+                _ = shutdown => tracing::info!("shutting down: draining requests"),
+                _ = stopping.cancelled() => {}
+            }
+            // Waiting pops answer "nothing" now, so their requests finish.
+            stopping.cancel();
+        }
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(begin_shutdown);
+    let drain_deadline = async {
+        stopping.cancelled().await;
+        tokio::time::sleep(DRAIN_TIMEOUT).await;
+    };
+    let served = tokio::select! {
+        r = server => r.context("http server failed"),
+        _ = drain_deadline => {
+            tracing::warn!(timeout = ?DRAIN_TIMEOUT, "requests still running after the drain timeout; closing them");
+            Ok(())
+        }
+    };
+    stopping.cancel();
+    if tokio::time::timeout(DISPATCH_STOP_TIMEOUT, dispatcher)
+        .await
+        .is_err()
+    {
+        tracing::warn!("dispatcher did not stop in time");
+    }
+    tracing::info!("stopped");
+    served
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn serve_names_the_address_it_cannot_listen_on() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listen = taken.local_addr().unwrap();
+        let dir = tempfile::TempDir::new().unwrap();
+        let config = Config {
+            listen,
+            data_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        let err = serve(config).await.unwrap_err();
+        assert!(
+            format!("{err:#}").contains(&format!("cannot listen on {listen}")),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn redacted_urls_hide_credentials() {
+        assert_eq!(
+            redact_url("redis://user:secret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
+        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+    }
 }

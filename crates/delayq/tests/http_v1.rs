@@ -13,10 +13,8 @@ mod support;
 
 use async_trait::async_trait;
 use axum::http::{Method, StatusCode};
-use delayq::api::{self, AppState};
 use delayq::clock::{Clock, SystemClock};
 use delayq::config::Config;
-use delayq::dispatch::Dispatcher;
 use delayq::job::{Job, JobId, JobSpec, JobState, MAX_RUN_AT, Topic, UnixMillis};
 use delayq::store::{
     PushMode, PushOutcome, Reschedule, Stats, Store, StoreError, StoreEvent, StoreResult,
@@ -1263,18 +1261,7 @@ impl Store for FailingStore {
 }
 
 fn failing_app(err: StoreError) -> TestApp {
-    let store: Arc<dyn Store> = Arc::new(FailingStore(err));
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let state = AppState {
-        dispatch: Dispatcher::new(store.clone(), clock.clone()),
-        store,
-        clock,
-        config: Arc::new(Config::default()),
-    };
-    TestApp {
-        router: api::router(state.clone()),
-        state,
-    }
+    TestApp::with_store(Arc::new(FailingStore(err)), Config::default())
 }
 
 /// One request per operation that reaches the store.
@@ -1519,6 +1506,51 @@ async fn a_reserve_with_a_timeout_waits_then_returns_empty(b: &Backend) {
     );
 }
 
+async fn a_long_poll_over_max_waiters_is_refused_at_once(b: &Backend) {
+    let app = Arc::new(TestApp::with_config(
+        b,
+        Config {
+            max_waiters: 1,
+            ..Config::default()
+        },
+    ));
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            app.post(
+                "/v1/reserve",
+                json!({"topics": ["w"], "timeout_ms": 10_000}),
+            )
+            .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.state.dispatch.waiters() < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the first long poll never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let start = Instant::now();
+    let r = app
+        .post(
+            "/v1/reserve",
+            json!({"topics": ["w"], "timeout_ms": 10_000}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.json);
+    assert_eq!(r.json["error"]["code"], "too_many_waiters");
+    assert!(start.elapsed() < Duration::from_secs(5), "refused at once");
+    // A reserve that does not wait is still served.
+    let r = app.post("/v1/reserve", json!({"topics": ["w"]})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    // The waiting one gets the next job.
+    pushed(&app, json!({"topic": "w", "id": "w1"})).await;
+    let r = first.await.unwrap();
+    assert_eq!(ids(r.json["jobs"].as_array().unwrap()), ["w1"]);
+}
+
 async fn a_delayed_job_becomes_ready_when_due(b: &Backend) {
     let app = TestApp::new(b);
     pushed(&app, json!({"topic": "t", "id": "a", "delay_ms": 200})).await;
@@ -1569,29 +1601,8 @@ backend_tests!(
     push_of_a_body_over_the_limit_is_413_naming_body,
     a_request_body_over_the_server_limit_is_413,
     openapi_document_describes_every_route,
+    a_waiting_reserve_is_woken_by_a_push,
+    a_reserve_with_a_timeout_waits_then_returns_empty,
+    a_delayed_job_becomes_ready_when_due,
+    a_long_poll_over_max_waiters_is_refused_at_once,
 );
-
-/// The tests that need the real dispatcher (dispatch.rs is a stub that neither waits nor runs
-/// the timer). `backend_tests!` takes no attributes, so these run on the memory backend only
-/// until they can join the list above.
-mod needs_dispatcher {
-    use crate::support::backends::Backend;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs dispatcher"]
-    async fn a_waiting_reserve_is_woken_by_a_push() {
-        super::a_waiting_reserve_is_woken_by_a_push(&Backend::memory().await).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs dispatcher"]
-    async fn a_reserve_with_a_timeout_waits_then_returns_empty() {
-        super::a_reserve_with_a_timeout_waits_then_returns_empty(&Backend::memory().await).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs dispatcher"]
-    async fn a_delayed_job_becomes_ready_when_due() {
-        super::a_delayed_job_becomes_ready_when_due(&Backend::memory().await).await;
-    }
-}

@@ -445,7 +445,7 @@ async fn reserve(State(st): State<AppState>, body: Body) -> ApiResult<Json<Reser
     let max = usize::try_from(max).unwrap_or(cfg.max_batch);
     let jobs = st
         .dispatch
-        .reserve(topics, max, Duration::from_millis(timeout_ms))
+        .poll(topics, max, Duration::from_millis(timeout_ms))
         .await?;
     Ok(Json(ReserveReply {
         jobs: jobs.into_iter().map(JobView::from).collect(),

@@ -1,5 +1,6 @@
 //! An HTTP app over a test backend, driven in-process with `tower::ServiceExt::oneshot`
-//! (no sockets), for the HTTP suites.
+//! (no sockets), for the HTTP suites. The dispatcher's timer and waiter tasks run for the
+//! app's lifetime (long polls and delayed jobs work) and stop when it is dropped.
 
 use super::backends::Backend;
 use axum::Router;
@@ -8,14 +9,25 @@ use axum::http::{Method, Request, StatusCode, header};
 use delayq::api::{self, AppState};
 use delayq::clock::{Clock, SystemClock};
 use delayq::config::Config;
-use delayq::dispatch::Dispatcher;
+use delayq::dispatch::{DispatchOptions, Dispatcher};
+use delayq::store::Store;
 use serde_json::Value;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+/// Must be created inside a tokio runtime (it spawns the dispatcher's tasks).
 pub struct TestApp {
     pub state: AppState,
     pub router: Router,
+    /// Stops the dispatcher's tasks; cancelled on drop.
+    pub shutdown: CancellationToken,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
 }
 
 /// A response: status, content type and body (parsed as JSON when it is JSON, else a string).
@@ -33,17 +45,29 @@ impl TestApp {
     }
 
     pub fn with_config(backend: &Backend, config: Config) -> TestApp {
+        TestApp::with_store(backend.store.clone(), config)
+    }
+
+    /// An app over any store (e.g. one that fails on purpose).
+    pub fn with_store(store: Arc<dyn Store>, config: Config) -> TestApp {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let dispatch = Dispatcher::new(backend.store.clone(), clock.clone());
+        let options = DispatchOptions {
+            max_waiters: config.max_waiters,
+            ..DispatchOptions::default()
+        };
+        let dispatch = Dispatcher::with_options(store.clone(), clock.clone(), options);
         let state = AppState {
-            store: backend.store.clone(),
+            store,
             dispatch,
             clock,
             config: Arc::new(config),
         };
+        let shutdown = CancellationToken::new();
+        state.dispatch.start(shutdown.clone());
         TestApp {
             router: api::router(state.clone()),
             state,
+            shutdown,
         }
     }
 

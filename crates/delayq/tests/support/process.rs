@@ -57,12 +57,15 @@ impl DelayqProcess {
                 panic!("delayq exited during start-up: {status}");
             }
             let url = format!("{}/healthz", self.base_url);
-            if let Ok(r) = http.get(&url).send().await {
-                if r.status().is_success() {
-                    return;
-                }
+            if let Ok(r) = http.get(&url).send().await
+                && r.status().is_success()
+            {
+                return;
             }
-            assert!(Instant::now() < deadline, "delayq did not answer /healthz within 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "delayq did not answer /healthz within 30 s"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

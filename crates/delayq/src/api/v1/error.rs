@@ -5,6 +5,7 @@
 //! is a 503 (unreachable) or a plain 500 (corrupt data), whose details go to the log, not to the
 //! client. This module only renders: deciding which error applies is the handlers' job.
 
+use crate::dispatch::DispatchError;
 use crate::job::{InvalidField, JobState};
 use crate::store::StoreError;
 use axum::Json;
@@ -36,6 +37,9 @@ pub enum ApiError {
     },
     /// 503 `store_unavailable`: the store could not be reached. The detail is logged only.
     StoreUnavailable(String),
+    /// 503 `too_many_waiters`: the request would wait, and `max_waiters` requests already
+    /// are. Nothing was reserved; retry later or reserve without waiting.
+    TooManyWaiters(String),
     /// 500 `internal`: something that is not the client's fault (corrupt stored data). The
     /// detail is logged only.
     Internal(String),
@@ -69,7 +73,9 @@ impl ApiError {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::Exists | ApiError::WrongState(_) => StatusCode::CONFLICT,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::StoreUnavailable(_) | ApiError::TooManyWaiters(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -83,6 +89,7 @@ impl ApiError {
             ApiError::WrongState(_) => "wrong_state",
             ApiError::TooLarge { .. } => "too_large",
             ApiError::StoreUnavailable(_) => "store_unavailable",
+            ApiError::TooManyWaiters(_) => "too_many_waiters",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -100,6 +107,15 @@ impl From<StoreError> for ApiError {
             // it is mapped here.
             #[allow(unreachable_patterns)]
             other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<DispatchError> for ApiError {
+    fn from(e: DispatchError) -> ApiError {
+        match e {
+            DispatchError::Store(e) => e.into(),
+            e @ DispatchError::TooManyWaiters { .. } => ApiError::TooManyWaiters(e.to_string()),
         }
     }
 }
@@ -173,6 +189,7 @@ impl IntoResponse for ApiError {
                     None,
                 )
             }
+            ApiError::TooManyWaiters(m) => (None, m.clone(), None),
             ApiError::Internal(detail) => {
                 tracing::error!(error = %detail, "internal error");
                 (None, "internal error".into(), None)

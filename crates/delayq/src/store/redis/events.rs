@@ -1,0 +1,133 @@
+//! Store events across instances: the scripts PUBLISH on `<prefix>:events` (payload format in
+//! `lib.lua`); each [`super::RedisStore`] keeps one dedicated pub/sub connection whose task
+//! forwards what it hears to the store's broadcast channel. So every instance sharing the Redis
+//! (this one included) hears every instance's events.
+//!
+//! The task reconnects by itself (with a capped backoff) when the subscription is lost, and
+//! then sends [`StoreEvent::Resync`], since events published meanwhile are gone. A heartbeat
+//! PING notices a connection that died without closing. It never touches jobs.
+
+use crate::job::Topic;
+use crate::store::{StoreError, StoreEvent, StoreResult};
+use futures::StreamExt;
+use redis::Client;
+use redis::aio::{PubSubSink, PubSubStream};
+use std::time::Duration;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use super::conn::{CALL_TIMEOUT, redis_error};
+
+/// How often the subscription is checked with a PING.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Decodes one published message into events; unknown lines are ignored (a newer instance may
+/// publish more kinds).
+pub fn parse(payload: &[u8]) -> Vec<StoreEvent> {
+    let Ok(text) = std::str::from_utf8(payload) else {
+        return Vec::new();
+    };
+    text.split('\n')
+        .filter_map(|line| match line.split_at_checked(1)? {
+            ("R", topic) => Topic::parse(topic).ok().map(StoreEvent::Ready),
+            ("D", ms) => ms.parse().ok().map(StoreEvent::Due),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Opens a pub/sub connection subscribed to `channel`, within [`CALL_TIMEOUT`].
+pub async fn subscribe(client: &Client, channel: &str) -> StoreResult<(PubSubSink, PubSubStream)> {
+    let f = async {
+        let (mut sink, stream) = client.get_async_pubsub().await?.split();
+        sink.subscribe(channel).await?;
+        Ok::<_, redis::RedisError>((sink, stream))
+    };
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(r) => r.map_err(|e| redis_error(&e)),
+        Err(_) => Err(StoreError::Unavailable(
+            "Redis did not confirm the event subscription in time".into(),
+        )),
+    }
+}
+
+/// Starts the forwarding task on an already subscribed connection. Abort the handle to stop it.
+pub fn spawn(
+    client: Client,
+    channel: String,
+    tx: broadcast::Sender<StoreEvent>,
+    first: (PubSubSink, PubSubStream),
+) -> JoinHandle<()> {
+    tokio::spawn(run(client, channel, tx, first))
+}
+
+async fn run(
+    client: Client,
+    channel: String,
+    tx: broadcast::Sender<StoreEvent>,
+    first: (PubSubSink, PubSubStream),
+) {
+    let mut current = Some(first);
+    let mut retry = RETRY_MIN;
+    loop {
+        let (mut sink, mut stream) = match current.take() {
+            Some(c) => c,
+            None => match subscribe(&client, &channel).await {
+                Ok(c) => {
+                    tracing::info!(%channel, "redis event subscription restored");
+                    retry = RETRY_MIN;
+                    let _ = tx.send(StoreEvent::Resync);
+                    c
+                }
+                Err(e) => {
+                    tracing::debug!(%channel, error = %e, "redis event subscription: retrying");
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(RETRY_MAX);
+                    continue;
+                }
+            },
+        };
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        heartbeat.tick().await;
+        loop {
+            tokio::select! {
+                msg = stream.next() => match msg {
+                    Some(msg) => {
+                        for ev in parse(msg.get_payload_bytes()) {
+                            let _ = tx.send(ev);
+                        }
+                    }
+                    None => break,
+                },
+                _ = heartbeat.tick() => {
+                    let ping = tokio::time::timeout(CALL_TIMEOUT, sink.ping::<redis::Value>()).await;
+                    if !matches!(ping, Ok(Ok(_))) {
+                        break;
+                    }
+                }
+            }
+        }
+        tracing::warn!(%channel, "redis event subscription lost; reconnecting");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_lines_become_events_and_unknown_lines_are_ignored() {
+        let evs = parse(b"Rorders\nRmails\nD1500\nXfuture\n");
+        assert_eq!(
+            evs,
+            vec![
+                StoreEvent::Ready(Topic::parse("orders").unwrap()),
+                StoreEvent::Ready(Topic::parse("mails").unwrap()),
+                StoreEvent::Due(1500),
+            ]
+        );
+        assert!(parse(b"").is_empty());
+    }
+}

@@ -1,0 +1,428 @@
+//! What the embedded store promises beyond the shared conformance suite: what survives a
+//! reopen, exclusive use of a data directory, clear errors for damaged data, the failure mode
+//! after a failed commit, and disk space that stays flat under churn.
+//!
+//! Not here: the state machine's rules (conformance.rs runs them on every backend) and crashes
+//! of a real server (embedded_crash.rs).
+
+use delayq::job::{Job, JobId, JobSpec, JobState, Topic};
+use delayq::store::embedded::{DB_FILE_NAME, EmbeddedOptions, EmbeddedStore};
+use delayq::store::{PushMode, PushOutcome, Store, StoreError};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+const NOW: u64 = 1_767_225_600_000;
+
+fn spec(id: &str, run_at: u64) -> JobSpec {
+    JobSpec::new(
+        Topic::parse("orders").unwrap(),
+        JobId::parse(id).unwrap(),
+        format!("body of {id}"),
+        run_at,
+    )
+}
+
+fn id(s: &str) -> JobId {
+    JobId::parse(s).unwrap()
+}
+
+async fn open(dir: &Path) -> StoreResult {
+    EmbeddedStore::open(EmbeddedOptions {
+        data_dir: dir.to_path_buf(),
+    })
+    .await
+}
+
+type StoreResult = Result<EmbeddedStore, StoreError>;
+
+async fn push(store: &EmbeddedStore, s: JobSpec) {
+    assert_eq!(
+        store.push(s, PushMode::Reject, NOW).await.unwrap(),
+        PushOutcome::Created
+    );
+}
+
+/// Total size of the files in a directory (the redb file is the only one).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+#[tokio::test]
+async fn reopen_keeps_every_job_with_all_fields_states_and_attempts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path()).await.unwrap();
+
+    let mut delayed = spec("delayed", NOW + 3_600_000);
+    delayed.priority = 3;
+    delayed.max_attempts = 5;
+    delayed.backoff_ms = vec![1_000, 60_000];
+    delayed.body = "{\"emoji\":\"🦀\",\"nul\":\"\\u0000\"}".into();
+    push(&store, delayed).await;
+    push(&store, spec("ready", NOW)).await;
+    let mut reserved = spec("reserved", NOW - 5);
+    reserved.ttr_ms = 30_000;
+    reserved.priority = 0;
+    push(&store, reserved).await;
+    let mut dead = spec("dead", NOW);
+    dead.max_attempts = 1;
+    push(&store, dead).await;
+
+    // Reserve "reserved" (priority 0 comes first), then "dead" twice over: its single attempt
+    // runs out at the TTR and it dies.
+    let got = store
+        .reserve(&[Topic::parse("orders").unwrap()], 1, NOW)
+        .await
+        .unwrap();
+    assert_eq!(got[0].spec.id, id("reserved"));
+    let got = store
+        .reserve(&[Topic::parse("orders").unwrap()], 2, NOW)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2);
+    store.release(&id("ready"), Some(0), NOW).await.unwrap();
+    // "ready" is ready again with attempts 1; "dead" is released into death.
+    let dead_now = store.release(&id("dead"), None, NOW).await.unwrap();
+    assert_eq!(dead_now.state, JobState::Dead);
+
+    let ids = ["delayed", "ready", "reserved", "dead"];
+    let before: Vec<Job> = {
+        let mut v = Vec::new();
+        for i in ids {
+            v.push(store.get(&id(i)).await.unwrap());
+        }
+        v
+    };
+    assert_eq!(
+        before.iter().map(|j| j.state).collect::<Vec<_>>(),
+        [
+            JobState::Delayed,
+            JobState::Ready,
+            JobState::Reserved,
+            JobState::Dead
+        ]
+    );
+    assert_eq!(before[2].reserved_until, Some(NOW + 30_000));
+    assert_eq!(before[1].attempts, 1);
+    let stats_before = store.stats().await.unwrap();
+    drop(store);
+
+    let store = open(tmp.path()).await.unwrap();
+    for (i, want) in ids.iter().zip(&before) {
+        assert_eq!(&store.get(&id(i)).await.unwrap(), want, "job {i}");
+    }
+    assert_eq!(store.stats().await.unwrap(), stats_before);
+    // Push order survives too: a new job sorts after every old one.
+    push(&store, spec("later", NOW)).await;
+    assert!(
+        store.get(&id("later")).await.unwrap().seq > before.iter().map(|j| j.seq).max().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn finished_and_deleted_jobs_stay_gone_after_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path()).await.unwrap();
+    push(&store, spec("a", NOW)).await;
+    push(&store, spec("b", NOW + 10_000)).await;
+    push(&store, spec("c", NOW)).await;
+    store
+        .reserve(&[Topic::parse("orders").unwrap()], 1, NOW)
+        .await
+        .unwrap();
+    assert_eq!(store.finish(&id("a")).await.unwrap(), JobState::Reserved);
+    assert_eq!(store.delete(&id("b")).await.unwrap(), JobState::Delayed);
+    drop(store);
+
+    let store = open(tmp.path()).await.unwrap();
+    assert_eq!(store.get(&id("a")).await, Err(StoreError::NotFound));
+    assert_eq!(store.get(&id("b")).await, Err(StoreError::NotFound));
+    assert_eq!(store.get(&id("c")).await.unwrap().state, JobState::Ready);
+}
+
+#[tokio::test]
+async fn restart_readies_overdue_jobs_and_redelivers_expired_reservations_but_nothing_early() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path()).await.unwrap();
+    push(&store, spec("due-soon", NOW + 1_000)).await;
+    push(&store, spec("due-later", NOW + 100_000)).await;
+    let mut short = spec("short-ttr", NOW);
+    short.ttr_ms = 2_000;
+    push(&store, short).await;
+    let mut long = spec("long-ttr", NOW);
+    long.ttr_ms = 200_000;
+    push(&store, long).await;
+    let all = [Topic::parse("orders").unwrap()];
+    assert_eq!(store.reserve(&all, 2, NOW).await.unwrap().len(), 2);
+    drop(store);
+
+    // "Down" for 10 s: one job fell due and one reservation ran out meanwhile.
+    let store = open(tmp.path()).await.unwrap();
+    // Back before anything was due: nothing moves.
+    let t = store.tick(NOW + 500, 1_000).await.unwrap();
+    assert_eq!(
+        (t.promoted, t.expired, t.next_due),
+        (0, 0, Some(NOW + 1_000))
+    );
+    assert!(store.reserve(&all, 10, NOW + 500).await.unwrap().is_empty());
+    let later = NOW + 10_000;
+    let t = store.tick(later, 1_000).await.unwrap();
+    assert_eq!((t.promoted, t.expired), (1, 1));
+    assert_eq!(t.next_due, Some(NOW + 100_000));
+    let got = store.reserve(&all, 10, later).await.unwrap();
+    let mut got: Vec<_> = got
+        .iter()
+        .map(|j| (j.spec.id.to_string(), j.attempts))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [("due-soon".to_string(), 1), ("short-ttr".to_string(), 2)]
+    );
+    assert_eq!(
+        store.get(&id("long-ttr")).await.unwrap().state,
+        JobState::Reserved
+    );
+    assert_eq!(
+        store.get(&id("due-later")).await.unwrap().state,
+        JobState::Delayed
+    );
+}
+
+#[tokio::test]
+async fn second_open_of_a_directory_in_use_fails_with_a_clear_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = open(tmp.path()).await.unwrap();
+    let err = open(tmp.path()).await.err().expect("second open must fail");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, StoreError::Unavailable(_)),
+        "unexpected error: {err:?}"
+    );
+    assert!(
+        msg.contains(&format!(
+            "data directory {} is in use by another delayq process",
+            tmp.path().display()
+        )),
+        "{msg}"
+    );
+    // Once the first store is gone, the directory is free at once.
+    drop(first);
+    open(tmp.path()).await.unwrap();
+}
+
+/// Environment variable that turns [`lock_probe_child`] into the child of
+/// [`second_process_cannot_open_a_directory_in_use`].
+const PROBE_ENV: &str = "DELAYQ_TEST_LOCK_PROBE_DIR";
+
+#[tokio::test]
+async fn second_process_cannot_open_a_directory_in_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _first = open(tmp.path()).await.unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "lock_probe_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PROBE_ENV, tmp.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "child output:\n{stdout}");
+    assert!(
+        stdout.contains("is in use by another delayq process"),
+        "child output:\n{stdout}"
+    );
+}
+
+/// Not a test of its own: the child process of [`second_process_cannot_open_a_directory_in_use`]
+/// (does nothing unless [`PROBE_ENV`] is set). Exits 3 with the error if the open fails.
+#[tokio::test]
+async fn lock_probe_child() {
+    let Some(dir) = std::env::var_os(PROBE_ENV) else {
+        return;
+    };
+    match open(Path::new(&dir)).await {
+        Ok(_) => std::process::exit(0),
+        Err(e) => {
+            println!("open failed: {e}");
+            std::process::exit(3);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_corrupt_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join(DB_FILE_NAME);
+    std::fs::write(&file, vec![0x5a; 64 * 1024]).unwrap();
+    let err = open(tmp.path()).await.err().expect("must not open");
+    let StoreError::Corrupt(msg) = &err else {
+        panic!("expected Corrupt, got {err:?}");
+    };
+    assert!(msg.contains(&file.display().to_string()), "{msg}");
+    // Nothing was reset: the bytes are as they were.
+    assert_eq!(std::fs::read(&file).unwrap(), vec![0x5a; 64 * 1024]);
+}
+
+#[tokio::test]
+async fn a_record_that_does_not_decode_is_corrupt_naming_the_file_and_the_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let store = open(tmp.path()).await.unwrap();
+        push(&store, spec("fine", NOW)).await;
+    }
+    let file = tmp.path().join(DB_FILE_NAME);
+    {
+        let db = redb::Database::create(&file).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx
+                .open_table(redb::TableDefinition::<&str, &[u8]>::new("jobs"))
+                .unwrap();
+            t.insert("broken-42", b"\xc1 not msgpack".as_slice())
+                .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let err = open(tmp.path()).await.err().expect("must not open");
+    let StoreError::Corrupt(msg) = &err else {
+        panic!("expected Corrupt, got {err:?}");
+    };
+    assert!(msg.contains(&file.display().to_string()), "{msg}");
+    assert!(msg.contains("broken-42"), "{msg}");
+}
+
+#[tokio::test]
+async fn damaged_pages_are_an_error_never_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let store = open(tmp.path()).await.unwrap();
+        let specs = (0..2_000).map(|i| spec(&format!("job-{i}"), NOW)).collect();
+        store
+            .push_batch(specs, PushMode::Reject, NOW)
+            .await
+            .unwrap();
+    }
+    let file = tmp.path().join(DB_FILE_NAME);
+    let mut bytes = std::fs::read(&file).unwrap();
+    // Keep the header page, scramble everything after it.
+    for (i, b) in bytes.iter_mut().enumerate().skip(4096) {
+        *b ^= (i % 251) as u8 | 1;
+    }
+    std::fs::write(&file, &bytes).unwrap();
+    match open(tmp.path()).await {
+        Err(StoreError::Corrupt(msg)) => {
+            assert!(msg.contains(&file.display().to_string()), "{msg}")
+        }
+        other => panic!(
+            "expected Corrupt, got {:?}",
+            other.map(|s| s.kind()).map_err(|e| e.to_string())
+        ),
+    }
+}
+
+#[tokio::test]
+async fn after_a_failed_commit_the_store_refuses_everything_until_reopened() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path()).await.unwrap();
+    push(&store, spec("kept", NOW)).await;
+    store.fail_next_commit_for_tests();
+    let err = store
+        .push(spec("lost", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Unavailable(m) if m.contains("injected commit failure") && m.contains("restart")),
+        "{err:?}"
+    );
+    // Reads too: memory may hold what the disk does not.
+    assert!(matches!(
+        store.get(&id("kept")).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        store.ping().await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        store.finish(&id("kept")).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    drop(store);
+
+    let store = open(tmp.path()).await.unwrap();
+    assert_eq!(store.get(&id("kept")).await.unwrap().state, JobState::Ready);
+    assert_eq!(store.get(&id("lost")).await, Err(StoreError::NotFound));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_all_become_durable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(tmp.path()).await.unwrap());
+    let tasks: Vec<_> = (0..50)
+        .map(|t| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..20 {
+                    push(&store, spec(&format!("w{t}-{i}"), NOW)).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    drop(Arc::into_inner(store).expect("no other handle"));
+    let store = open(tmp.path()).await.unwrap();
+    let counts = store.stats().await.unwrap().topics[&Topic::parse("orders").unwrap()];
+    assert_eq!(counts.ready, 1_000);
+}
+
+/// 20 rounds of 2,000 push+finish cycles (50 concurrent workers, so commits are shared): the
+/// file grows to its working size in the first rounds, then freed pages are reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn space_stays_flat_over_push_finish_cycles() {
+    const ROUNDS: usize = 20;
+    const CYCLES: usize = 2_000;
+    const WORKERS: usize = 50;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(tmp.path()).await.unwrap());
+    let topic = Topic::parse("orders").unwrap();
+    let mut sizes = Vec::new();
+    for round in 0..ROUNDS {
+        let tasks: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let store = store.clone();
+                let topic = topic.clone();
+                tokio::spawn(async move {
+                    for i in 0..CYCLES / WORKERS {
+                        let mut s = spec(&format!("r{round}-w{w}-{i}"), NOW);
+                        s.topic = topic.clone();
+                        s.body = "x".repeat(200);
+                        let jid = s.id.clone();
+                        store.push(s, PushMode::Reject, NOW).await.unwrap();
+                        store.finish(&jid).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        sizes.push(dir_bytes(tmp.path()));
+    }
+    println!("data dir bytes after each round of {CYCLES} push+finish: {sizes:?}");
+    let (r5, r20) = (sizes[4], sizes[ROUNDS - 1]);
+    println!("after round 5: {r5} bytes; after round 20: {r20} bytes");
+    assert!(store.stats().await.unwrap().topics.is_empty());
+    assert!(
+        r20 <= r5 + r5 / 4 + (256 << 10),
+        "data dir grew from {r5} to {r20} bytes"
+    );
+}

@@ -1,0 +1,205 @@
+//! Several delayq processes on one Redis (active-active), producers and consumers spread over
+//! all of them through the seed API: every job is delivered, none twice within its TTR, none
+//! before it is due, and lateness stays low.
+//!
+//! The CI versions are bounded (a few thousand jobs); the soak runs tens of thousands:
+//! `DELAYQ_SOAK_JOBS=50000 cargo test --release --test multi_instance -- --ignored`.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use support::process::DelayqProcess;
+use support::redis_server::RedisServer;
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+struct Delivery {
+    instance: usize,
+    at_ms: u64,
+    due_ms: u64,
+}
+
+async fn post(http: &reqwest::Client, url: &str, body: Value) -> Value {
+    let r = http
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    r.json().await.unwrap_or_else(|e| panic!("POST {url}: {e}"))
+}
+
+/// Runs `jobs` jobs with delays of 0–`max_delay_s` seconds through `instances` servers.
+async fn every_job_delivered_once(instances: usize, jobs: usize, max_delay_s: u64) {
+    let redis = RedisServer::start();
+    let mut servers = Vec::new();
+    for _ in 0..instances {
+        servers.push(DelayqProcess::start(&["--redis", &redis.url(), "--shards", "4"]).await);
+    }
+    let urls: Vec<String> = servers.iter().map(|s| s.base_url.clone()).collect();
+    let http = reqwest::Client::new();
+    let run = format!("{}", now_ms());
+
+    let delivered: Arc<Mutex<HashMap<String, Vec<Delivery>>>> = Arc::default();
+    let pushed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let producers_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+
+    // Producers: 2 per instance, each pushing its share.
+    let per_producer = jobs.div_ceil(instances * 2);
+    let mut producers = Vec::new();
+    for p in 0..instances * 2 {
+        let (http, url, run, pushed) = (
+            http.clone(),
+            urls[p % instances].clone(),
+            run.clone(),
+            pushed.clone(),
+        );
+        producers.push(tokio::spawn(async move {
+            for k in 0..per_producer {
+                let n = p * per_producer + k;
+                if n >= jobs {
+                    break;
+                }
+                let delay = (n as u64) % (max_delay_s + 1);
+                let due = now_ms() + delay * 1000;
+                let reply = post(
+                    &http,
+                    &format!("{url}/push"),
+                    json!({"topic": "mi", "id": format!("{run}-{n}"), "delay": delay, "ttr": 120, "body": due.to_string()}),
+                )
+                .await;
+                assert_eq!(reply["code"], 0, "push {n}: {reply}");
+                pushed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }));
+    }
+
+    // Consumers: 2 per instance, pop with a 1 s long poll and finish.
+    let mut consumers = Vec::new();
+    for c in 0..instances * 2 {
+        let instance = c % instances;
+        let (http, url, delivered, done) = (
+            http.clone(),
+            urls[instance].clone(),
+            delivered.clone(),
+            producers_done.clone(),
+        );
+        consumers.push(tokio::spawn(async move {
+            let mut idle_since: Option<Instant> = None;
+            loop {
+                let reply = post(
+                    &http,
+                    &format!("{url}/pop"),
+                    json!({"topic": "mi", "timeout": 1}),
+                )
+                .await;
+                assert_eq!(reply["code"], 0, "pop: {reply}");
+                let data = &reply["data"];
+                if data.is_null() {
+                    // Stop after 3 s without work once every push is in.
+                    if done.load(std::sync::atomic::Ordering::SeqCst) {
+                        let since = *idle_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > Duration::from_secs(3) {
+                            return;
+                        }
+                    }
+                    continue;
+                }
+                idle_since = None;
+                let at_ms = now_ms();
+                let id = data["id"].as_str().unwrap().to_string();
+                let due_ms: u64 = data["body"].as_str().unwrap().parse().unwrap();
+                let reply = post(&http, &format!("{url}/finish"), json!({"id": id})).await;
+                assert_eq!(reply["code"], 0, "finish: {reply}");
+                delivered
+                    .lock()
+                    .unwrap()
+                    .entry(id)
+                    .or_default()
+                    .push(Delivery {
+                        instance,
+                        at_ms,
+                        due_ms,
+                    });
+            }
+        }));
+    }
+
+    for p in producers {
+        p.await.unwrap();
+    }
+    producers_done.store(true, std::sync::atomic::Ordering::SeqCst);
+    for c in consumers {
+        c.await.unwrap();
+    }
+
+    let delivered = delivered.lock().unwrap();
+    let mut lateness: Vec<u64> = Vec::new();
+    let mut per_instance = vec![0usize; instances];
+    for n in 0..jobs {
+        let id = format!("{run}-{n}");
+        let d = delivered
+            .get(&id)
+            .unwrap_or_else(|| panic!("job {id} was never delivered"));
+        assert_eq!(
+            d.len(),
+            1,
+            "job {id} delivered {} times within its TTR",
+            d.len()
+        );
+        let d = &d[0];
+        assert!(
+            d.at_ms >= d.due_ms,
+            "job {id} delivered {} ms early",
+            d.due_ms - d.at_ms
+        );
+        lateness.push(d.at_ms - d.due_ms);
+        per_instance[d.instance] += 1;
+    }
+    assert_eq!(delivered.len(), jobs, "deliveries of unknown ids");
+    lateness.sort_unstable();
+    let pct = |p: f64| lateness[((lateness.len() as f64 * p) as usize).min(lateness.len() - 1)];
+    eprintln!(
+        "{instances} instances, {jobs} jobs: lateness p50 {} ms, p99 {} ms, max {} ms (seed API: delays in whole seconds, measured from before the push); deliveries per instance {per_instance:?}",
+        pct(0.5),
+        pct(0.99),
+        lateness.last().unwrap()
+    );
+    // Lateness figures belong to the benchmark; this only catches a timer that stalls.
+    assert!(
+        *lateness.last().unwrap() < 20_000,
+        "a job fired more than 20 s late"
+    );
+    assert!(
+        per_instance.iter().all(|&n| n > 0),
+        "every instance delivered work: {per_instance:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_redis_deliver_every_job_once() {
+    every_job_delivered_once(2, 2_000, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_on_one_redis_deliver_every_job_once() {
+    every_job_delivered_once(3, 4_000, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak: DELAYQ_SOAK_JOBS=50000 cargo test --release --test multi_instance -- --ignored"]
+async fn three_instances_soak() {
+    let jobs = std::env::var("DELAYQ_SOAK_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000);
+    every_job_delivered_once(3, jobs, 5).await;
+}

@@ -1,0 +1,738 @@
+//! Redis-specific behaviour of `RedisStore`, each test against its own `redis-server`: key
+//! layout and prefix isolation, ids that look like internal keys, ordering across shards,
+//! events across instances, active-active reserves, failing fast while Redis is down and
+//! recovering after, script reload, and memory per pending job (printed).
+//!
+//! The backend-independent semantics are the conformance suite's job (tests/conformance.rs);
+//! the few semantic checks here exercise what sharding and Lua could get wrong. Time is always
+//! passed explicitly; nothing sleeps to let time pass.
+
+mod support;
+
+use delayq::job::{JobId, JobSpec, JobState, Topic};
+use delayq::store::redis::{RedisOptions, RedisStore, shard_of};
+use delayq::store::{PushMode, PushOutcome, Reschedule, Store, StoreError, StoreEvent};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+use support::redis_server::RedisServer;
+use tokio::sync::broadcast;
+
+const NOW: u64 = 1_767_225_600_000;
+
+fn topic(s: &str) -> Topic {
+    Topic::parse(s).unwrap()
+}
+
+fn id(s: &str) -> JobId {
+    JobId::parse(s).unwrap()
+}
+
+fn job(t: &str, i: &str, body: &str, run_at: u64) -> JobSpec {
+    JobSpec::new(topic(t), id(i), body, run_at)
+}
+
+async fn store(server: &RedisServer, prefix: &str, shards: u16) -> RedisStore {
+    RedisStore::connect(RedisOptions {
+        url: server.url(),
+        prefix: prefix.into(),
+        shards,
+    })
+    .await
+    .expect("connect to the test redis-server")
+}
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn all_keys(server: &RedisServer) -> Vec<String> {
+    let mut c = raw(server).await;
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+/// The next event, or a panic after a second.
+async fn next_event(rx: &mut broadcast::Receiver<StoreEvent>) -> StoreEvent {
+    tokio::time::timeout(Duration::from_secs(2), rx.recv())
+        .await
+        .expect("an event within 2 s")
+        .expect("event channel open")
+}
+
+/// Waits until `want` arrives, skipping other events.
+async fn expect_event(rx: &mut broadcast::Receiver<StoreEvent>, want: StoreEvent) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if next_event(rx).await == want {
+            return;
+        }
+    }
+    panic!("did not see {want:?}");
+}
+
+fn ids(jobs: &[delayq::job::Job]) -> Vec<String> {
+    jobs.iter().map(|j| j.spec.id.to_string()).collect()
+}
+
+#[tokio::test]
+async fn every_key_is_under_the_prefix_with_one_hash_tag_per_shard() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 4).await;
+    let mut jobs = Vec::new();
+    for i in 0..40 {
+        let run_at = if i % 2 == 0 { NOW } else { NOW + 1000 };
+        jobs.push(job("orders", &format!("job-{i}"), "x", run_at));
+    }
+    s.push_batch(jobs, PushMode::Reject, NOW).await.unwrap();
+    let r = s.reserve(&[topic("orders")], 5, NOW).await.unwrap();
+    s.bury(&r[0].spec.id, NOW).await.unwrap();
+
+    let keys = all_keys(&server).await;
+    assert!(!keys.is_empty());
+    let allowed = ["jobs", "timeline", "ready", "dead", "counts"];
+    for k in &keys {
+        let rest = k
+            .strip_prefix("{dq:")
+            .unwrap_or_else(|| panic!("{k} not under the prefix"));
+        let (shard, name) = rest.split_once("}:").unwrap();
+        assert!(shard.parse::<u16>().unwrap() < 4, "{k}");
+        assert!(allowed.contains(&name), "{k}: unexpected key");
+    }
+    // No key per job: 40 jobs in 4 shards make at most 5 keys per shard.
+    assert!(keys.len() <= 20, "{keys:?}");
+}
+
+#[tokio::test]
+async fn two_prefixes_on_one_redis_do_not_see_each_other() {
+    let server = RedisServer::start();
+    let a = store(&server, "a", 2).await;
+    let b = store(&server, "b", 2).await;
+    a.push(job("t", "same-id", "from a", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(b.get(&id("same-id")).await, Err(StoreError::NotFound));
+    assert!(b.reserve(&[topic("t")], 10, NOW).await.unwrap().is_empty());
+    assert!(b.stats().await.unwrap().topics.is_empty());
+    b.push(job("t", "same-id", "from b", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(a.get(&id("same-id")).await.unwrap().spec.body, "from a");
+    assert_eq!(b.get(&id("same-id")).await.unwrap().spec.body, "from b");
+}
+
+#[tokio::test]
+async fn ids_that_look_like_internal_keys_are_just_ids() {
+    let server = RedisServer::start();
+    let s = store(&server, "delayq", 2).await;
+    let nasty = [
+        "{delayq:0}:jobs",
+        "{delayq:1}:ready",
+        "{delayq:0}:timeline",
+        "delayq:events",
+        "delayq:",
+        "{delayq:0}:counts",
+        "*",
+        "rorders",
+    ];
+    for (i, n) in nasty.iter().enumerate() {
+        let run_at = if i % 2 == 0 { NOW } else { NOW + 10 };
+        let out = s
+            .push(job("orders", n, n, run_at), PushMode::Reject, NOW)
+            .await;
+        assert_eq!(out, Ok(PushOutcome::Created), "{n}");
+    }
+    let keys_before = all_keys(&server).await;
+    for n in nasty {
+        assert_eq!(s.get(&id(n)).await.unwrap().spec.body, n);
+    }
+    s.tick(NOW + 10, 100).await.unwrap();
+    let got = s.reserve(&[topic("orders")], 100, NOW + 10).await.unwrap();
+    let mut got_ids = ids(&got);
+    got_ids.sort();
+    let mut want: Vec<String> = nasty.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(got_ids, want);
+    for n in nasty {
+        assert_eq!(s.finish(&id(n)).await, Ok(JobState::Reserved));
+    }
+    // Nothing was created or clobbered under those names.
+    let keys_after = all_keys(&server).await;
+    for k in &keys_after {
+        assert!(keys_before.contains(k), "new key {k}");
+    }
+    assert!(s.stats().await.unwrap().topics.is_empty());
+}
+
+#[tokio::test]
+async fn bodies_round_trip_byte_for_byte() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    let bodies = [
+        "",
+        "plain",
+        "  padded  ",
+        "ünïcödé ✓ 🚀 中文",
+        "nul\0inside",
+        "12345",
+        "1e3",
+        "{\"json\":[1,2,3]}",
+    ];
+    let long = "é".repeat(70_000);
+    for (i, b) in bodies.iter().copied().chain([long.as_str()]).enumerate() {
+        let i = format!("b{i}");
+        s.push(job("t", &i, b, NOW), PushMode::Reject, NOW)
+            .await
+            .unwrap();
+        assert_eq!(s.get(&id(&i)).await.unwrap().spec.body, b);
+    }
+}
+
+#[tokio::test]
+async fn reserve_follows_priority_due_time_and_push_order_across_shards() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 8).await;
+    // Push order p0..p19 with equal priority and due time, spread over all shards.
+    let names: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    let shards: HashSet<u16> = names.iter().map(|n| shard_of(n, 8)).collect();
+    assert!(shards.len() > 3, "ids should land on several shards");
+    for n in &names {
+        s.push(job("t", n, "", NOW - 5), PushMode::Reject, NOW)
+            .await
+            .unwrap();
+    }
+    // One urgent job, and one due earlier, pushed last.
+    let mut urgent = job("t", "urgent", "", NOW);
+    urgent.priority = 1;
+    s.push(urgent, PushMode::Reject, NOW).await.unwrap();
+    s.push(job("t", "earlier", "", NOW - 10), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    let mut want = vec!["urgent".to_string(), "earlier".to_string()];
+    want.extend(names.iter().cloned());
+
+    let mut got = Vec::new();
+    got.extend(ids(&s.reserve(&[topic("t")], 3, NOW).await.unwrap()));
+    got.extend(ids(&s.reserve(&[topic("t")], 1, NOW).await.unwrap()));
+    got.extend(ids(&s.reserve(&[topic("t")], 100, NOW).await.unwrap()));
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn reserve_prefers_topics_in_the_order_given() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 4).await;
+    for i in 0..6 {
+        s.push(
+            job("low", &format!("l{i}"), "", NOW - 100),
+            PushMode::Reject,
+            NOW,
+        )
+        .await
+        .unwrap();
+        s.push(
+            job("high", &format!("h{i}"), "", NOW),
+            PushMode::Reject,
+            NOW,
+        )
+        .await
+        .unwrap();
+    }
+    let got = s
+        .reserve(&[topic("high"), topic("low")], 8, NOW)
+        .await
+        .unwrap();
+    assert_eq!(ids(&got), ["h0", "h1", "h2", "h3", "h4", "h5", "l0", "l1"]);
+    for j in &got {
+        assert_eq!(j.state, JobState::Reserved);
+        assert_eq!(j.attempts, 1);
+        assert_eq!(j.reserved_until, Some(NOW + j.spec.ttr_ms));
+    }
+}
+
+#[tokio::test]
+async fn timer_promotes_due_jobs_and_expires_reservations_by_the_rules() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 3).await;
+    let mut j = job("t", "retry", "b", NOW + 1000);
+    j.ttr_ms = 500;
+    j.max_attempts = 3;
+    j.backoff_ms = vec![100, 200];
+    s.push(j, PushMode::Reject, NOW).await.unwrap();
+    s.push(job("t", "later", "b", NOW + 5000), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+
+    let out = s.tick(NOW + 999, 100).await.unwrap();
+    assert_eq!(
+        (out.promoted, out.expired, out.next_due),
+        (0, 0, Some(NOW + 1000))
+    );
+    assert!(
+        s.reserve(&[topic("t")], 1, NOW + 999)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let out = s.tick(NOW + 1000, 100).await.unwrap();
+    assert_eq!((out.promoted, out.expired), (1, 0));
+    let t = NOW + 1000;
+    let r = s.reserve(&[topic("t")], 1, t).await.unwrap();
+    assert_eq!(r[0].reserved_until, Some(t + 500));
+
+    // TTR runs out: attempt 1 failed, backoff 100.
+    let out = s.tick(t + 500, 100).await.unwrap();
+    assert_eq!((out.promoted, out.expired), (0, 1));
+    let g = s.get(&id("retry")).await.unwrap();
+    assert_eq!(
+        (g.state, g.spec.run_at, g.attempts),
+        (JobState::Delayed, t + 600, 1)
+    );
+    assert_eq!(out.next_due, Some(t + 600));
+
+    // Attempt 2, released without delay: backoff 200.
+    s.tick(t + 600, 100).await.unwrap();
+    s.reserve(&[topic("t")], 1, t + 600).await.unwrap();
+    let g = s.release(&id("retry"), None, t + 700).await.unwrap();
+    assert_eq!((g.state, g.spec.run_at), (JobState::Delayed, t + 900));
+
+    // Attempt 3 fails: dead.
+    s.tick(t + 900, 100).await.unwrap();
+    s.reserve(&[topic("t")], 1, t + 900).await.unwrap();
+    let out = s.tick(t + 1400, 100).await.unwrap();
+    assert_eq!(out.expired, 1);
+    let g = s.get(&id("retry")).await.unwrap();
+    assert_eq!(
+        (g.state, g.attempts, g.reserved_until),
+        (JobState::Dead, 3, None)
+    );
+
+    // Kick: ready now with attempts reset.
+    let k = s.kick(&id("retry"), t + 2000).await.unwrap();
+    assert_eq!(
+        (k.state, k.attempts, k.spec.run_at),
+        (JobState::Ready, 0, t + 2000)
+    );
+    let st = s.stats().await.unwrap();
+    let c = st.topics[&topic("t")];
+    assert_eq!((c.delayed, c.ready, c.reserved, c.dead), (1, 1, 0, 0));
+    assert_eq!(st.next_due, Some(NOW + 5000));
+}
+
+#[tokio::test]
+async fn tick_reports_now_when_its_limit_is_hit() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    for i in 0..5 {
+        s.push(
+            job("t", &format!("j{i}"), "", NOW + 1 + i),
+            PushMode::Reject,
+            NOW,
+        )
+        .await
+        .unwrap();
+    }
+    let out = s.tick(NOW + 10, 3).await.unwrap();
+    assert_eq!((out.promoted, out.next_due), (3, Some(NOW + 10)));
+    let out = s.tick(NOW + 10, 3).await.unwrap();
+    assert_eq!((out.promoted, out.next_due), (2, None));
+}
+
+#[tokio::test]
+async fn replace_drops_every_trace_of_the_old_version() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 2).await;
+    // Old version reserved under topic a; new version ready under topic b.
+    s.push(job("a", "x", "old", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    s.reserve(&[topic("a")], 1, NOW).await.unwrap();
+    assert_eq!(
+        s.push(job("a", "x", "dup", NOW), PushMode::Reject, NOW)
+            .await,
+        Err(StoreError::Exists)
+    );
+    let out = s
+        .push(job("b", "x", "new", NOW + 50), PushMode::Replace, NOW)
+        .await;
+    assert_eq!(out, Ok(PushOutcome::Replaced(JobState::Reserved)));
+    // The old reservation's deadline passes: nothing is redelivered on topic a.
+    s.tick(NOW + 120_000, 100).await.unwrap();
+    assert!(
+        s.reserve(&[topic("a")], 10, NOW + 120_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let r = s.reserve(&[topic("b")], 10, NOW + 120_000).await.unwrap();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].spec.body, "new");
+    let st = s.stats().await.unwrap();
+    assert!(!st.topics.contains_key(&topic("a")));
+}
+
+#[tokio::test]
+async fn reschedule_bury_and_kick_topic_across_shards() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 4).await;
+    for i in 0..10 {
+        s.push(
+            job("t", &format!("d{i}"), "", NOW + 1000),
+            PushMode::Reject,
+            NOW,
+        )
+        .await
+        .unwrap();
+    }
+    let (j, prev) = s
+        .reschedule(
+            &id("d0"),
+            Reschedule {
+                run_at: NOW,
+                body: Some("changed".into()),
+                priority: Some(7),
+            },
+            NOW,
+        )
+        .await
+        .unwrap();
+    assert_eq!(prev, JobState::Delayed);
+    assert_eq!(
+        (j.state, j.spec.body.as_str(), j.spec.priority),
+        (JobState::Ready, "changed", 7)
+    );
+    s.reserve(&[topic("t")], 1, NOW).await.unwrap();
+    assert_eq!(
+        s.reschedule(
+            &id("d0"),
+            Reschedule {
+                run_at: NOW,
+                ..Default::default()
+            },
+            NOW
+        )
+        .await
+        .unwrap_err(),
+        StoreError::WrongState(JobState::Reserved)
+    );
+    // Bury in a known order (burial time increases), then kick the oldest 4 across shards.
+    for (k, i) in [3, 1, 4, 9, 5, 2].iter().enumerate() {
+        s.bury(&id(&format!("d{i}")), NOW + 10 + k as u64)
+            .await
+            .unwrap();
+    }
+    assert_eq!(s.kick_topic(&topic("t"), 4, NOW + 100).await.unwrap(), 4);
+    for i in [3, 1, 4, 9] {
+        assert_eq!(
+            s.get(&id(&format!("d{i}"))).await.unwrap().state,
+            JobState::Ready
+        );
+    }
+    for i in [5, 2] {
+        assert_eq!(
+            s.get(&id(&format!("d{i}"))).await.unwrap().state,
+            JobState::Dead
+        );
+    }
+    assert_eq!(s.kick_topic(&topic("t"), 100, NOW + 100).await.unwrap(), 2);
+    assert_eq!(s.kick_topic(&topic("t"), 100, NOW + 100).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn events_reach_every_instance_sharing_the_redis() {
+    let server = RedisServer::start();
+    let a = store(&server, "dq", 4).await;
+    let b = store(&server, "dq", 4).await;
+    let other = store(&server, "other", 4).await;
+    let mut rx_b = b.subscribe();
+    let mut rx_a = a.subscribe();
+    let mut rx_other = other.subscribe();
+
+    a.push(job("orders", "r1", "", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    expect_event(&mut rx_b, StoreEvent::Ready(topic("orders"))).await;
+    expect_event(&mut rx_a, StoreEvent::Ready(topic("orders"))).await;
+
+    a.push(job("orders", "d1", "", NOW + 5000), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    expect_event(&mut rx_b, StoreEvent::Due(NOW + 5000)).await;
+
+    // The timer on b promotes it: a hears the Ready.
+    b.tick(NOW + 5000, 100).await.unwrap();
+    expect_event(&mut rx_a, StoreEvent::Ready(topic("orders"))).await;
+
+    // Nothing leaks to another prefix.
+    other.ping().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), rx_other.recv())
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_instances_never_hand_out_a_job_twice() {
+    let server = RedisServer::start();
+    let a = store(&server, "dq", 4).await;
+    let b = store(&server, "dq", 4).await;
+    let jobs: Vec<JobSpec> = (0..600)
+        .map(|i| job("t", &format!("c{i}"), "", NOW))
+        .collect();
+    for out in a.push_batch(jobs, PushMode::Reject, NOW).await.unwrap() {
+        assert_eq!(out, Ok(PushOutcome::Created));
+    }
+    let mut tasks = Vec::new();
+    for k in 0..6 {
+        let s = if k % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let r = s.reserve(&[topic("t")], 1 + k, NOW).await.unwrap();
+                if r.is_empty() {
+                    return got;
+                }
+                got.extend(ids(&r));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let unique: HashSet<&String> = all.iter().collect();
+    assert_eq!(unique.len(), all.len(), "a job was reserved twice");
+    assert_eq!(all.len(), 600);
+}
+
+#[tokio::test]
+async fn connect_fails_fast_when_redis_is_unreachable() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = Instant::now();
+    let r = RedisStore::connect(RedisOptions {
+        url: format!("redis://127.0.0.1:{port}/"),
+        prefix: "dq".into(),
+        shards: 1,
+    })
+    .await;
+    assert!(matches!(r, Err(StoreError::Unavailable(_))));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_fails_fast_while_redis_is_down_and_recovers_after_restart() {
+    let mut server = RedisServer::start();
+    let s = store(&server, "dq", 2).await;
+    let mut rx = s.subscribe();
+    s.push(job("t", "before", "", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+
+    server.stop();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let results = [
+            s.ping().await.err(),
+            s.push(job("t", "during", "", NOW), PushMode::Reject, NOW)
+                .await
+                .err(),
+            s.reserve(&[topic("t")], 1, NOW).await.err(),
+            s.get(&id("before")).await.err(),
+            s.stats().await.err(),
+            s.tick(NOW, 10).await.err(),
+        ];
+        for r in results {
+            assert!(matches!(r, Some(StoreError::Unavailable(_))), "{r:?}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "six calls took {:?}",
+            started.elapsed()
+        );
+    }
+
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.ping().await.is_err() {
+        assert!(Instant::now() < deadline, "store did not recover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A fresh Redis (no persistence here): scripts are reloaded on NOSCRIPT.
+    s.push(job("t", "after", "", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&s.reserve(&[topic("t")], 5, NOW).await.unwrap()),
+        ["after"]
+    );
+    expect_event(&mut rx, StoreEvent::Resync).await;
+    // And events flow again.
+    s.push(job("u", "after2", "", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    expect_event(&mut rx, StoreEvent::Ready(topic("u"))).await;
+}
+
+#[tokio::test]
+async fn scripts_are_reloaded_after_a_script_flush() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 2).await;
+    let mut c = raw(&server).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let jobs: Vec<JobSpec> = (0..10)
+        .map(|i| job("t", &format!("j{i}"), "", NOW))
+        .collect();
+    for out in s.push_batch(jobs, PushMode::Reject, NOW).await.unwrap() {
+        assert_eq!(out, Ok(PushOutcome::Created));
+    }
+    assert_eq!(s.reserve(&[topic("t")], 20, NOW).await.unwrap().len(), 10);
+}
+
+#[tokio::test]
+async fn a_foreign_value_in_a_job_field_is_reported_as_corrupt() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    let mut c = raw(&server).await;
+    let _: () = redis::cmd("HSET")
+        .arg("{dq:0}:jobs")
+        .arg("junk")
+        .arg("not msgpack")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.get(&id("junk")).await,
+        Err(StoreError::Corrupt(_))
+    ));
+    assert!(matches!(
+        s.delete(&id("junk")).await,
+        Err(StoreError::Corrupt(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_foreign_value_in_the_indexes_never_blocks_the_timer_or_reserve() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    s.push(job("t", "good", "", NOW + 5), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    let mut c = raw(&server).await;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("{dq:0}:jobs")
+        .arg("junk")
+        .arg("not msgpack")
+        .cmd("ZADD")
+        .arg("{dq:0}:timeline")
+        .arg(1)
+        .arg("junk")
+        .cmd("ZADD")
+        .arg("{dq:0}:ready")
+        .arg(0)
+        .arg(b"t\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0junk".as_slice())
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let out = s.tick(NOW + 5, 100).await.unwrap();
+    assert_eq!((out.promoted, out.next_due), (1, None));
+    assert_eq!(
+        ids(&s.reserve(&[topic("t")], 10, NOW + 5).await.unwrap()),
+        ["good"]
+    );
+    assert_eq!(
+        s.tick(NOW + 6, 100).await.unwrap().next_due,
+        Some(NOW + 5 + 60_000)
+    );
+}
+
+/// Prints the Redis memory a pending (delayed) job costs: UUIDv7 ids, a 30-byte body, one
+/// topic, default options. Run with `--nocapture` to see it.
+#[tokio::test]
+async fn memory_per_pending_job_is_measured() {
+    const N: usize = 50_000;
+    let server = RedisServer::start();
+    let s = store(&server, "delayq", 8).await;
+    let mut c = raw(&server).await;
+    let used = |info: String| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    s.ping().await.unwrap();
+    let before = used(
+        redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut c)
+            .await
+            .unwrap(),
+    );
+    let body = "{\"order\":123456,\"user\":987654}";
+    assert_eq!(body.len(), 30);
+    for batch in 0..N / 1000 {
+        let jobs: Vec<JobSpec> = (0..1000)
+            .map(|i| {
+                let mut j = JobSpec::new(topic("orders"), JobId::generate(), body, NOW + 3_600_000);
+                j.run_at += (batch * 1000 + i) as u64;
+                j
+            })
+            .collect();
+        s.push_batch(jobs, PushMode::Reject, NOW).await.unwrap();
+    }
+    let after = used(
+        redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut c)
+            .await
+            .unwrap(),
+    );
+    let per_job = (after - before) as f64 / N as f64;
+    println!(
+        "redis memory per pending job: {per_job:.0} bytes ({N} delayed jobs, 36-char ids, 30-byte body, 8 shards)"
+    );
+    assert_eq!(
+        s.stats().await.unwrap().topics[&topic("orders")].delayed,
+        N as u64
+    );
+    // A generous ceiling that still catches a key-per-job regression.
+    assert!(per_job < 600.0, "{per_job} bytes per job");
+}
+
+/// The subscription's heartbeat (every 5 s) must not mistake a healthy idle connection for a
+/// lost one: that would flood dispatch with `Resync`. Waits 6 s of real time, on purpose.
+#[tokio::test]
+async fn an_idle_event_subscription_stays_up_without_resyncs() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    let mut rx = s.subscribe();
+    tokio::time::sleep(Duration::from_millis(6_000)).await;
+    s.push(job("t", "j", "", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut rx).await, StoreEvent::Ready(topic("t")));
+}
