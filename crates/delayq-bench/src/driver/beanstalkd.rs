@@ -5,12 +5,18 @@
 
 use super::{Delivered, NewJob, due_secs, now_ms};
 use anyhow::{Context, Result, bail};
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 /// Priority given to every job (beanstalkd's conventional default).
 const PRIORITY: u32 = 1024;
+
+/// How long a reply may take beyond any wait the command asked for. The client does not rely
+/// on the server to bound a read: one `reserve-with-timeout 1` went unanswered for minutes in a
+/// comparison run.
+const REPLY_SLACK: Duration = Duration::from_secs(10);
 
 /// A reply line from beanstalkd.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,9 +116,17 @@ impl Beanstalkd {
     }
 
     async fn reply(&mut self) -> Result<Reply> {
+        self.reply_within(REPLY_SLACK).await
+    }
+
+    /// Reads one reply line, failing after `limit` (the connection is then out of step: drop it).
+    async fn reply_within(&mut self, limit: Duration) -> Result<Reply> {
         self.line.clear();
-        if self.rd.read_line(&mut self.line).await? == 0 {
-            bail!("beanstalkd closed the connection");
+        match tokio::time::timeout(limit, self.rd.read_line(&mut self.line)).await {
+            Err(_) => bail!("no reply from beanstalkd within {limit:?}"),
+            Ok(Err(e)) => return Err(e.into()),
+            Ok(Ok(0)) => bail!("beanstalkd closed the connection"),
+            Ok(Ok(_)) => {}
         }
         parse_reply(&self.line)
     }
@@ -160,7 +174,10 @@ impl Beanstalkd {
             .write_all(format!("reserve-with-timeout {secs}\r\n").as_bytes())
             .await?;
         self.wr.flush().await?;
-        match self.reply().await? {
+        match self
+            .reply_within(Duration::from_secs(secs) + REPLY_SLACK)
+            .await?
+        {
             Reply::Reserved { id, bytes } => {
                 let mut buf = vec![0u8; bytes + 2];
                 self.rd.read_exact(&mut buf).await?;

@@ -293,7 +293,8 @@ pub async fn consume(
     let mut tasks = Vec::new();
     for _ in 0..c.consumers.max(1) {
         let mut conn = ep.connect().await?;
-        let (ledger, stop, errors, last, pb) = (
+        let (ep, ledger, stop, errors, last, pb) = (
+            ep.clone(),
             ledger.clone(),
             stop.clone(),
             errors.clone(),
@@ -323,6 +324,10 @@ pub async fn consume(
                     Err(e) => {
                         errors.note(&e);
                         tokio::time::sleep(Duration::from_millis(100)).await;
+                        // The connection may be out of step (a reply timed out): start afresh.
+                        if let Ok(fresh) = ep.connect().await {
+                            conn = fresh;
+                        }
                         continue;
                     }
                 };
