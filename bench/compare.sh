@@ -16,8 +16,12 @@
 #
 # Usage: bench/compare.sh [--runs 3] [--w2-runs N] [--jobs 50000] [--pending 1000000] [--big]
 #                         [--systems "delayq-redis beanstalkd ..."] [--skip-build] [--out DIR]
-#   --big       W2 with 10,000,000 pending jobs instead of --pending
-#   --w2-runs   W2 runs per system (default: --runs); W2 at 1M+ jobs is the slow part
+#                         [--batch N] [--delayq-api seed|v1] [--workloads "w1 w2"]
+#   --big         W2 with 10,000,000 pending jobs instead of --pending
+#   --w2-runs     W2 runs per system (default: --runs); W2 at 1M+ jobs is the slow part
+#   --batch       jobs per request for every system (/v1 batches, beanstalkd pipelining,
+#                 BullMQ addBulk; cleanup: /v1/finish batches, Queue.obliterate); default 1
+#   --delayq-api  API of the delayq rows (default seed: one job per request, like the peers)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -28,6 +32,8 @@ PENDING=1000000
 SYSTEMS="delayq-redis delayq-embedded beanstalkd beanstalkd-binlog bullmq"
 SKIP_BUILD=0
 OUT=""
+BATCH=1
+DELAYQ_API=seed
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
@@ -38,7 +44,9 @@ while [ $# -gt 0 ]; do
     --systems) SYSTEMS="$2"; shift 2 ;;
     --skip-build) SKIP_BUILD=1; shift ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --batch) BATCH="$2"; shift 2 ;;
+    --delayq-api) DELAYQ_API="$2"; shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -140,8 +148,8 @@ else
 fi
 [ "$DELAYQ_OK" = 1 ] || echo "NOTE: delayq serve did not start; delayq rows are skipped" | tee "$OUT/NOTE"
 
-W1_ARGS=(--jobs "$JOBS" --max-delay-s 3 --producers 8 --consumers 8 --json)
-W2_ARGS=(--pending "$PENDING" --delay-s 3600 --producers 8 --json)
+W1_ARGS=(--jobs "$JOBS" --max-delay-s 3 --producers 8 --consumers 8 --batch "$BATCH" --json)
+W2_ARGS=(--pending "$PENDING" --delay-s 3600 --producers 8 --batch "$BATCH" --json)
 
 # run_system NAME W1|W2: one fresh server, one workload, one JSON line appended.
 run_system() {
@@ -153,7 +161,7 @@ run_system() {
       [ "$DELAYQ_OK" = 1 ] || return 0
       start_redis
       start_delayq --redis "redis://127.0.0.1:$REDIS_PORT/0"
-      line=$("$BENCH" "$wl" --api seed --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
+      line=$("$BENCH" "$wl" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" --redis-url "redis://127.0.0.1:$REDIS_PORT/0" "${wargs[@]}") || true
       stop "$DQ_PID"; stop "$REDIS_PID" ;;
     delayq-embedded)
@@ -161,7 +169,7 @@ run_system() {
       local dir="$TMP/embedded-$RANDOM$RANDOM"
       mkdir -p "$dir"
       start_delayq --data-dir "$dir"
-      line=$("$BENCH" "$wl" --api seed --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
+      line=$("$BENCH" "$wl" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" --data-dir "$dir" "${wargs[@]}") || true
       stop "$DQ_PID"; rm -rf "$dir" ;;
     beanstalkd)
@@ -196,7 +204,8 @@ run_system() {
     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "versions: $(beanstalkd -v 2>&1 | head -1); $(redis-server --version | cut -d' ' -f1-3);" \
     "node $(node --version); bullmq $(node -p "require('$ROOT/bench/peers/bullmq/node_modules/bullmq/package.json').version")"
-  echo "command: bench/compare.sh --runs $RUNS --w2-runs $W2_RUNS --jobs $JOBS --pending $PENDING --systems \"$SYSTEMS\""
+  echo "command: bench/compare.sh --runs $RUNS --w2-runs $W2_RUNS --jobs $JOBS --pending $PENDING" \
+    "--batch $BATCH --delayq-api $DELAYQ_API --systems \"$SYSTEMS\""
 } | tee "$OUT/machine.txt"
 
 for run in $(seq "$RUNS"); do
