@@ -17,11 +17,14 @@
 # Usage: bench/compare.sh [--runs 3] [--w2-runs N] [--jobs 50000] [--pending 1000000] [--big]
 #                         [--systems "delayq-redis beanstalkd ..."] [--skip-build] [--out DIR]
 #                         [--batch N] [--delayq-api seed|v1] [--workloads "w1 w2"]
+#                         [--backlog 1000000]
 #   --big         W2 with 10,000,000 pending jobs instead of --pending
 #   --w2-runs     W2 runs per system (default: --runs); W2 at 1M+ jobs is the slow part
 #   --batch       jobs per request for every system (/v1 batches, beanstalkd pipelining,
 #                 BullMQ addBulk; cleanup: /v1/finish batches, Queue.obliterate); default 1
 #   --delayq-api  API of the delayq rows (default seed: one job per request, like the peers)
+#   --workloads   any of w1 w2 w3 w4 (default "w1 w2"); W3 (steady fire over --backlog
+#                 far-future jobs) and W4 (100,000-job burst) have no BullMQ driver
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -34,6 +37,8 @@ SKIP_BUILD=0
 OUT=""
 BATCH=1
 DELAYQ_API=seed
+WORKLOADS="w1 w2"
+BACKLOG=1000000
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
@@ -45,8 +50,10 @@ while [ $# -gt 0 ]; do
     --skip-build) SKIP_BUILD=1; shift ;;
     --out) OUT="$2"; shift 2 ;;
     --batch) BATCH="$2"; shift 2 ;;
+    --workloads) WORKLOADS="$2"; shift 2 ;;
+    --backlog) BACKLOG="$2"; shift 2 ;;
     --delayq-api) DELAYQ_API="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -150,12 +157,20 @@ fi
 
 W1_ARGS=(--jobs "$JOBS" --max-delay-s 3 --producers 8 --consumers 8 --batch "$BATCH" --json)
 W2_ARGS=(--pending "$PENDING" --delay-s 3600 --producers 8 --batch "$BATCH" --json)
+W3_ARGS=(--backlog "$BACKLOG" --rate 2000 --duration-s 30 --fire-delay-s 2 --producers 8
+  --consumers 8 --batch "$BATCH" --json)
+W4_ARGS=(--jobs 100000 --lead-s 30 --producers 8 --consumers 8 --batch "$BATCH" --json)
 
 # run_system NAME W1|W2: one fresh server, one workload, one JSON line appended.
 run_system() {
   local sys="$1" wl="$2" line=""
   local -a wargs
-  if [ "$wl" = w1 ]; then wargs=("${W1_ARGS[@]}"); else wargs=("${W2_ARGS[@]}"); fi
+  case "$wl" in
+    w1) wargs=("${W1_ARGS[@]}") ;;
+    w2) wargs=("${W2_ARGS[@]}") ;;
+    w3) wargs=("${W3_ARGS[@]}") ;;
+    w4) wargs=("${W4_ARGS[@]}") ;;
+  esac
   case "$sys" in
     delayq-redis)
       [ "$DELAYQ_OK" = 1 ] || return 0
@@ -185,6 +200,7 @@ run_system() {
         --server-pid "$BS_PID" --data-dir "$dir" "${wargs[@]}") || true
       stop "$BS_PID"; rm -rf "$dir" ;;
     bullmq)
+      case "$wl" in w1|w2) ;; *) echo "bullmq: no $wl driver" >&2; return 0 ;; esac
       start_redis
       line=$(cd "$ROOT/bench/peers/bullmq" && node bench.mjs "$wl" \
         --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --label "$sys" \
@@ -205,19 +221,18 @@ run_system() {
   echo "versions: $(beanstalkd -v 2>&1 | head -1); $(redis-server --version | cut -d' ' -f1-3);" \
     "node $(node --version); bullmq $(node -p "require('$ROOT/bench/peers/bullmq/node_modules/bullmq/package.json').version")"
   echo "command: bench/compare.sh --runs $RUNS --w2-runs $W2_RUNS --jobs $JOBS --pending $PENDING" \
-    "--batch $BATCH --delayq-api $DELAYQ_API --systems \"$SYSTEMS\""
+    "--batch $BATCH --delayq-api $DELAYQ_API --workloads \"$WORKLOADS\" --backlog $BACKLOG" \
+    "--systems \"$SYSTEMS\""
 } | tee "$OUT/machine.txt"
 
-for run in $(seq "$RUNS"); do
-  for sys in $SYSTEMS; do
-    echo "== run $run/$RUNS: $sys w1" >&2
-    run_system "$sys" w1
-  done
-done
-for run in $(seq "$W2_RUNS"); do
-  for sys in $SYSTEMS; do
-    echo "== run $run/$W2_RUNS: $sys w2 ($PENDING pending)" >&2
-    run_system "$sys" w2
+for wl in $WORKLOADS; do
+  n="$RUNS"
+  [ "$wl" = w2 ] && n="$W2_RUNS"
+  for run in $(seq "$n"); do
+    for sys in $SYSTEMS; do
+      echo "== run $run/$n: $sys $wl" >&2
+      run_system "$sys" "$wl"
+    done
   done
 done
 

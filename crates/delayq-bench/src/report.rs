@@ -129,6 +129,18 @@ pub fn fmt_num(v: f64) -> String {
     }
 }
 
+/// A ratio with enough digits to tell small ones apart: `12.3x`, `0.75x`, `0.0012x`.
+pub fn fmt_ratio(r: f64) -> String {
+    let a = r.abs();
+    if a >= 10.0 {
+        format!("{r:.1}x")
+    } else if a >= 0.1 || a == 0.0 {
+        format!("{r:.2}x")
+    } else {
+        format!("{r:.2e}x")
+    }
+}
+
 /// A Markdown table with the first column left-aligned and the others right-aligned; it reads
 /// in a terminal and pastes into docs unchanged.
 pub fn table(header: &[String], rows: &[Vec<String>]) -> String {
@@ -247,7 +259,7 @@ pub fn comparison(results: &[RunResult], baseline: &str) -> String {
                 let cell = match (med(l, m), med(baseline, m)) {
                     (None, _) => "-".to_string(),
                     (Some(v), Some(b)) if *l != baseline && b != 0.0 && !ratio_less(m) => {
-                        format!("{} ({:.2}x)", fmt_num(v), v / b)
+                        format!("{} ({})", fmt_num(v), fmt_ratio(v / b))
                     }
                     (Some(v), _) => fmt_num(v),
                 };
@@ -327,6 +339,14 @@ mod tests {
         assert_eq!(fmt_num(0.1234), "0.123");
         assert_eq!(fmt_num(0.0), "0");
         assert_eq!(fmt_num(f64::NAN), "-");
+    }
+
+    #[test]
+    fn ratios_keep_small_values_readable() {
+        assert_eq!(fmt_ratio(14.07), "14.1x");
+        assert_eq!(fmt_ratio(0.75), "0.75x");
+        assert_eq!(fmt_ratio(0.000116), "1.16e-4x");
+        assert_eq!(fmt_ratio(0.0), "0.00x");
     }
 
     #[test]
