@@ -7,7 +7,7 @@
 
 use anyhow::Context as _;
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use delayq::config::{Config, ServeArgs};
+use delayq::config::{AuthToken, Config, ServeArgs};
 use delayq_client::{Client, FinishResult, Job, NewJob, Reschedule, Rescheduled};
 use serde::Serialize;
 use std::io::Read as _;
@@ -41,6 +41,16 @@ pub struct Cli {
         value_name = "URL"
     )]
     pub server: String,
+    /// Bearer token for a server that requires one (its --auth-token); prefer DELAYQ_TOKEN:
+    /// flags show in `ps`
+    #[arg(
+        long,
+        global = true,
+        env = "DELAYQ_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<AuthToken>,
     /// Print the server's JSON answer (one line) instead of text, for scripts
     #[arg(long, global = true)]
     pub json: bool,
@@ -174,13 +184,17 @@ fn duration(s: &str) -> Result<u64, String> {
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let Cli {
         server,
+        token,
         json,
         command,
     } = cli;
     if let Command::Serve(args) = command {
         return serve(args).await.map(|()| ExitCode::SUCCESS);
     }
-    let client = Client::new(&server)?;
+    let mut client = Client::new(&server)?;
+    if let Some(token) = token {
+        client = client.with_token(token.as_str());
+    }
     run_client(&client, json, command).await
 }
 
@@ -426,6 +440,16 @@ mod tests {
         let cli = parse(&["get", "j1", "--server", "http://q:1", "--json"]).unwrap();
         assert_eq!(cli.server, "http://q:1");
         assert!(cli.json);
+    }
+
+    #[test]
+    fn token_is_global_and_hidden_from_debug() {
+        let cli = parse(&["stats", "--token", "tok-0123456789abcdef"]).unwrap();
+        assert_eq!(
+            cli.token.as_ref().map(AuthToken::as_str),
+            Some("tok-0123456789abcdef")
+        );
+        assert!(!format!("{cli:?}").contains("tok-0123456789abcdef"));
     }
 
     #[test]

@@ -17,8 +17,12 @@ use std::path::{Path, PathBuf};
 pub struct Config {
     /// Address of the HTTP listener. Default `127.0.0.1:9277` (loopback: expose it on purpose).
     pub listen: SocketAddr,
-    /// Redis URL (`redis://`, `rediss://`); `None` selects the embedded store.
+    /// Redis URL (`redis://`, `rediss://`); `None` (and no `redis_cluster`) selects the
+    /// embedded store.
     pub redis: Option<String>,
+    /// Seed URLs of a Redis Cluster; `None` unless given. Excludes `redis`: a deployment is
+    /// one server or one cluster, and guessing which was meant would hide a mistake.
+    pub redis_cluster: Option<Vec<String>>,
     /// Directory of the embedded store. Default `./delayq-data`.
     pub data_dir: PathBuf,
     /// Prefix of every Redis key, so several namespaces can share one Redis. Default `delayq`.
@@ -37,6 +41,18 @@ pub struct Config {
     /// Most long polls waiting at once; one more is refused at once (503 `too_many_waiters`).
     /// Default 10000.
     pub max_waiters: usize,
+    /// Bearer tokens every request but `GET /healthz` must carry (`Authorization: Bearer ...`):
+    /// those of `auth_tokens` and those of `auth_token_file`, together. Empty (the default): no
+    /// authentication, which is why the default listener is loopback.
+    pub auth_tokens: Vec<AuthToken>,
+    /// Longest a request may take, reading its body included, before it is answered 503
+    /// `timeout`; a long poll (`/v1/reserve`, seed `/pop`) gets `max_wait` on top, so its own
+    /// wait never trips it. Default 30 s.
+    pub request_timeout_secs: u64,
+    /// Longest an HTTP/1 connection may go without sending a complete request head, idle
+    /// between requests or slow to send one; then it is closed, so idle or stalled clients do
+    /// not hold sockets forever. Default 60 s.
+    pub idle_timeout_secs: u64,
 }
 
 impl Default for Config {
@@ -44,6 +60,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 9277)),
             redis: None,
+            redis_cluster: None,
             data_dir: PathBuf::from("./delayq-data"),
             prefix: "delayq".to_string(),
             shards: 8,
@@ -52,7 +69,78 @@ impl Default for Config {
             max_wait_secs: 300,
             max_batch: 1000,
             max_waiters: 10_000,
+            auth_tokens: Vec::new(),
+            request_timeout_secs: 30,
+            idle_timeout_secs: 60,
         }
+    }
+}
+
+/// A bearer token clients must present. Its `Debug` hides it, so no `Config` or argument
+/// dump shows a secret; [`AuthToken::check`] holds the rules, applied when the config loads.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthToken(String);
+
+impl AuthToken {
+    /// The token as sent in the header, for comparing.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    /// The token, for sending it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// At least [`MIN_AUTH_TOKEN_LEN`] characters, printable ASCII without spaces or commas
+    /// (what fits an `Authorization` header and a comma-separated variable). The message never
+    /// quotes the token.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(i) = self
+            .0
+            .bytes()
+            .position(|b| !b.is_ascii_graphic() || b == b',')
+        {
+            return Err(format!(
+                "has a character other than printable ASCII at position {} (spaces and commas \
+                 are not allowed either)",
+                i + 1
+            ));
+        }
+        if self.0.len() < MIN_AUTH_TOKEN_LEN {
+            return Err(format!(
+                "is {} characters long; at least {MIN_AUTH_TOKEN_LEN} are required",
+                self.0.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl From<&str> for AuthToken {
+    fn from(s: &str) -> AuthToken {
+        AuthToken(s.to_string())
+    }
+}
+
+impl From<String> for AuthToken {
+    fn from(s: String) -> AuthToken {
+        AuthToken(s)
+    }
+}
+
+/// For clap: any string is taken here and checked with the other settings, so the error names
+/// where it came from.
+impl std::str::FromStr for AuthToken {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<AuthToken, Self::Err> {
+        Ok(AuthToken::from(s))
+    }
+}
+
+impl fmt::Debug for AuthToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AuthToken(***)")
     }
 }
 
@@ -68,6 +156,10 @@ pub const MAX_BATCH_LIMIT: u64 = 10_000;
 /// Largest accepted `max_wait` (one day): keeps seconds-to-milliseconds arithmetic far from
 /// overflow, and no HTTP client waits longer.
 pub const MAX_WAIT_LIMIT_SECS: u64 = 86_400;
+/// Shortest accepted bearer token: 16 random characters are beyond guessing over HTTP.
+pub const MIN_AUTH_TOKEN_LEN: usize = 16;
+/// Largest accepted `request_timeout` and `idle_timeout` (one day).
+pub const MAX_TIMEOUT_SECS: u64 = 86_400;
 /// URL schemes the Redis client understands.
 const REDIS_SCHEMES: &[&str] = &[
     "redis",
@@ -78,6 +170,8 @@ const REDIS_SCHEMES: &[&str] = &[
     "valkey+unix",
     "unix",
 ];
+/// URL schemes a Redis Cluster seed may use (cluster nodes are reached over TCP).
+const REDIS_CLUSTER_SCHEMES: &[&str] = &["redis", "rediss", "valkey", "valkeys"];
 
 /// The flags of `delayq serve`. Each is also read from `DELAYQ_<NAME>` (clap's `env`), and
 /// each but `--config` from the TOML file under its snake_case name. `None` means "not given
@@ -90,6 +184,14 @@ pub struct ServeArgs {
     /// Redis URL (redis://, rediss://, unix://); without it, the embedded store is used
     #[arg(long, env = "DELAYQ_REDIS", value_name = "URL")]
     pub redis: Option<String>,
+    /// Redis Cluster seed URLs, comma-separated (redis://host:port,...); excludes --redis
+    #[arg(
+        long,
+        env = "DELAYQ_REDIS_CLUSTER",
+        value_name = "URLS",
+        value_delimiter = ','
+    )]
+    pub redis_cluster: Option<Vec<String>>,
     /// Directory of the embedded store [default: ./delayq-data]
     #[arg(long, env = "DELAYQ_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -114,6 +216,25 @@ pub struct ServeArgs {
     /// Most long polls waiting at once, 1-1000000 [default: 10000]
     #[arg(long, env = "DELAYQ_MAX_WAITERS", value_name = "N")]
     pub max_waiters: Option<u64>,
+    /// Bearer token clients must send (repeat the flag for several; DELAYQ_AUTH_TOKENS takes
+    /// a comma-separated list); prefer --auth-token-file: flags show in `ps`
+    #[arg(
+        long = "auth-token",
+        env = "DELAYQ_AUTH_TOKENS",
+        value_name = "TOKEN",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub auth_tokens: Vec<AuthToken>,
+    /// File of bearer tokens, one per line; blank lines and # comments are ignored
+    #[arg(long, env = "DELAYQ_AUTH_TOKEN_FILE", value_name = "FILE")]
+    pub auth_token_file: Option<PathBuf>,
+    /// Longest a request may take in seconds, a long poll's wait not counted [default: 30]
+    #[arg(long, env = "DELAYQ_REQUEST_TIMEOUT", value_name = "SECS")]
+    pub request_timeout: Option<u64>,
+    /// Seconds a connection may stay idle or take to send a request head [default: 60]
+    #[arg(long, env = "DELAYQ_IDLE_TIMEOUT", value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
     /// TOML file with any of the settings above, under snake_case keys
     #[arg(long, env = "DELAYQ_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -160,6 +281,7 @@ fn key_suffix(key: &Option<String>) -> String {
 struct FileConfig {
     listen: Option<String>,
     redis: Option<String>,
+    redis_cluster: Option<UrlList>,
     data_dir: Option<PathBuf>,
     prefix: Option<String>,
     shards: Option<i64>,
@@ -168,6 +290,27 @@ struct FileConfig {
     max_wait: Option<i64>,
     max_batch: Option<i64>,
     max_waiters: Option<i64>,
+    auth_tokens: Option<Vec<String>>,
+    auth_token_file: Option<PathBuf>,
+    request_timeout: Option<i64>,
+    idle_timeout: Option<i64>,
+}
+
+/// `redis_cluster` in the file: a TOML array of URLs or one comma-separated string.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum UrlList {
+    List(Vec<String>),
+    Joined(String),
+}
+
+impl UrlList {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            UrlList::List(v) => v,
+            UrlList::Joined(s) => s.split(',').map(str::to_string).collect(),
+        }
+    }
 }
 
 /// Where a setting's value came from, for error messages.
@@ -182,6 +325,9 @@ enum Origin<'a> {
 impl fmt::Display for Origin<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // `auth_tokens` is the one setting whose flag is singular: it is given once per
+            // token.
+            Origin::Args("auth_tokens") => f.write_str("--auth-token or DELAYQ_AUTH_TOKENS"),
             Origin::Args(key) => write!(
                 f,
                 "--{} or DELAYQ_{}",
@@ -225,6 +371,40 @@ impl<'a, T> Setting<'a, T> {
             message: message.into(),
         }
     }
+}
+
+impl<'a, T> Setting<'a, T> {
+    /// The first of flag/env and file that is set; `None` if neither is.
+    fn pick_optional(
+        key: &'static str,
+        arg: Option<T>,
+        file: Option<T>,
+        path: &'a Path,
+    ) -> Option<Self> {
+        let (value, origin) = match (arg, file) {
+            (Some(v), _) => (v, Origin::Args(key)),
+            (None, Some(v)) => (v, Origin::File(key, path)),
+            (None, None) => return None,
+        };
+        Some(Setting { key, value, origin })
+    }
+}
+
+/// Checks that `url` (a value of setting `s`) starts with one of `schemes`. The URL is not
+/// echoed: it may hold a password.
+fn check_scheme<T>(s: &Setting<'_, T>, url: &str, schemes: &[&str]) -> Result<(), ConfigError> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if scheme.is_some_and(|sc| schemes.contains(&sc)) {
+        return Ok(());
+    }
+    Err(s.invalid(format!(
+        "not a Redis URL: it must start with one of {}",
+        schemes
+            .iter()
+            .map(|s| format!("{s}://"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
 }
 
 impl Setting<'_, u64> {
@@ -273,37 +453,37 @@ impl Config {
             ))
         })?;
 
-        let redis = match (args.redis, file.redis) {
-            (Some(v), _) => Some(Setting {
-                key: "redis",
-                value: v,
-                origin: Origin::Args("redis"),
-            }),
-            (None, Some(v)) => Some(Setting {
-                key: "redis",
-                value: v,
-                origin: Origin::File("redis", path),
-            }),
-            (None, None) => None,
-        };
-        let redis = match redis {
-            Some(s) => {
-                let scheme = s.value.split_once("://").map(|(scheme, _)| scheme);
-                if !scheme.is_some_and(|sc| REDIS_SCHEMES.contains(&sc)) {
-                    // Not echoed: the URL may hold a password.
-                    return Err(s.invalid(format!(
-                        "not a Redis URL: it must start with one of {}",
-                        REDIS_SCHEMES
-                            .iter()
-                            .map(|s| format!("{s}://"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-                Some(s.value)
+        let redis = Setting::pick_optional("redis", args.redis, file.redis, path);
+        if let Some(s) = &redis {
+            check_scheme(s, &s.value, REDIS_SCHEMES)?;
+        }
+        let redis_cluster = Setting::pick_optional(
+            "redis_cluster",
+            args.redis_cluster,
+            file.redis_cluster.map(UrlList::into_vec),
+            path,
+        );
+        if let Some(s) = &redis_cluster {
+            let urls: Vec<&str> = s.value.iter().map(|u| u.trim()).collect();
+            if urls.iter().all(|u| u.is_empty()) {
+                return Err(s.invalid("no seed URL given"));
             }
-            None => None,
-        };
+            for url in urls {
+                if url.is_empty() {
+                    return Err(s.invalid("empty seed URL (stray comma?)"));
+                }
+                check_scheme(s, url, REDIS_CLUSTER_SCHEMES)?;
+            }
+        }
+        if let (Some(r), Some(c)) = (&redis, &redis_cluster) {
+            return Err(c.invalid(format!(
+                "cannot be combined with redis (from {}): give one Redis server or one cluster",
+                r.origin
+            )));
+        }
+        let redis = redis.map(|s| s.value);
+        let redis_cluster =
+            redis_cluster.map(|s| s.value.iter().map(|u| u.trim().to_string()).collect());
 
         let data_dir = Setting::pick("data_dir", args.data_dir, file.data_dir, path, d.data_dir);
         if data_dir.value.as_os_str().is_empty() {
@@ -388,9 +568,51 @@ impl Config {
         );
         let max_waiters: usize = max_waiters.in_range(1, MAX_WAITERS_LIMIT)?;
 
+        let mut auth_tokens = auth_tokens(
+            (!args.auth_tokens.is_empty()).then_some(args.auth_tokens),
+            file.auth_tokens
+                .map(|v| v.into_iter().map(AuthToken::from).collect()),
+            path,
+        )?;
+        let token_file = match (args.auth_token_file, file.auth_token_file) {
+            (Some(v), _) => Some(Setting {
+                key: "auth_token_file",
+                value: v,
+                origin: Origin::Args("auth_token_file"),
+            }),
+            (None, Some(v)) => Some(Setting {
+                key: "auth_token_file",
+                value: v,
+                origin: Origin::File("auth_token_file", path),
+            }),
+            (None, None) => None,
+        };
+        if let Some(s) = token_file {
+            auth_tokens.extend(read_token_file(&s)?);
+        }
+
+        let request_timeout = Setting::pick(
+            "request_timeout",
+            args.request_timeout,
+            file_u64("request_timeout", file.request_timeout)?,
+            path,
+            d.request_timeout_secs,
+        );
+        let request_timeout_secs: u64 = request_timeout.in_range(1, MAX_TIMEOUT_SECS)?;
+
+        let idle_timeout = Setting::pick(
+            "idle_timeout",
+            args.idle_timeout,
+            file_u64("idle_timeout", file.idle_timeout)?,
+            path,
+            d.idle_timeout_secs,
+        );
+        let idle_timeout_secs: u64 = idle_timeout.in_range(1, MAX_TIMEOUT_SECS)?;
+
         Ok(Config {
             listen,
             redis,
+            redis_cluster,
             data_dir: data_dir.value,
             prefix: prefix.value,
             shards,
@@ -399,8 +621,56 @@ impl Config {
             max_wait_secs,
             max_batch,
             max_waiters,
+            auth_tokens,
+            request_timeout_secs,
+            idle_timeout_secs,
         })
     }
+}
+
+/// The `auth_tokens` setting (flag/env over file), each token checked. Errors say which token
+/// (by position) and why, never what it is.
+fn auth_tokens(
+    arg: Option<Vec<AuthToken>>,
+    file: Option<Vec<AuthToken>>,
+    path: &Path,
+) -> Result<Vec<AuthToken>, ConfigError> {
+    let tokens = Setting::pick("auth_tokens", arg, file, path, Vec::new());
+    for (i, token) in tokens.value.iter().enumerate() {
+        token
+            .check()
+            .map_err(|m| tokens.invalid(format!("token {} {m}", i + 1)))?;
+    }
+    Ok(tokens.value)
+}
+
+/// The tokens of an `auth_token_file`: one per line, surrounding whitespace trimmed, blank
+/// lines and lines starting with `#` ignored. An unreadable file, a bad token (named by line,
+/// not quoted) or a file without any token is an error naming the file.
+fn read_token_file(s: &Setting<'_, PathBuf>) -> Result<Vec<AuthToken>, ConfigError> {
+    let path = &s.value;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| s.invalid(format!("cannot read {}: {e}", path.display())))?;
+    let mut tokens = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let token = AuthToken::from(line);
+        token.check().map_err(|m| {
+            s.invalid(format!(
+                "the token on line {} of {} {m}",
+                n + 1,
+                path.display()
+            ))
+        })?;
+        tokens.push(token);
+    }
+    if tokens.is_empty() {
+        return Err(s.invalid(format!("{} holds no token", path.display())));
+    }
+    Ok(tokens)
 }
 
 /// Reads and parses the `--config` file, naming the key at fault when TOML's error allows.
@@ -501,7 +771,11 @@ mod tests {
         let cmd = ServeArgs::augment_args(Command::new("serve"));
         for arg in cmd.get_arguments() {
             let long = arg.get_long().unwrap();
-            let expected = format!("DELAYQ_{}", long.replace('-', "_").to_ascii_uppercase());
+            let expected = match long {
+                // Given once per token; its variable holds the list.
+                "auth-token" => "DELAYQ_AUTH_TOKENS".to_string(),
+                _ => format!("DELAYQ_{}", long.replace('-', "_").to_ascii_uppercase()),
+            };
             assert_eq!(
                 arg.get_env().and_then(|e| e.to_str()),
                 Some(expected.as_str()),
@@ -524,6 +798,10 @@ mod tests {
                 "--max-wait=5",
                 "--max-batch=6",
                 "--max-waiters=7",
+                "--auth-token=0123456789abcdef",
+                "--auth-token=fedcba9876543210",
+                "--request-timeout=8",
+                "--idle-timeout=9",
             ],
             &[],
         )
@@ -533,6 +811,7 @@ mod tests {
             Config {
                 listen: "0.0.0.0:1".parse().unwrap(),
                 redis: Some("redis://r:6379/0".into()),
+                redis_cluster: None,
                 data_dir: "/d".into(),
                 prefix: "p".into(),
                 shards: 2,
@@ -541,6 +820,9 @@ mod tests {
                 max_wait_secs: 5,
                 max_batch: 6,
                 max_waiters: 7,
+                auth_tokens: vec!["0123456789abcdef".into(), "fedcba9876543210".into()],
+                request_timeout_secs: 8,
+                idle_timeout_secs: 9,
             }
         );
     }
@@ -558,6 +840,9 @@ mod tests {
             compat_pop_timeout = 4
             max_wait = 5
             max_batch = 6
+            auth_tokens = ["0123456789abcdef"]
+            request_timeout = 7
+            idle_timeout = 8
             "#,
         );
         let c = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap();
@@ -569,6 +854,8 @@ mod tests {
             (c.compat_pop_timeout_secs, c.max_wait_secs, c.max_batch),
             (4, 5, 6)
         );
+        assert_eq!(c.auth_tokens, vec![AuthToken::from("0123456789abcdef")]);
+        assert_eq!((c.request_timeout_secs, c.idle_timeout_secs), (7, 8));
     }
 
     #[test]
@@ -663,6 +950,20 @@ mod tests {
             // The default compat timeout (178 s) does not fit a lower max_wait either.
             (&["--max-wait=60"], "compat_pop_timeout"),
             (&["--max-wait=86401"], "max_wait"),
+            (&["--request-timeout=0"], "request_timeout"),
+            (&["--request-timeout=86401"], "request_timeout"),
+            (&["--idle-timeout=0"], "idle_timeout"),
+            (&["--idle-timeout=86401"], "idle_timeout"),
+            (&["--auth-token=short"], "auth_tokens"),
+            (
+                &["--auth-token=0123456789abcdef", "--auth-token="],
+                "auth_tokens",
+            ),
+            (&["--auth-token=0123456789 abcdef"], "auth_tokens"),
+            (
+                &["--auth-token-file=/nonexistent/tokens"],
+                "auth_token_file",
+            ),
         ];
         for (argv, setting) in cases {
             let e = load(argv, &[]).expect_err(&format!("{argv:?} should be refused"));
@@ -718,6 +1019,166 @@ mod tests {
         let f = toml_file("prefix = \"\"\n");
         let e = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap_err();
         assert_eq!(invalid_setting(e).0, "prefix");
+    }
+
+    fn token_file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn auth_tokens_come_from_a_comma_separated_variable() {
+        let c = load(
+            &[],
+            &[("DELAYQ_AUTH_TOKENS", "0123456789abcdef,fedcba9876543210")],
+        )
+        .unwrap();
+        assert_eq!(
+            c.auth_tokens,
+            vec![
+                AuthToken::from("0123456789abcdef"),
+                AuthToken::from("fedcba9876543210")
+            ]
+        );
+        // The flag replaces the variable, like every setting.
+        let c = load(
+            &["--auth-token=aaaaaaaaaaaaaaaa"],
+            &[("DELAYQ_AUTH_TOKENS", "0123456789abcdef")],
+        )
+        .unwrap();
+        assert_eq!(c.auth_tokens, vec![AuthToken::from("aaaaaaaaaaaaaaaa")]);
+    }
+
+    #[test]
+    fn token_file_lines_are_tokens_without_blanks_and_comments() {
+        let f = token_file(
+            "# rotated 2025-01\n\n  0123456789abcdef  \n#old-old-old-old-old\nfedcba9876543210\n",
+        );
+        let path = f.path().to_str().unwrap();
+        let c = load(&["--auth-token-file", path], &[]).unwrap();
+        assert_eq!(
+            c.auth_tokens,
+            vec![
+                AuthToken::from("0123456789abcdef"),
+                AuthToken::from("fedcba9876543210")
+            ]
+        );
+        // Tokens from the flag and from the file are all accepted.
+        let c = load(
+            &["--auth-token=aaaaaaaaaaaaaaaa"],
+            &[("DELAYQ_AUTH_TOKEN_FILE", path)],
+        )
+        .unwrap();
+        assert_eq!(c.auth_tokens.len(), 3);
+        // And from the TOML file.
+        let conf = toml_file(&format!(
+            "auth_token_file = {path:?}\nauth_tokens = [\"bbbbbbbbbbbbbbbb\"]\n"
+        ));
+        let c = load(&["--config", conf.path().to_str().unwrap()], &[]).unwrap();
+        assert_eq!(c.auth_tokens[0], AuthToken::from("bbbbbbbbbbbbbbbb"));
+        assert_eq!(c.auth_tokens.len(), 3);
+    }
+
+    #[test]
+    fn token_file_without_a_token_or_unreadable_is_an_error_naming_it() {
+        let f = token_file("# nothing yet\n\n");
+        let path = f.path().to_str().unwrap();
+        let e = load(&["--auth-token-file", path], &[]).unwrap_err();
+        let text = e.to_string();
+        assert_eq!(invalid_setting(e).0, "auth_token_file");
+        assert!(text.contains(path) && text.contains("no token"), "{text}");
+
+        let e = load(&["--auth-token-file=/nonexistent/tokens"], &[]).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/tokens"), "{e}");
+    }
+
+    #[test]
+    fn bad_tokens_are_refused_without_being_echoed() {
+        let f = token_file("0123456789abcdef\nsecret-but-short\x01\n");
+        let e = load(&["--auth-token-file", f.path().to_str().unwrap()], &[]).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("line 2"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+
+        let e = load(&["--auth-token=tinysecret"], &[]).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("at least 16"), "{text}");
+        assert!(
+            text.contains("--auth-token or DELAYQ_AUTH_TOKENS"),
+            "{text}"
+        );
+        assert!(!text.contains("tinysecret"), "{text}");
+    }
+
+    #[test]
+    fn debug_output_hides_tokens() {
+        let c = load(&["--auth-token=0123456789abcdef"], &[]).unwrap();
+        let args = parse(&["--auth-token=0123456789abcdef"], &[]).unwrap();
+        for dump in [format!("{c:?}"), format!("{args:?}")] {
+            assert!(!dump.contains("0123456789abcdef"), "{dump}");
+            assert!(dump.contains("AuthToken(***)"), "{dump}");
+        }
+    }
+
+    #[test]
+    fn redis_cluster_seeds_come_from_flag_env_or_file() {
+        let want = Some(vec![
+            "redis://127.0.0.1:7000".to_string(),
+            "redis://127.0.0.1:7001".to_string(),
+        ]);
+        let joined = "redis://127.0.0.1:7000,redis://127.0.0.1:7001";
+        let c = load(&["--redis-cluster", joined], &[]).unwrap();
+        assert_eq!((c.redis_cluster, c.redis), (want.clone(), None));
+        let c = load(&[], &[("DELAYQ_REDIS_CLUSTER", joined)]).unwrap();
+        assert_eq!(c.redis_cluster, want);
+        let f = toml_file(&format!("redis_cluster = \"{joined}\"\n"));
+        let c = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap();
+        assert_eq!(c.redis_cluster, want);
+        let f =
+            toml_file("redis_cluster = [\"redis://127.0.0.1:7000\", \"redis://127.0.0.1:7001\"]\n");
+        let c = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap();
+        assert_eq!(c.redis_cluster, want);
+    }
+
+    #[test]
+    fn redis_and_redis_cluster_together_are_refused_naming_both() {
+        let e = load(&["--redis=redis://a:1", "--redis-cluster=redis://b:2"], &[]).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("redis_cluster") && text.contains("--redis "),
+            "{text}"
+        );
+        let f = toml_file("redis = \"redis://a:1\"\n");
+        let e = load(
+            &[
+                "--config",
+                f.path().to_str().unwrap(),
+                "--redis-cluster=redis://b:2",
+            ],
+            &[],
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("redis_cluster") && text.contains("`redis`"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn bad_redis_cluster_seeds_are_refused() {
+        for argv in [
+            "--redis-cluster=",
+            "--redis-cluster=redis://a:1,,redis://b:2",
+            "--redis-cluster=unix:///run/redis.sock",
+            "--redis-cluster=a:1",
+        ] {
+            let e = load(&[argv], &[]).expect_err(argv);
+            assert_eq!(invalid_setting(e).0, "redis_cluster", "{argv}");
+        }
+        let e = load(&["--redis-cluster=http://user:secret@host"], &[]).unwrap_err();
+        assert!(!e.to_string().contains("secret"), "{e}");
     }
 
     #[test]

@@ -128,7 +128,9 @@ struct WaitList {
 enum Serve {
     /// Those interested in a topic that gained ready jobs.
     Topic(Topic),
-    /// Those registered since the last pass.
+    /// Those interested in a topic of a waiter registered since the last pass: the newcomers,
+    /// and before them every older waiter of the same topics, so a job that became ready just
+    /// before the pass still goes to the oldest waiter (first come, first served).
     Fresh,
     /// All of them (resync, lag, safety re-check).
     All,
@@ -244,9 +246,14 @@ impl Dispatcher {
         if topics.is_empty() || max == 0 {
             return Ok(Vec::new());
         }
-        let jobs = self.store.reserve(&topics, max, self.clock.now()).await?;
-        if !jobs.is_empty() || wait.is_zero() || self.stopping.is_cancelled() {
-            return Ok(jobs);
+        // First come, first served: while older callers wait on one of these topics, a caller
+        // that is willing to wait queues behind them instead of taking a job first. A caller
+        // that will not wait is not queued and tries the store directly.
+        if wait.is_zero() || !self.anyone_waits_on(&topics) {
+            let jobs = self.store.reserve(&topics, max, self.clock.now()).await?;
+            if !jobs.is_empty() || wait.is_zero() || self.stopping.is_cancelled() {
+                return Ok(jobs);
+            }
         }
         let (id, mut rx) = self.register(topics.clone(), max)?;
         // Deregisters on every exit, including the future being dropped mid-wait.
@@ -272,6 +279,17 @@ impl Dispatcher {
             return Ok(self.store.reserve(&topics, max, self.clock.now()).await?);
         }
         Ok(Vec::new())
+    }
+
+    /// Whether a registered caller waits on one of `topics` (a scan: waiters are few, at most
+    /// `max_waiters`).
+    fn anyone_waits_on(&self, topics: &[Topic]) -> bool {
+        let list = self.lock();
+        !list.by_id.is_empty()
+            && list
+                .by_id
+                .values()
+                .any(|w| !w.tx.is_closed() && w.topics.iter().any(|t| topics.contains(t)))
     }
 
     fn lock(&self) -> MutexGuard<'_, WaitList> {
@@ -420,6 +438,20 @@ impl Dispatcher {
         // Topics the store just answered "nothing" for, within this pass.
         let mut drained: HashSet<Topic> = HashSet::new();
         let mut cursor = 0u64;
+        // For a Fresh pass: the newcomers' topics. Marking them seen here, before any reserve,
+        // keeps a waiter registering meanwhile fresh for the next pass.
+        let fresh_topics: HashSet<Topic> = match &which {
+            Serve::Fresh => {
+                let mut list = self.lock();
+                let mut topics = HashSet::new();
+                for w in list.by_id.values_mut().filter(|w| w.fresh) {
+                    w.fresh = false;
+                    topics.extend(w.topics.iter().cloned());
+                }
+                topics
+            }
+            _ => HashSet::new(),
+        };
         loop {
             let next = {
                 let mut list = self.lock();
@@ -432,7 +464,7 @@ impl Dispatcher {
                     }
                     let wanted = match &which {
                         Serve::Topic(t) => w.topics.contains(t),
-                        Serve::Fresh => w.fresh,
+                        Serve::Fresh => w.topics.iter().any(|t| fresh_topics.contains(t)),
                         Serve::All => true,
                     };
                     if !wanted {
@@ -869,6 +901,9 @@ mod tests {
         inner: MemoryStore,
         failing: AtomicBool,
         ticks: AtomicU64,
+        /// When set, `subscribe` hands out this channel, on which nothing is ever sent: the
+        /// dispatcher hears of no event (as when a pub/sub message is lost).
+        silence: Option<broadcast::Sender<StoreEvent>>,
     }
 
     #[async_trait]
@@ -930,7 +965,10 @@ mod tests {
             self.inner.tick(now, limit).await
         }
         fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
-            self.inner.subscribe()
+            match &self.silence {
+                Some(quiet) => quiet.subscribe(),
+                None => self.inner.subscribe(),
+            }
         }
         async fn ping(&self) -> StoreResult<()> {
             self.inner.ping().await
@@ -943,6 +981,7 @@ mod tests {
             inner: MemoryStore::new(),
             failing: AtomicBool::new(true),
             ticks: AtomicU64::new(0),
+            silence: None,
         });
         let clock = Arc::new(SystemClock);
         let dispatcher = Dispatcher::new(store.clone(), clock.clone());
@@ -976,6 +1015,7 @@ mod tests {
             inner: MemoryStore::new(),
             failing: AtomicBool::new(false),
             ticks: AtomicU64::new(0),
+            silence: None,
         });
         let dispatcher = Dispatcher::new(store.clone(), Arc::new(SystemClock));
         let shutdown = CancellationToken::new();
@@ -993,6 +1033,56 @@ mod tests {
         let ticks = store.ticks.load(Ordering::SeqCst);
         assert!(ticks <= 3, "{ticks} ticks while idle");
         shutdown.cancel();
+        joined(task).await;
+    }
+
+    /// A newcomer's registration pass must not hand a job to the newcomer while an older waiter
+    /// of the same topic waits, even when the job's Ready event never arrived.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_newcomer_does_not_overtake_an_older_waiter_of_its_topic() {
+        let store = Arc::new(FlakyTicks {
+            inner: MemoryStore::new(),
+            failing: AtomicBool::new(false),
+            ticks: AtomicU64::new(0),
+            silence: Some(broadcast::channel(1).0),
+        });
+        let clock = Arc::new(SystemClock);
+        let dispatcher = Dispatcher::new(store.clone(), clock.clone());
+        let shutdown = CancellationToken::new();
+        let task = dispatcher.start(shutdown.clone());
+        let reserve = |d: &Arc<Dispatcher>| {
+            let d = d.clone();
+            tokio::spawn(async move {
+                d.reserve(vec![topic("t")], 1, Duration::from_secs(30))
+                    .await
+            })
+        };
+        let until = |n: usize| {
+            let d = dispatcher.clone();
+            async move {
+                let deadline = Instant::now() + PROMPT;
+                while d.waiters() != n {
+                    assert!(Instant::now() < deadline, "never saw {n} waiters");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        };
+        let first = reserve(&dispatcher);
+        until(1).await;
+        // Ready now, but no event tells the dispatcher.
+        store
+            .push(spec("j1", 0), PushMode::Reject, clock.now())
+            .await
+            .unwrap();
+        let second = reserve(&dispatcher);
+        assert_eq!(
+            ids(&joined(first).await.unwrap()),
+            ["j1"],
+            "the older waiter first"
+        );
+        until(1).await;
+        shutdown.cancel();
+        assert!(joined(second).await.unwrap().is_empty());
         joined(task).await;
     }
 }

@@ -6,6 +6,12 @@
 //! Shutdown (SIGINT or SIGTERM for `serve`): stop accepting, answer every waiting pop with
 //! "nothing" (the dispatcher's shutdown), let in-flight requests finish, and give up on
 //! stragglers after [`DRAIN_TIMEOUT`]. Nothing here knows job rules or HTTP routes.
+//!
+//! Connections are served by hyper-util's auto (HTTP/1 and HTTP/2) builder, as `axum::serve`
+//! does, but with a timer, so that `idle_timeout` applies: an HTTP/1 connection that has not
+//! sent a complete request head within it (idle between requests, or sending its head too
+//! slowly) is closed; HTTP/2 connections are pinged at that interval and closed when the peer
+//! does not answer. `axum::serve` has no such knob.
 
 use crate::api::{self, AppState};
 use crate::clock::{Clock, SystemClock};
@@ -13,8 +19,13 @@ use crate::config::Config;
 use crate::dispatch::{DispatchOptions, Dispatcher};
 use crate::store::Store;
 use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
-use crate::store::redis::{RedisOptions, RedisStore};
+use crate::store::redis::{RedisOptions, RedisStore, RedisTarget};
 use anyhow::Context;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,21 +65,31 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     run(listener, state, shutdown_signal()).await
 }
 
-/// Opens the store the configuration selects: Redis when `redis` is set, else embedded.
+/// Opens the store the configuration selects: Redis when `redis` is set, a Redis Cluster when
+/// `redis_cluster` is (config.rs refuses both), else embedded.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    match &config.redis {
-        Some(url) => {
-            let opts = RedisOptions {
-                url: url.clone(),
-                prefix: config.prefix.clone(),
-                shards: config.shards,
-            };
-            let store = RedisStore::connect(opts)
+    let redis = |target| RedisOptions {
+        target,
+        prefix: config.prefix.clone(),
+        shards: config.shards,
+    };
+    match (&config.redis, &config.redis_cluster) {
+        (Some(url), _) => {
+            let store = RedisStore::connect(redis(RedisTarget::Server(url.clone())))
                 .await
                 .with_context(|| format!("cannot use Redis at {}", redact_url(url)))?;
             Ok(Arc::new(store))
         }
-        None => {
+        (None, Some(seeds)) => {
+            let store = RedisStore::connect(redis(RedisTarget::Cluster(seeds.clone())))
+                .await
+                .with_context(|| {
+                    let seeds: Vec<String> = seeds.iter().map(|u| redact_url(u)).collect();
+                    format!("cannot use the Redis Cluster at {}", seeds.join(","))
+                })?;
+            Ok(Arc::new(store))
+        }
+        (None, None) => {
             let opts = EmbeddedOptions {
                 data_dir: config.data_dir.clone(),
             };
@@ -98,6 +119,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let stopping = CancellationToken::new();
     let dispatcher = state.dispatch.start(stopping.clone());
+    let idle_timeout = Duration::from_secs(state.config.idle_timeout_secs);
     let app = api::router(state);
 
     let begin_shutdown = {
@@ -111,7 +133,7 @@ pub async fn run(
             stopping.cancel();
         }
     };
-    let server = axum::serve(listener, app).with_graceful_shutdown(begin_shutdown);
+    let server = serve_http(listener, app, idle_timeout, begin_shutdown);
     let drain_deadline = async {
         stopping.cancelled().await;
         tokio::time::sleep(DRAIN_TIMEOUT).await;
@@ -132,6 +154,49 @@ pub async fn run(
     }
     tracing::info!("stopped");
     served
+}
+
+/// Accepts connections and serves `app` on each until `shutdown` completes; then stops
+/// accepting, asks every connection to close once its current request is answered (idle ones
+/// close at once), and returns when all have.
+async fn serve_http(
+    mut listener: TcpListener,
+    app: Router,
+    idle_timeout: Duration,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(idle_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(idle_timeout);
+    let builder = Arc::new(builder);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        // axum's `Listener` retries failed accepts (out of file descriptors, ...) itself.
+        let (stream, _peer) = tokio::select! {
+            conn = axum::serve::Listener::accept(&mut listener) => conn,
+            _ = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            if let Err(e) = watcher.watch(conn).await {
+                // Client resets, header timeouts: the connection's business, not the server's.
+                tracing::debug!(error = %e, "connection closed with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.

@@ -2,7 +2,8 @@
 //! all of them through the seed API: every job is delivered, none twice within its TTR, none
 //! before it is due, and lateness stays low.
 //!
-//! The CI versions are bounded (a few thousand jobs); the soak runs tens of thousands:
+//! The CI versions are bounded (1,000–1,500 jobs, paced so a debug build on 2 shared cores keeps
+//! up: lateness then measures the timer, not a backlog); the soak runs tens of thousands:
 //! `DELAYQ_SOAK_JOBS=50000 cargo test --release --test multi_instance -- --ignored`.
 
 mod support;
@@ -21,6 +22,8 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Delivery {
     instance: usize,
     at_ms: u64,
@@ -37,8 +40,12 @@ async fn post(http: &reqwest::Client, url: &str, body: Value) -> Value {
     r.json().await.unwrap_or_else(|e| panic!("POST {url}: {e}"))
 }
 
-/// Runs `jobs` jobs with delays of 0–`max_delay_s` seconds through `instances` servers.
-async fn every_job_delivered_once(instances: usize, jobs: usize, max_delay_s: u64) {
+/// Runs `jobs` jobs with delays of 0–`max_delay_s` seconds through `instances` servers, pushed
+/// at about `rate` jobs a second in all (so the consumers keep up and lateness measures the
+/// timer, not a backlog).
+async fn every_job_delivered_once(instances: usize, jobs: usize, max_delay_s: u64, rate: u64) {
+    // One scenario at a time: two at once on 2 cores measure the CPU, not delayq.
+    let _serial = SERIAL.lock().await;
     let redis = RedisServer::start();
     let mut servers = Vec::new();
     for _ in 0..instances {
@@ -62,8 +69,13 @@ async fn every_job_delivered_once(instances: usize, jobs: usize, max_delay_s: u6
             run.clone(),
             pushed.clone(),
         );
+        let producers_n = (instances * 2) as u64;
         producers.push(tokio::spawn(async move {
+            // Each producer paces itself to its share of `rate`.
+            let interval = Duration::from_micros(1_000_000 * producers_n / rate.max(1));
+            let started = Instant::now();
             for k in 0..per_producer {
+                tokio::time::sleep_until((started + interval * k as u32).into()).await;
                 let n = p * per_producer + k;
                 if n >= jobs {
                     break;
@@ -173,11 +185,11 @@ async fn every_job_delivered_once(instances: usize, jobs: usize, max_delay_s: u6
         pct(0.99),
         lateness.last().unwrap()
     );
-    // Lateness figures belong to the benchmark; this only catches a timer that stalls.
-    assert!(
-        *lateness.last().unwrap() < 20_000,
-        "a job fired more than 20 s late"
-    );
+    // Lateness figures belong to the benchmark (release build, no other load); here, on a
+    // debug build sharing 2 cores with other tests, only a timer that stalls or a backlog that
+    // builds up is caught. Seed-API delays are whole seconds and the due time is taken before
+    // the push, so lateness includes the push's own latency.
+    assert!(pct(0.99) < 1_000, "p99 lateness {} ms", pct(0.99));
     assert!(
         per_instance.iter().all(|&n| n > 0),
         "every instance delivered work: {per_instance:?}"
@@ -186,12 +198,12 @@ async fn every_job_delivered_once(instances: usize, jobs: usize, max_delay_s: u6
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_one_redis_deliver_every_job_once() {
-    every_job_delivered_once(2, 2_000, 2).await;
+    every_job_delivered_once(2, 1_000, 2, 200).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_on_one_redis_deliver_every_job_once() {
-    every_job_delivered_once(3, 4_000, 2).await;
+    every_job_delivered_once(3, 1_500, 2, 250).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,5 +213,5 @@ async fn three_instances_soak() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(50_000);
-    every_job_delivered_once(3, jobs, 5).await;
+    every_job_delivered_once(3, jobs, 5, 2_000).await;
 }

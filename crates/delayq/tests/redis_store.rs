@@ -10,7 +10,7 @@
 mod support;
 
 use delayq::job::{JobId, JobSpec, JobState, Topic};
-use delayq::store::redis::{RedisOptions, RedisStore, shard_of};
+use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget, shard_of};
 use delayq::store::{PushMode, PushOutcome, Reschedule, Store, StoreError, StoreEvent};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ fn job(t: &str, i: &str, body: &str, run_at: u64) -> JobSpec {
 
 async fn store(server: &RedisServer, prefix: &str, shards: u16) -> RedisStore {
     RedisStore::connect(RedisOptions {
-        url: server.url(),
+        target: RedisTarget::Server(server.url()),
         prefix: prefix.into(),
         shards,
     })
@@ -524,7 +524,7 @@ async fn connect_fails_fast_when_redis_is_unreachable() {
         .port();
     let started = Instant::now();
     let r = RedisStore::connect(RedisOptions {
-        url: format!("redis://127.0.0.1:{port}/"),
+        target: RedisTarget::Server(format!("redis://127.0.0.1:{port}/")),
         prefix: "dq".into(),
         shards: 1,
     })

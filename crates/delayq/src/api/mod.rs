@@ -4,8 +4,12 @@
 //!
 //! Cross-cutting layers are applied here, once, for every route: the request body limit
 //! ([`request_body_limit`], enforced by axum's `DefaultBodyLimit`, so body extractors reject
-//! oversized requests: /v1 answers 413, the seed API its code-1 reply) and `TraceLayer`.
+//! oversized requests: /v1 answers 413, the seed API its code-1 reply), bearer-token
+//! authentication when tokens are configured (`auth.rs`), the request deadline ([`deadline`])
+//! and `TraceLayer`. Refusals made by these layers, outside any handler, have the error body of
+//! the API the path belongs to ([`refusal`]).
 
+pub mod auth;
 pub mod compat;
 pub mod openapi;
 pub mod v1;
@@ -14,8 +18,9 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::store::Store;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -52,14 +57,84 @@ pub fn request_body_limit(config: &Config) -> usize {
 /// The whole HTTP application.
 pub fn router(state: AppState) -> Router {
     let limit = request_body_limit(&state.config);
-    Router::new()
+    let deadlines = Deadlines::new(&state.config);
+    let tokens = auth::Tokens::new(&state.config.auth_tokens);
+    let mut app = Router::new()
         .merge(compat::routes())
         .merge(v1::routes())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state)
-        .layer(DefaultBodyLimit::max(limit))
+        .layer(DefaultBodyLimit::max(limit));
+    if let Some(tokens) = tokens {
+        app = app.layer(middleware::from_fn_with_state(tokens, auth::require_bearer));
+    }
+    app.layer(middleware::from_fn_with_state(deadlines, deadline))
         .layer(TraceLayer::new_for_http())
+}
+
+/// The seed API's paths: refusals there have its `{"code","message","data"}` body.
+const COMPAT_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get"];
+
+/// The long-poll paths: they may wait up to `max_wait` for a job before answering.
+const LONG_POLL_PATHS: &[&str] = &["/pop", "/v1/reserve"];
+
+/// A refusal made outside the handlers (401, request timeout), in the shape of the path's API:
+/// the seed envelope `{"code":1,"message":...,"data":null}` on the seed paths, else the /v1
+/// error body `{"error":{"code","field":null,"message"}}`. Both with `status`: a seed client
+/// gets a non-200 here, where the original had no such refusal at all.
+pub(crate) fn refusal(path: &str, status: StatusCode, code: &str, message: &str) -> Response {
+    let body = if COMPAT_PATHS.contains(&path) {
+        serde_json::json!({"code": 1, "message": message, "data": null})
+    } else {
+        serde_json::json!({"error": {"code": code, "field": null, "message": message}})
+    };
+    (status, Json(body)).into_response()
+}
+
+/// How long a request may take before [`deadline`] answers it 503.
+#[derive(Clone, Copy)]
+struct Deadlines {
+    /// `request_timeout`.
+    request: Duration,
+    /// `request_timeout + max_wait`: a long poll waits at most `max_wait` (reserve refuses a
+    /// longer `timeout_ms`, seed `/pop` caps it), then has the ordinary time for the rest.
+    long_poll: Duration,
+}
+
+impl Deadlines {
+    fn new(config: &Config) -> Deadlines {
+        let request = Duration::from_secs(config.request_timeout_secs);
+        Deadlines {
+            request,
+            long_poll: request + Duration::from_secs(config.max_wait_secs),
+        }
+    }
+}
+
+/// Middleware: answers 503 `timeout` when the handler (reading the body included) has not
+/// produced a response within the path's deadline. The handler is dropped at that point: an
+/// operation may or may not have taken effect, as with any answer that never arrives. A job
+/// reserved by a dropped long poll is handed out again after its TTR.
+async fn deadline(State(d): State<Deadlines>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    let limit = if LONG_POLL_PATHS.contains(&path.as_str()) {
+        d.long_poll
+    } else {
+        d.request
+    };
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => {
+            tracing::warn!(%path, timeout = ?limit, "request timed out");
+            let message = format!(
+                "the request took longer than {} s and was abandoned; it may or may not have \
+                 taken effect",
+                limit.as_secs()
+            );
+            refusal(&path, StatusCode::SERVICE_UNAVAILABLE, "timeout", &message)
+        }
+    }
 }
 
 /// The body of `/healthz` and `/readyz`, fields in this order.

@@ -66,7 +66,7 @@ fn responses(mut specific: serde_json::Map<String, Value>, body: bool) -> Value 
     );
     specific.insert(
         "503".into(),
-        error("`store_unavailable`: the store cannot be reached; nothing was changed"),
+        error("`store_unavailable`: the store could not be reached or did not answer in time; unreached changes nothing, no answer in time is in doubt (retry with the same id)"),
     );
     Value::Object(specific)
 }
@@ -94,6 +94,8 @@ fn job_op(op_id: &str, summary: &str, body: Option<(&str, bool)>, specific: Valu
 }
 
 fn build() -> Value {
+    let mut paths = paths();
+    add_unauthorized(&mut paths);
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -107,8 +109,17 @@ fn build() -> Value {
             {"name": "consumers", "description": "Reserving and finishing jobs"},
             {"name": "admin", "description": "Statistics, health and this document"}
         ],
-        "paths": paths(),
+        "paths": paths,
+        // Either a bearer token or nothing: which one the server wants is its configuration.
+        "security": [{"bearer": []}, {}],
         "components": {
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "Required on every operation but `GET /healthz` when the server is configured with tokens (`auth_tokens`, `auth_token_file`): `Authorization: Bearer <token>`. Without it, or with a wrong one, the answer is 401 `unauthorized` with `WWW-Authenticate: Bearer`."
+                }
+            },
             "parameters": {
                 "JobId": {
                     "name": "id", "in": "path", "required": true,
@@ -119,6 +130,31 @@ fn build() -> Value {
             "schemas": schemas()
         }
     })
+}
+
+/// Adds the 401 of bearer authentication to every operation, and marks `/healthz`, the one
+/// path that never asks for a token, as needing no security.
+fn add_unauthorized(paths: &mut Value) {
+    let Value::Object(paths) = paths else { return };
+    for (path, item) in paths.iter_mut() {
+        let Value::Object(item) = item else { continue };
+        for (method, op) in item.iter_mut() {
+            if method == "parameters" {
+                continue;
+            }
+            let Value::Object(op) = op else { continue };
+            if path == "/healthz" {
+                op.insert("security".into(), json!([]));
+                continue;
+            }
+            if let Some(Value::Object(responses)) = op.get_mut("responses") {
+                responses.insert(
+                    "401".into(),
+                    error("`unauthorized`: authentication is on and the bearer token is missing or wrong"),
+                );
+            }
+        }
+    }
 }
 
 fn paths() -> Value {
@@ -465,7 +501,7 @@ fn schemas() -> Value {
                             "type": "object",
                             "required": ["code", "field", "message"],
                             "properties": {
-                                "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "store_unavailable", "internal"]},
+                                "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "unauthorized", "timeout", "store_unavailable", "too_many_waiters", "internal"]},
                                 "field": {"type": ["string", "null"], "description": "The offending field (`jobs[3].topic` in batches) for `invalid_field`, and for `too_large` about a job body"},
                                 "message": {"type": "string"},
                                 "state": {"allOf": [{"$ref": "#/components/schemas/JobState"}], "description": "Only with `wrong_state`: the job's current state"}

@@ -1,13 +1,24 @@
 //! Opens each storage backend for a test, and `backend_tests!`, which runs every listed test
 //! body once per backend (the conformance suite and the HTTP suites use it: one definition,
 //! every backend).
+//!
+//! The Redis Cluster arm shares one cluster per test binary (starting one takes a few
+//! seconds; a cluster per test would cost minutes): a `static` started by the first test that
+//! needs it, each test on its own key prefix `t<N>` so none sees another's jobs or events. The
+//! static is never dropped; its processes die with the test process (see `redis_cluster.rs`).
 
 use delayq::store::Store;
 use delayq::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use delayq::store::memory::MemoryStore;
-use delayq::store::redis::{RedisOptions, RedisStore};
+use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget};
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// The cluster every `redis_cluster` test of this binary uses: 3 masters, no replicas.
+static SHARED_CLUSTER: OnceLock<super::redis_cluster::RedisCluster> = OnceLock::new();
+/// Numbers the key prefixes of tests on the shared cluster.
+static NEXT_PREFIX: AtomicU64 = AtomicU64::new(0);
 
 /// A store under test plus whatever keeps it alive (a temp dir, a redis-server process).
 pub struct Backend {
@@ -45,7 +56,7 @@ impl Backend {
     pub async fn redis(name: &'static str, shards: u16) -> Backend {
         let server = super::redis_server::RedisServer::start();
         let store = RedisStore::connect(RedisOptions {
-            url: server.url(),
+            target: RedisTarget::Server(server.url()),
             prefix: "delayq".into(),
             shards,
         })
@@ -59,9 +70,31 @@ impl Backend {
     }
 }
 
+impl Backend {
+    /// A `RedisStore` with 8 shards (the default) on this binary's shared 3-master Redis
+    /// Cluster, under a key prefix no other test uses. Its seeds are all the masters.
+    pub async fn redis_cluster() -> Backend {
+        let cluster =
+            SHARED_CLUSTER.get_or_init(|| super::redis_cluster::RedisCluster::start(3, 0));
+        let prefix = format!("t{}", NEXT_PREFIX.fetch_add(1, Ordering::Relaxed));
+        let store = RedisStore::connect(RedisOptions {
+            target: RedisTarget::Cluster(cluster.urls()),
+            prefix,
+            shards: 8,
+        })
+        .await
+        .expect("connect to the shared test Redis Cluster");
+        Backend {
+            name: "redis_cluster",
+            store: Arc::new(store),
+            guard: None,
+        }
+    }
+}
+
 /// `backend_tests!(a, b)` expects `async fn a(b: &Backend)` etc. in the calling module and
-/// generates `memory::a`, `redis::a` (8 shards, the default), `redis_one_shard::a`, ... (one
-/// `#[tokio::test]` per backend and test).
+/// generates `memory::a`, `redis::a` (8 shards, the default), `redis_one_shard::a`,
+/// `redis_cluster::a`, ... (one `#[tokio::test]` per backend and test).
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
@@ -97,6 +130,15 @@ macro_rules! backend_tests {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let b = $crate::support::backends::Backend::redis("redis_one_shard", 1).await;
+                    super::$name(&b).await;
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let b = $crate::support::backends::Backend::redis_cluster().await;
                     super::$name(&b).await;
                 }
             )*

@@ -4,5 +4,7 @@
 
 pub mod app;
 pub mod backends;
+pub mod load;
 pub mod process;
+pub mod redis_cluster;
 pub mod redis_server;

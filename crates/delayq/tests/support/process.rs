@@ -1,8 +1,11 @@
 //! Runs the real `delayq` binary as a child process, for tests that kill, restart or run several
 //! servers: `DelayqProcess::start(&["--redis", url])` picks a free loopback port, waits until
-//! `/healthz` answers, and kills the process when dropped.
+//! `/healthz` answers, and kills the process when dropped. Its log (stderr) goes to the test's
+//! stderr, or to a file with `start_logging_to` (for tests that make it log a lot on purpose).
 
+use std::fs::OpenOptions;
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,6 +14,10 @@ pub struct DelayqProcess {
     pub port: u16,
     pub base_url: String,
     args: Vec<String>,
+    /// Where stderr is appended (kept across `restart`); `None`: inherited.
+    log: Option<PathBuf>,
+    /// Extra environment variables (kept across `restart`).
+    env: Vec<(String, String)>,
 }
 
 /// A loopback port that was free a moment ago.
@@ -24,19 +31,54 @@ pub fn free_port() -> u16 {
 impl DelayqProcess {
     /// Starts `delayq serve --listen 127.0.0.1:<free port> <args>`.
     pub async fn start(args: &[&str]) -> DelayqProcess {
-        Self::start_on(free_port(), args.iter().map(|s| s.to_string()).collect()).await
+        Self::start_on(free_port(), owned(args), None, Vec::new()).await
     }
 
-    async fn start_on(port: u16, args: Vec<String>) -> DelayqProcess {
+    /// As `start`, with extra environment variables.
+    pub async fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> DelayqProcess {
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self::start_on(free_port(), owned(args), None, env).await
+    }
+
+    /// As `start`, with the process's stderr appended to `log` (also after `restart`).
+    pub async fn start_logging_to(args: &[&str], log: &Path) -> DelayqProcess {
+        Self::start_on(
+            free_port(),
+            owned(args),
+            Some(log.to_path_buf()),
+            Vec::new(),
+        )
+        .await
+    }
+
+    async fn start_on(
+        port: u16,
+        args: Vec<String>,
+        log: Option<PathBuf>,
+        env: Vec<(String, String)>,
+    ) -> DelayqProcess {
+        let stderr = match &log {
+            Some(path) => OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map(Stdio::from)
+                .unwrap_or_else(|e| panic!("open {}: {e}", path.display())),
+            None => Stdio::inherit(),
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_delayq"))
             .arg("serve")
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .args(&args)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn delayq");
         let mut p = DelayqProcess {
@@ -44,6 +86,8 @@ impl DelayqProcess {
             port,
             base_url: format!("http://127.0.0.1:{port}"),
             args,
+            log,
+            env,
         };
         p.wait_healthy().await;
         p
@@ -54,7 +98,12 @@ impl DelayqProcess {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("delayq exited during start-up: {status}");
+                panic!(
+                    "delayq exited during start-up: {status}{}",
+                    self.log()
+                        .map(|l| format!("; its log:\n{l}"))
+                        .unwrap_or_default()
+                );
             }
             let url = format!("{}/healthz", self.base_url);
             if let Ok(r) = http.get(&url).send().await
@@ -64,10 +113,18 @@ impl DelayqProcess {
             }
             assert!(
                 Instant::now() < deadline,
-                "delayq did not answer /healthz within 30 s"
+                "delayq did not answer /healthz within 30 s{}",
+                self.log()
+                    .map(|l| format!("; its log:\n{l}"))
+                    .unwrap_or_default()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The exit status if the process has exited, `None` while it runs (`Child::try_wait`).
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// SIGKILL: no shutdown, no flush.
@@ -96,8 +153,25 @@ impl DelayqProcess {
     pub async fn restart(&mut self) {
         self.kill();
         // The old value is dropped here; killing an exited child again is harmless.
-        *self = Self::start_on(self.port, self.args.clone()).await;
+        *self = Self::start_on(
+            self.port,
+            self.args.clone(),
+            self.log.clone(),
+            self.env.clone(),
+        )
+        .await;
     }
+
+    /// What the process logged so far, when started with `start_logging_to`.
+    pub fn log(&self) -> Option<String> {
+        self.log
+            .as_ref()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_else(|e| format!("(no log: {e})")))
+    }
+}
+
+fn owned(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
 }
 
 impl Drop for DelayqProcess {

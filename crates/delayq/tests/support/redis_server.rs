@@ -133,19 +133,23 @@ impl Drop for RedisServer {
 }
 
 /// `redis-server` from PATH, or a one-line panic saying how to install it.
-fn redis_server_path() -> PathBuf {
+pub fn redis_server_path() -> PathBuf {
+    tool_path("redis-server")
+}
+
+/// A Redis tool (`redis-server`, `redis-cli`) from PATH, or a one-line panic saying how to
+/// install it.
+pub fn tool_path(name: &str) -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
-        .map(|d| d.join("redis-server"))
+        .map(|d| d.join(name))
         .find(|p| p.is_file())
         .unwrap_or_else(|| {
-            panic!(
-                "redis-server not found on PATH: install it with 'apt-get install -y redis-server'"
-            )
+            panic!("{name} not found on PATH: install it with 'apt-get install -y redis-server'")
         })
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -187,7 +191,7 @@ fn wait_ready(port: u16, child: &mut Child) -> Result<(), ()> {
 
 /// Whether the server on `port` answers and is process `pid`: another test's server may have
 /// taken the port first, and talking to it would be wrong.
-fn answers_as(port: u16, pid: u32) -> bool {
+pub fn answers_as(port: u16, pid: u32) -> bool {
     let Ok(mut s) =
         TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
     else {
@@ -216,6 +220,6 @@ fn answers_as(port: u16, pid: u32) -> bool {
     false
 }
 
-fn read_log(dir: &Path) -> String {
+pub fn read_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("redis.log")).unwrap_or_else(|e| format!("(no log: {e})"))
 }

@@ -185,7 +185,7 @@ impl IntoResponse for ApiError {
                 tracing::warn!(error = %detail, "store unavailable");
                 (
                     None,
-                    "the store cannot be reached; nothing was changed".into(),
+                    "the store could not be reached or did not answer in time; if it did not answer, the change may still be applied (retry with the same id)".into(),
                     None,
                 )
             }

@@ -3,12 +3,20 @@
 //! call, error mapping to [`StoreError`], and script calls by EVALSHA with a reload on
 //! NOSCRIPT (after a Redis restart or `SCRIPT FLUSH`).
 //!
-//! It does not know the key layout or what the scripts do. It is an enum so that a Redis
-//! Cluster connection (`redis::cluster_async::ClusterConnection`, which routes each command of
-//! a pipeline by its first key) can become a second variant without touching callers.
+//! Two variants: one server ([`Conn::Single`]) and a Redis Cluster ([`Conn::Cluster`]).
+//! Callers build pipelines the same way for both. On one server a pipeline is one round trip;
+//! on a cluster its commands usually name keys of several slots, and a cluster pipeline must
+//! stay within one slot, so each command is sent on its own, all concurrently (the cluster
+//! connection routes each by its key, follows MOVED/ASK and multiplexes them per node, so
+//! that is still about one round trip per node). Not atomic across commands on either: every
+//! caller's atomic unit is one script call on one shard.
+//!
+//! It does not know the key layout or what the scripts do.
 
 use crate::store::{StoreError, StoreResult};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
 use redis::{Client, Cmd, Pipeline, RedisError, Script, ToRedisArgs, Value};
 use std::time::Duration;
 
@@ -26,6 +34,34 @@ pub enum Conn {
     /// One Redis server. `ConnectionManager` reconnects by itself after a failure; a call made
     /// while it is down fails fast and the next one tries again.
     Single(ConnectionManager),
+    /// A Redis Cluster: one multiplexed connection per node, opened as the slot map (read
+    /// from the seeds, refreshed on MOVED or a lost node) requires. A command whose node is
+    /// down fails within [`CALL_TIMEOUT`]; after a failover the promoted replica is found by
+    /// the slot refresh.
+    ///
+    /// Caveat: the cluster client resends a command whose connection dropped (up to
+    /// [`CLUSTER_RETRIES`] times, within [`CALL_TIMEOUT`]). If the first send had run, the
+    /// script runs twice; every script is safe to repeat in effect (a repeated push reports
+    /// `Exists`, a repeated finish `NotFound`, a repeated reserve leaves jobs reserved until
+    /// their TTR), but the caller's answer can be wrong in that rare case.
+    Cluster(ClusterConnection),
+}
+
+/// How many times the cluster client retries a command after MOVED, TRYAGAIN, CLUSTERDOWN or
+/// a lost connection (always within [`CALL_TIMEOUT`]).
+pub const CLUSTER_RETRIES: u32 = 3;
+
+/// A cluster client for these seed URLs (any few nodes; the rest are discovered), with the
+/// same fail-fast timeouts as one server and short retry waits (the crate's default first
+/// wait, 1.28 s, would eat most of [`CALL_TIMEOUT`]).
+pub fn cluster_client(seeds: &[String]) -> Result<ClusterClient, RedisError> {
+    ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+        .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(50)
+        .max_retry_wait(400)
+        .build()
 }
 
 /// One EVALSHA call, built before it is sent (alone or in a pipeline).
@@ -64,6 +100,13 @@ impl Conn {
             .set_max_delay(Duration::from_millis(250));
         let manager = deadline(ConnectionManager::new_with_config(client.clone(), config)).await?;
         Ok(Conn::Single(manager))
+    }
+
+    /// Connects to a Redis Cluster through its seeds and reads its slot map, failing within
+    /// [`CALL_TIMEOUT`] if no seed answers.
+    pub async fn connect_cluster(client: &ClusterClient) -> StoreResult<Conn> {
+        let conn = deadline(client.get_async_connection()).await?;
+        Ok(Conn::Cluster(conn))
     }
 
     /// Sends a pipeline and returns one value per command; a server error in any reply fails
@@ -115,7 +158,10 @@ impl Conn {
         Ok(values)
     }
 
-    /// Loads scripts into the script cache (SCRIPT LOAD).
+    /// Loads scripts into the script cache (SCRIPT LOAD). On a cluster SCRIPT LOAD goes to
+    /// every node, replicas included (a promoted replica then has them; the cache is not
+    /// replicated), and a node that lost its cache (restart, new node) answers NOSCRIPT,
+    /// which [`Conn::eval`] repairs by loading again.
     pub async fn load(&self, scripts: &[&Script]) -> StoreResult<()> {
         match self {
             Conn::Single(m) => {
@@ -123,6 +169,16 @@ impl Conn {
                 deadline(async {
                     for s in scripts {
                         s.load_async(&mut m).await?;
+                    }
+                    Ok(())
+                })
+                .await
+            }
+            Conn::Cluster(c) => {
+                let mut c = c.clone();
+                deadline(async {
+                    for s in scripts {
+                        s.load_async(&mut c).await?;
                     }
                     Ok(())
                 })
@@ -139,7 +195,26 @@ impl Conn {
                 let mut m = m.clone();
                 deadline(async move { pipe.query_async::<Vec<Value>>(&mut m).await }).await
             }
+            Conn::Cluster(c) => {
+                let calls = pipe.cmd_iter().map(|cmd| {
+                    let mut c = c.clone();
+                    async move { as_reply(cmd.query_async::<Value>(&mut c).await) }
+                });
+                deadline(futures::future::try_join_all(calls)).await
+            }
         }
+    }
+}
+
+/// A command's result as a pipeline with `ignore_errors` reports it: an error reply is a
+/// [`Value::ServerError`] in its place, only a failure to ask is an `Err`.
+fn as_reply(r: Result<Value, RedisError>) -> Result<Value, RedisError> {
+    match r {
+        Ok(v) => Ok(v),
+        Err(e) => match e.clone().into_server_errors().as_deref() {
+            Some([(_, server)]) => Ok(Value::ServerError(server.clone())),
+            _ => Err(e),
+        },
     }
 }
 

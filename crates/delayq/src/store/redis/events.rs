@@ -3,6 +3,15 @@
 //! forwards what it hears to the store's broadcast channel. So every instance sharing the Redis
 //! (this one included) hears every instance's events.
 //!
+//! On a Redis Cluster, PUBLISH (from a script too) is broadcast over the cluster bus to every
+//! node, so one subscription on any node hears every shard's events: the store subscribes on
+//! its first seed that answers, and after losing it tries the seeds in turn. Decision: not the
+//! crate's sharded/cluster pub/sub (RESP3, SSUBSCRIBE per slot); a single plain subscription
+//! is enough for one channel and works on every Redis version. Limit: a node that is up but
+//! cut off from the cluster bus stays subscribed and hears nothing; events are a latency
+//! optimisation (dispatch.rs re-checks every few seconds for lost messages), so this delays
+//! wake-ups, it loses no job.
+//!
 //! The task reconnects by itself (with a capped backoff) when the subscription is lost, and
 //! then sends [`StoreEvent::Resync`], since events published meanwhile are gone. A heartbeat
 //! PING notices a connection that died without closing. It never touches jobs.
@@ -38,6 +47,24 @@ pub fn parse(payload: &[u8]) -> Vec<StoreEvent> {
         .collect()
 }
 
+/// A subscription on the first of `clients`, starting at `first`, that accepts one; each
+/// attempt within [`CALL_TIMEOUT`]. Returns the index of the client used.
+pub async fn subscribe_any(
+    clients: &[Client],
+    first: usize,
+    channel: &str,
+) -> StoreResult<(usize, (PubSubSink, PubSubStream))> {
+    let mut last = StoreError::Unavailable("no Redis URL to subscribe on".into());
+    for i in 0..clients.len() {
+        let at = (first + i) % clients.len();
+        match subscribe(&clients[at], channel).await {
+            Ok(sub) => return Ok((at, sub)),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// Opens a pub/sub connection subscribed to `channel`, within [`CALL_TIMEOUT`].
 pub async fn subscribe(client: &Client, channel: &str) -> StoreResult<(PubSubSink, PubSubStream)> {
     let f = async {
@@ -53,18 +80,21 @@ pub async fn subscribe(client: &Client, channel: &str) -> StoreResult<(PubSubSin
     }
 }
 
-/// Starts the forwarding task on an already subscribed connection. Abort the handle to stop it.
+/// Starts the forwarding task on an already subscribed connection (made with
+/// `clients[used]`). Abort the handle to stop it.
 pub fn spawn(
-    client: Client,
+    clients: Vec<Client>,
+    used: usize,
     channel: String,
     tx: broadcast::Sender<StoreEvent>,
     first: (PubSubSink, PubSubStream),
 ) -> JoinHandle<()> {
-    tokio::spawn(run(client, channel, tx, first))
+    tokio::spawn(run(clients, used, channel, tx, first))
 }
 
 async fn run(
-    client: Client,
+    clients: Vec<Client>,
+    mut used: usize,
     channel: String,
     tx: broadcast::Sender<StoreEvent>,
     first: (PubSubSink, PubSubStream),
@@ -74,8 +104,10 @@ async fn run(
     loop {
         let (mut sink, mut stream) = match current.take() {
             Some(c) => c,
-            None => match subscribe(&client, &channel).await {
-                Ok(c) => {
+            // The client that just failed is tried last.
+            None => match subscribe_any(&clients, used + 1, &channel).await {
+                Ok((at, c)) => {
+                    used = at;
                     tracing::info!(%channel, "redis event subscription restored");
                     retry = RETRY_MIN;
                     let _ = tx.send(StoreEvent::Resync);

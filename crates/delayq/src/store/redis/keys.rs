@@ -2,8 +2,11 @@
 //! id belongs to. Pure functions, no I/O; the Lua side of the layout is documented in
 //! `lib.lua`.
 //!
-//! Every key of shard `s` starts with the hash tag `{<prefix>:<s>}`, so one shard is one
-//! Redis Cluster slot and each script touches a single slot:
+//! Every key of shard `s` starts with the shard's hash tag, so one shard is one Redis Cluster
+//! slot and each script touches a single slot. On one server the tag is `{<prefix>:<s>}`; on a
+//! cluster it is `{<prefix>:<s>:<k>}` (see [`cluster_tag`]), which places the shards evenly
+//! over the slot space and so over the masters. Both formats are part of the storage format:
+//! never change them (jobs under the old names would be stranded).
 //!
 //! | key | type | holds |
 //! |---|---|---|
@@ -39,6 +42,68 @@ pub fn shard_of(id: &str, shards: u16) -> u16 {
     (fnv1a64(id.as_bytes()) % u64::from(shards.max(1))) as u16
 }
 
+/// Number of Redis Cluster hash slots.
+pub const CLUSTER_SLOTS: u16 = 16384;
+
+/// CRC16/XMODEM, the checksum Redis Cluster maps keys to slots with.
+pub fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The cluster slot of `key`, as `CLUSTER KEYSLOT` computes it: the hash tag (the text
+/// between the first `{` and the next `}`, if not empty) or else the whole key.
+pub fn key_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let hashed = b
+        .iter()
+        .position(|&c| c == b'{')
+        .and_then(|open| {
+            let rest = &b[open + 1..];
+            let close = rest.iter().position(|&c| c == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(b);
+    crc16(hashed) % CLUSTER_SLOTS
+}
+
+/// Most candidates [`cluster_tag`] tries before settling for the first one.
+const TAG_SEARCH_LIMIT: u32 = 1 << 20;
+
+/// The hash tag of shard `shard` of `shards` on a Redis Cluster: `{<prefix>:<shard>:<k>}` with
+/// the smallest `k >= 0` whose slot lies in the shard's equal share of the slot space,
+/// `[shard·16384/shards, (shard+1)·16384/shards)`.
+///
+/// Decision: `{<prefix>:<s>}` would put the shards on CRC16-random slots, and with 8 shards
+/// over 3 masters one master gets none about one time in nine (per prefix); a busy topic
+/// would then use two thirds of the cluster. `redis-cli --cluster create` gives each master a
+/// contiguous, equal range, so evenly spread slots mean every master holds
+/// `shards / masters` shards, give or take one. The search is deterministic (same tags on
+/// every instance and version) and costs about `shards` CRCs per shard, once at connect.
+pub fn cluster_tag(prefix: &str, shard: u16, shards: u16) -> String {
+    let n = u32::from(shards.max(1));
+    let s = u32::from(shard);
+    let slots = u32::from(CLUSTER_SLOTS);
+    let (lo, hi) = (s * slots / n, (s + 1) * slots / n);
+    let k = (0..TAG_SEARCH_LIMIT)
+        .find(|k| {
+            let slot = u32::from(crc16(format!("{prefix}:{shard}:{k}").as_bytes()) % CLUSTER_SLOTS);
+            (lo..hi).contains(&slot)
+        })
+        .unwrap_or(0);
+    format!("{{{prefix}:{shard}:{k}}}")
+}
+
 /// The keys of one shard, in the order every transition script takes them (`lib.lua`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardKeys {
@@ -50,8 +115,17 @@ pub struct ShardKeys {
 }
 
 impl ShardKeys {
+    /// Shard `shard`'s keys on one Redis server: tag `{<prefix>:<shard>}`.
     pub fn new(prefix: &str, shard: u16) -> ShardKeys {
-        let tag = format!("{{{prefix}:{shard}}}");
+        ShardKeys::with_tag(&format!("{{{prefix}:{shard}}}"))
+    }
+
+    /// Shard `shard` of `shards`'s keys on a Redis Cluster: tag [`cluster_tag`].
+    pub fn cluster(prefix: &str, shard: u16, shards: u16) -> ShardKeys {
+        ShardKeys::with_tag(&cluster_tag(prefix, shard, shards))
+    }
+
+    fn with_tag(tag: &str) -> ShardKeys {
         ShardKeys {
             jobs: format!("{tag}:jobs"),
             timeline: format!("{tag}:timeline"),
@@ -120,6 +194,37 @@ mod tests {
         for key in k.all() {
             assert!(key.starts_with("{delayq:3}:"), "{key}");
         }
+    }
+
+    #[test]
+    fn crc16_and_key_slot_match_redis() {
+        // The reference value of CRC16/XMODEM, and slots from the Redis Cluster spec.
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
+        // An empty tag does not count: the whole key is hashed.
+        assert_eq!(key_slot("foo{}{bar}"), crc16(b"foo{}{bar}") % CLUSTER_SLOTS);
+        assert_eq!(key_slot("foo{{bar}}zap"), crc16(b"{bar") % CLUSTER_SLOTS);
+    }
+
+    #[test]
+    fn cluster_tags_spread_shards_evenly_over_the_slot_space() {
+        for shards in [1u16, 3, 8, 64, 1024] {
+            for s in 0..shards {
+                let k = ShardKeys::cluster("delayq", s, shards);
+                let slot = u32::from(key_slot(&k.jobs));
+                let (lo, hi) = (u32::from(s) * 16384, (u32::from(s) + 1) * 16384);
+                assert!(
+                    (lo..hi).contains(&(slot * u32::from(shards))),
+                    "shard {s}/{shards}: slot {slot}"
+                );
+                for key in k.all() {
+                    assert_eq!(key_slot(key), key_slot(&k.jobs));
+                }
+            }
+        }
+        // Stable: part of the storage format.
+        assert_eq!(cluster_tag("delayq", 0, 8), cluster_tag("delayq", 0, 8));
     }
 
     #[test]

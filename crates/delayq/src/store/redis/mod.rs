@@ -25,9 +25,15 @@
 //! 200 would take listpack-sized buckets for both (jobs bucketed by id, the timeline by time
 //! window), which needs scripts to name keys derived from data; not done yet.
 //!
-//! Not here: Redis Cluster (the [`conn::Conn`] enum is where it slots in), TLS options beyond
-//! what the URL says, and any retry of writes (a failed write is reported, never repeated
-//! blindly: it may have run).
+//! Redis Cluster ([`RedisTarget::Cluster`]): the same scripts and layout, each shard's keys
+//! on one slot with tags chosen to spread the shards evenly over the slot space
+//! ([`keys::cluster_tag`]), so one busy topic's jobs are spread over every master. Calls that
+//! cover several shards (reserve's peek, stats, tick) send one command per shard concurrently
+//! instead of one pipeline (`conn.rs`); events are heard on one node (`events.rs`).
+//!
+//! Not here: TLS options beyond what the URL says, and any retry of writes by delayq (a failed
+//! write is reported, never repeated blindly: it may have run; see [`conn::Conn::Cluster`] for
+//! the cluster client's own resend after a dropped connection).
 
 mod conn;
 mod events;
@@ -35,7 +41,7 @@ mod keys;
 mod record;
 mod scripts;
 
-pub use keys::{ShardKeys, event_channel, fnv1a64, shard_of};
+pub use keys::{CLUSTER_SLOTS, ShardKeys, cluster_tag, event_channel, fnv1a64, key_slot, shard_of};
 
 use crate::job::{Job, JobId, JobSpec, JobState, MAX_RUN_AT, Topic, UnixMillis};
 use crate::store::{
@@ -53,11 +59,22 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+/// Which Redis deployment to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server (or a primary behind a fixed address):
+    /// `redis://[user:password@]host:port[/db]` or `rediss://...` for TLS.
+    Server(String),
+    /// A Redis Cluster, given by seed URLs (`redis://host:port`, a few nodes are enough: the
+    /// rest are discovered). Shard keys use the cluster tag format (`keys.rs`), so a prefix's
+    /// data is not shared between a server and a cluster deployment.
+    Cluster(Vec<String>),
+}
+
 /// How to reach Redis and where delayq's keys live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisOptions {
-    /// `redis://[user:password@]host:port[/db]` or `rediss://...` for TLS.
-    pub url: String,
+    pub target: RedisTarget,
     /// Prefix of every key (and of the event channel), so several delayq namespaces can share
     /// one Redis. Must not contain `{` or `}` (it is inside the hash tag).
     pub prefix: String,
@@ -112,17 +129,45 @@ impl RedisStore {
     /// are unusable; the caller may retry.
     pub async fn connect(opts: RedisOptions) -> StoreResult<RedisStore> {
         keys::validate_prefix(&opts.prefix).map_err(StoreError::Unavailable)?;
-        let client = redis::Client::open(opts.url.as_str())
-            .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {e}")))?;
-        let conn = Conn::connect(&client).await?;
+        let open = |url: &str| {
+            redis::Client::open(url)
+                .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {e}")))
+        };
+        let count = opts.shards.max(1);
+        let (conn, clients, shards) = match &opts.target {
+            RedisTarget::Server(url) => {
+                let client = open(url)?;
+                let conn = Conn::connect(&client).await?;
+                let shards: Vec<ShardKeys> = (0..count)
+                    .map(|s| ShardKeys::new(&opts.prefix, s))
+                    .collect();
+                (conn, vec![client], shards)
+            }
+            RedisTarget::Cluster(seeds) => {
+                let clients = seeds
+                    .iter()
+                    .map(|u| open(u))
+                    .collect::<StoreResult<Vec<_>>>()?;
+                if clients.is_empty() {
+                    return Err(StoreError::Unavailable(
+                        "no Redis Cluster seed URL given".into(),
+                    ));
+                }
+                let client = conn::cluster_client(seeds).map_err(|e| {
+                    StoreError::Unavailable(format!("invalid Redis Cluster seeds: {e}"))
+                })?;
+                let conn = Conn::connect_cluster(&client).await?;
+                let shards: Vec<ShardKeys> = (0..count)
+                    .map(|s| ShardKeys::cluster(&opts.prefix, s, count))
+                    .collect();
+                (conn, clients, shards)
+            }
+        };
         conn.load(&SCRIPTS.all()).await?;
         let channel = keys::event_channel(&opts.prefix);
-        let first = events::subscribe(&client, &channel).await?;
+        let (used, first) = events::subscribe_any(&clients, 0, &channel).await?;
         let (tx, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);
-        let subscriber = events::spawn(client, channel.clone(), tx.clone(), first);
-        let shards = (0..opts.shards.max(1))
-            .map(|s| ShardKeys::new(&opts.prefix, s))
-            .collect();
+        let subscriber = events::spawn(clients, used, channel.clone(), tx.clone(), first);
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 conn,
@@ -155,6 +200,12 @@ impl RedisStore {
                 Some(base + n.max(1) - 1)
             });
         base
+    }
+
+    /// The keys of each shard, indexed by shard number (for tests and tools that inspect the
+    /// layout, e.g. which cluster node holds which shard).
+    pub fn shard_keys(&self) -> &[ShardKeys] {
+        &self.inner.shards
     }
 
     fn shard(&self, id: &JobId) -> &ShardKeys {

@@ -1,0 +1,238 @@
+//! The Rust client (`delayq-client`) against a real server on a loopback socket, per backend:
+//! every method round-trips through the /v1 API. And the CLI verbs against a running
+//! `delayq serve` process, as a user would type them.
+
+mod support;
+
+use delayq::api::AppState;
+use delayq::clock::{Clock, SystemClock};
+use delayq::config::Config;
+use delayq::dispatch::Dispatcher;
+use delayq_client::{Client, ClientError, JobState, NewJob, PushStatus, Reschedule};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::backends::Backend;
+use support::process::DelayqProcess;
+use tokio_util::sync::CancellationToken;
+
+/// Serves the backend on a free loopback port until the returned token is cancelled.
+async fn serve(b: &Backend) -> (Client, CancellationToken) {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let state = AppState {
+        store: b.store.clone(),
+        dispatch: Dispatcher::new(b.store.clone(), clock.clone()),
+        clock,
+        config: Arc::new(Config::default()),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let shutdown = stop.clone();
+    tokio::spawn(delayq::server::run(listener, state, async move {
+        shutdown.cancelled().await
+    }));
+    (Client::new(&url).unwrap(), stop)
+}
+
+fn api_code(e: &ClientError) -> (u16, &str) {
+    match e {
+        ClientError::Api { status, code, .. } => (*status, code.as_str()),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+async fn client_covers_the_job_lifecycle(b: &Backend) {
+    let (c, stop) = serve(b).await;
+    assert_eq!(c.health().await.unwrap().status, "ok");
+    assert_eq!(c.ready().await.unwrap().status, "ok");
+
+    let job = c
+        .push(
+            NewJob::new("mail", "  hello ü ")
+                .id("m1")
+                .ttr_ms(30_000)
+                .priority(3)
+                .max_attempts(5)
+                .backoff_ms(vec![1_000, 2_000]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (job.state, job.body.as_str()),
+        (JobState::Ready, "  hello ü ")
+    );
+    let err = c
+        .push(NewJob::new("mail", "again").id("m1"))
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&err), (409, "exists"));
+
+    let got = c.reserve(["mail"], 10, 0).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].attempts, got[0].priority), (1, 3));
+    assert!(got[0].reserved_until_ms.is_some());
+    let touched = c.touch("m1").await.unwrap();
+    assert!(touched.reserved_until_ms >= got[0].reserved_until_ms);
+    let released = c.release("m1", Some(60_000)).await.unwrap();
+    assert_eq!(released.state, JobState::Delayed);
+
+    let (job, previous) = c
+        .reschedule("m1", Reschedule::delay_ms(0).body("new"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (previous, job.state, job.body.as_str()),
+        (JobState::Delayed, JobState::Ready, "new")
+    );
+    assert_eq!(c.bury("m1").await.unwrap().state, JobState::Dead);
+    assert_eq!(c.stats().await.unwrap().topics["mail"].dead, 1);
+    assert_eq!(c.kick("m1").await.unwrap().state, JobState::Ready);
+    c.bury("m1").await.unwrap();
+    assert_eq!(c.kick_topic("mail", 10).await.unwrap(), 1);
+    c.finish("m1").await.unwrap();
+    let err = c.get("m1").await.unwrap_err();
+    assert_eq!(api_code(&err), (404, "not_found"));
+
+    let results = c
+        .push_batch(
+            vec![
+                NewJob::new("b", "1").id("b1"),
+                NewJob::new("b", "2").id("b2").delay_ms(3_600_000),
+            ],
+            false,
+        )
+        .await
+        .unwrap();
+    assert!(results.iter().all(|r| r.status == PushStatus::Created));
+    let fin = c.finish_batch(["b1", "nope"]).await.unwrap();
+    assert_eq!((fin.finished, fin.missing), (1, vec!["nope".to_string()]));
+    c.delete("b2").await.unwrap();
+    assert!(c.stats().await.unwrap().topics.is_empty());
+
+    let err = c.push(NewJob::new("bad topic", "")).await.unwrap_err();
+    match err {
+        ClientError::Api { status, field, .. } => {
+            assert_eq!((status, field.as_deref()), (400, Some("topic")));
+        }
+        other => panic!("{other:?}"),
+    }
+    stop.cancel();
+}
+
+async fn client_long_poll_is_woken_by_a_push(b: &Backend) {
+    let (c, stop) = serve(b).await;
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { c.reserve(["lp"], 1, 20_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    c.push(NewJob::new("lp", "x").id("lp1")).await.unwrap();
+    let got = waiter.await.unwrap().unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].id, "lp1");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    stop.cancel();
+}
+
+backend_tests!(
+    client_covers_the_job_lifecycle,
+    client_long_poll_is_woken_by_a_push
+);
+
+fn cli(server: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_delayq"))
+        .arg("--server")
+        .arg(server)
+        .args(args)
+        .output()
+        .expect("run delayq");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_verbs_drive_a_running_server() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let server = DelayqProcess::start(&["--data-dir", dir.path().to_str().unwrap()]).await;
+    let url = server.base_url.clone();
+    let run = move |args: Vec<&'static str>| {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || cli(&url, &args))
+    };
+
+    let (ok, out, err) = run(vec![
+        "push", "--topic", "orders", "--id", "o1", "--delay", "1h", "hello",
+    ])
+    .await
+    .unwrap();
+    assert!(ok, "push failed: {err}");
+    assert!(out.contains("o1"), "{out}");
+
+    let (ok, out, _) = run(vec!["--json", "get", "o1"]).await.unwrap();
+    assert!(ok);
+    let job: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (job["state"].as_str(), job["body"].as_str()),
+        (Some("delayed"), Some("hello"))
+    );
+
+    let (ok, out, _) = run(vec!["stats"]).await.unwrap();
+    assert!(ok);
+    assert!(out.contains("orders"), "{out}");
+
+    let (ok, _, _) = run(vec!["reschedule", "o1", "--delay", "0"]).await.unwrap();
+    assert!(ok);
+    let (ok, out, _) = run(vec![
+        "--json",
+        "reserve",
+        "--topic",
+        "orders",
+        "--timeout",
+        "5s",
+    ])
+    .await
+    .unwrap();
+    assert!(ok);
+    assert!(out.contains("\"o1\""), "{out}");
+    let (ok, _, _) = run(vec!["finish", "o1"]).await.unwrap();
+    assert!(ok);
+
+    let (ok, _, err) = run(vec!["get", "o1"]).await.unwrap();
+    assert!(!ok, "get of a finished job must fail");
+    assert!(err.contains("404"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_a_waiting_pop_and_exits_within_seconds() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut server = DelayqProcess::start(&["--data-dir", dir.path().to_str().unwrap()]).await;
+    let url = format!("{}/pop", server.base_url);
+    let waiting = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .body(r#"{"topic":"t","timeout":60}"#)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let status = tokio::task::block_in_place(|| server.terminate(Duration::from_secs(10)))
+        .expect("delayq did not exit within 10 s of SIGTERM");
+    assert!(status.success(), "exit status {status}");
+    let body = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiting pop was not answered")
+        .unwrap();
+    assert_eq!(body, r#"{"code":0,"message":"操作成功","data":null}"#);
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
