@@ -2,8 +2,7 @@
 //! on a loopback port inside this test, driven by the real `delayq-bench` binary. Small runs
 //! (hundreds of jobs) that check the accounting, not the speed: nothing lost, nothing twice,
 //! nothing early, and cleanup removes every pending job. The seed API and `delayq serve` are
-//! exercised by `bench/compare.sh`, not here. Delays are 0: the in-process dispatcher does not
-//! promote delayed jobs by itself (its timer runs in `delayq serve`).
+//! exercised by `bench/compare.sh`, not here.
 
 use delayq::api::{self, AppState};
 use delayq::clock::{Clock, SystemClock};
@@ -16,9 +15,12 @@ use std::sync::Arc;
 async fn serve_in_process() -> String {
     let store = Arc::new(MemoryStore::new());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let dispatch = Dispatcher::new(store.clone(), clock.clone());
+    // The timer that promotes due jobs; it lives as long as the test's runtime.
+    dispatch.start(tokio_util::sync::CancellationToken::new());
     let state = AppState {
-        store: store.clone(),
-        dispatch: Dispatcher::new(store, clock.clone()),
+        store,
+        dispatch,
         clock,
         config: Arc::new(Config::default()),
     };
@@ -60,7 +62,7 @@ async fn lifecycle_over_v1_batches_loses_nothing_and_delivers_once() {
         "--jobs",
         "400",
         "--max-delay-s",
-        "0",
+        "1",
         "--producers",
         "2",
         "--consumers",
