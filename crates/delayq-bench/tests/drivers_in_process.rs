@@ -1,7 +1,7 @@
-//! The bench binary's /v1 driver end to end: delayq's own router over a `MemoryStore`, served
-//! on a loopback port inside this test, driven by the real `delayq-bench` binary. Small runs
-//! (hundreds of jobs) that check the accounting, not the speed: nothing lost, nothing twice,
-//! nothing early, and cleanup removes every pending job. The seed API and `delayq serve` are
+//! The bench binary's /v1 and seed drivers end to end: delayq's own router and dispatcher over a
+//! `MemoryStore`, served on a loopback port inside this test, driven by the real `delayq-bench`
+//! binary. Small runs (hundreds of jobs) that check the accounting, not the speed: nothing lost,
+//! nothing twice, nothing early, and cleanup removes every pending job. `delayq serve` itself is
 //! exercised by `bench/compare.sh`, not here.
 
 use delayq::api::{self, AppState};
@@ -130,4 +130,33 @@ async fn memory_run_pushes_then_deletes_every_pending_job() {
     assert_eq!(metric(&r, "pending"), 500.0, "{r}");
     assert_eq!(metric(&r, "deleted"), 500.0, "{r}");
     assert_eq!(metric(&r, "cleanup_errors"), 0.0, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_over_the_seed_api_loses_nothing_and_delivers_once() {
+    let addr = serve_in_process().await;
+    let r = bench(&[
+        "w1",
+        "--api",
+        "seed",
+        "--addr",
+        &addr,
+        "--jobs",
+        "200",
+        "--max-delay-s",
+        "1",
+        "--producers",
+        "2",
+        "--consumers",
+        "2",
+        "--drain-timeout-s",
+        "5",
+        "--json",
+    ])
+    .await;
+    assert_eq!(r["api"], "seed");
+    assert_eq!(metric(&r, "delivered"), 200.0, "{r}");
+    assert_eq!(metric(&r, "lost"), 0.0, "{r}");
+    assert_eq!(metric(&r, "duplicates"), 0.0, "{r}");
+    assert_eq!(metric(&r, "early"), 0.0, "{r}");
 }
