@@ -1,0 +1,196 @@
+//! One connection's view of a queue, whatever speaks behind it: push jobs, reserve some, finish
+//! or delete them. Workloads use only [`Conn`], so every workload runs against the seed API, the
+//! /v1 API and beanstalkd alike. Drivers do no measuring and no logging; errors are returned.
+
+pub mod beanstalkd;
+pub mod http;
+
+use anyhow::Result;
+use std::sync::Arc;
+
+/// Which system, and how it is spoken to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocol {
+    /// delayq's seed-compatible API (`/push`, `/pop`, `/finish`): one job per request,
+    /// delays in whole seconds.
+    Seed,
+    /// delayq's /v1 API: batch push, multi-job reserve, batch finish, delays in ms.
+    V1,
+    /// beanstalkd's text protocol (delays in whole seconds).
+    Beanstalkd,
+}
+
+impl Protocol {
+    /// Whether delays are whole seconds on this protocol.
+    pub fn whole_second_delays(self) -> bool {
+        !matches!(self, Protocol::V1)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Seed => "seed",
+            Protocol::V1 => "v1",
+            Protocol::Beanstalkd => "beanstalk",
+        }
+    }
+}
+
+/// When a job falls due.
+#[derive(Debug, Clone, Copy)]
+pub enum Due {
+    /// Relative delay; whole-second protocols get `delay_ms / 1000` (rounded down).
+    DelayMs(u64),
+    /// Absolute Unix ms (/v1 `run_at_ms`); whole-second protocols get the seconds from now,
+    /// rounded up.
+    RunAtMs(u64),
+}
+
+/// A job to push.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub id: String,
+    pub due: Due,
+    pub body: String,
+}
+
+/// A reserved job: the handle to finish it with, and its body.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    pub handle: String,
+    pub body: String,
+}
+
+/// Everything a connection needs to know, shared by all connections of a run.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub protocol: Protocol,
+    /// `host:port`, loopback.
+    pub addr: String,
+    pub topic: String,
+    /// Time-to-run given to every job, far above the run so no legitimate redelivery happens.
+    pub ttr_s: u64,
+    /// One client for all HTTP connections: its pool holds the keep-alive connections.
+    pub client: reqwest::Client,
+}
+
+impl Endpoint {
+    pub fn new(
+        protocol: Protocol,
+        addr: &str,
+        topic: &str,
+        ttr_s: u64,
+        conns: usize,
+    ) -> Result<Arc<Endpoint>> {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(conns.max(1) * 2)
+            .tcp_nodelay(true)
+            .no_proxy()
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .build()?;
+        Ok(Arc::new(Endpoint {
+            protocol,
+            addr: addr.to_string(),
+            topic: topic.to_string(),
+            ttr_s,
+            client,
+        }))
+    }
+
+    /// Opens one connection (for HTTP, a handle on the shared pool).
+    pub async fn connect(self: &Arc<Self>) -> Result<Conn> {
+        Ok(match self.protocol {
+            Protocol::Seed => Conn::Seed(http::Seed::new(self.clone())),
+            Protocol::V1 => Conn::V1(http::V1::new(self.clone())),
+            Protocol::Beanstalkd => Conn::Beanstalkd(
+                beanstalkd::Beanstalkd::connect(&self.addr, &self.topic, self.ttr_s).await?,
+            ),
+        })
+    }
+}
+
+/// One connection.
+pub enum Conn {
+    Seed(http::Seed),
+    V1(http::V1),
+    Beanstalkd(beanstalkd::Beanstalkd),
+}
+
+impl Conn {
+    /// Pushes `jobs` (in one request where the protocol allows); returns which were acknowledged.
+    pub async fn push(&mut self, jobs: &[NewJob]) -> Result<Vec<bool>> {
+        match self {
+            Conn::Seed(c) => c.push(jobs).await,
+            Conn::V1(c) => c.push(jobs).await,
+            Conn::Beanstalkd(c) => c.push(jobs).await,
+        }
+    }
+
+    /// Server-assigned ids of the last push (beanstalkd only; empty for jobs not acknowledged).
+    pub fn last_server_ids(&self) -> Option<&[String]> {
+        match self {
+            Conn::Beanstalkd(c) => Some(c.last_ids()),
+            _ => None,
+        }
+    }
+
+    /// Reserves up to `max` jobs, waiting up to `timeout_ms` when none is ready.
+    pub async fn reserve(&mut self, max: usize, timeout_ms: u64) -> Result<Vec<Delivered>> {
+        match self {
+            Conn::Seed(c) => c.reserve(timeout_ms).await,
+            Conn::V1(c) => c.reserve(max, timeout_ms).await,
+            Conn::Beanstalkd(c) => c.reserve(timeout_ms).await,
+        }
+    }
+
+    /// Finishes reserved jobs (acknowledges them).
+    pub async fn finish(&mut self, handles: &[String]) -> Result<()> {
+        match self {
+            Conn::Seed(c) => c.finish(handles).await,
+            Conn::V1(c) => c.finish(handles).await,
+            Conn::Beanstalkd(c) => c.delete(handles).await,
+        }
+    }
+
+    /// Deletes jobs in any state (cleanup); returns how many the server said it removed.
+    pub async fn delete(&mut self, handles: &[String]) -> Result<u64> {
+        match self {
+            Conn::Seed(c) => c.delete(handles).await,
+            Conn::V1(c) => c.delete(handles).await,
+            Conn::Beanstalkd(c) => c.delete_count(handles).await,
+        }
+    }
+}
+
+/// Whole seconds for a whole-second protocol.
+pub fn due_secs(due: Due, now_ms: u64) -> u64 {
+    match due {
+        Due::DelayMs(d) => d / 1000,
+        Due::RunAtMs(at) => at.saturating_sub(now_ms).div_ceil(1000),
+    }
+}
+
+/// Wall clock, Unix ms.
+pub fn now_ms() -> u64 {
+    now_us() / 1000
+}
+
+/// Wall clock, Unix µs.
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_seconds_round_delays_down_and_run_at_up() {
+        assert_eq!(due_secs(Due::DelayMs(2999), 0), 2);
+        assert_eq!(due_secs(Due::RunAtMs(10_001), 5_000), 6);
+        assert_eq!(due_secs(Due::RunAtMs(10_000), 5_000), 5);
+        assert_eq!(due_secs(Due::RunAtMs(1), 5_000), 0);
+    }
+}

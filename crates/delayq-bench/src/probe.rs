@@ -1,0 +1,137 @@
+//! Reading a server's footprint from outside: Redis `used_memory` (via `INFO memory`), a data
+//! directory's size on disk, and a process's resident set from `/proc/<pid>/status`. The parsers
+//! are pure; the readers do the I/O. Nothing here changes the server.
+
+use anyhow::{Context, Result, anyhow};
+use std::path::Path;
+
+/// `used_memory` from the text of `INFO memory`.
+pub fn parse_used_memory(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `VmRSS` from the text of `/proc/<pid>/status`, in bytes.
+pub fn parse_vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().next()?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// `utime + stime` (clock ticks) from the text of `/proc/<pid>/stat`. The command name may
+/// hold spaces and parentheses, so fields are counted after its last `)`.
+pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3, utime field 14, stime field 15 (proc(5)).
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// CPU seconds used so far by process `pid` (assumes the usual 100 ticks per second).
+pub fn process_cpu_s(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_cpu_ticks(&s).map(|t| t as f64 / 100.0)
+}
+
+/// Redis `used_memory` in bytes.
+pub async fn redis_used_memory(url: &str) -> Result<u64> {
+    let client = redis::Client::open(url).with_context(|| format!("redis url {url}"))?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .with_context(|| format!("connecting to {url}"))?;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn)
+        .await
+        .context("INFO memory")?;
+    parse_used_memory(&info).ok_or_else(|| anyhow!("no used_memory in INFO memory"))
+}
+
+/// Resident set size of process `pid`, bytes.
+pub fn process_rss(pid: u32) -> Result<u64> {
+    let path = format!("/proc/{pid}/status");
+    let s = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    parse_vm_rss(&s).ok_or_else(|| anyhow!("no VmRSS in {path}"))
+}
+
+/// Apparent size of every file under `dir` (recursively), bytes.
+pub fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            total += dir_size(&entry.path())?;
+        } else {
+            total += meta.len();
+        }
+    }
+    Ok(total)
+}
+
+/// The three footprints, each `None` when not asked for (or unreadable, with a note).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Footprint {
+    pub redis_bytes: Option<u64>,
+    pub rss_bytes: Option<u64>,
+    pub data_dir_bytes: Option<u64>,
+}
+
+/// Where to read a footprint from; any of the three may be absent.
+#[derive(Debug, Clone, Default)]
+pub struct Probes {
+    pub redis_url: Option<String>,
+    pub server_pid: Option<u32>,
+    pub data_dir: Option<std::path::PathBuf>,
+}
+
+impl Probes {
+    pub async fn read(&self) -> Result<Footprint> {
+        let redis_bytes = match &self.redis_url {
+            Some(u) => Some(redis_used_memory(u).await?),
+            None => None,
+        };
+        let rss_bytes = self.server_pid.map(process_rss).transpose()?;
+        let data_dir_bytes = self.data_dir.as_deref().map(dir_size).transpose()?;
+        Ok(Footprint {
+            redis_bytes,
+            rss_bytes,
+            data_dir_bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn used_memory_is_read_from_info_text() {
+        let info = "# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\n";
+        assert_eq!(parse_used_memory(info), Some(1_048_576));
+        assert_eq!(parse_used_memory("# Memory\r\n"), None);
+    }
+
+    #[test]
+    fn vm_rss_is_read_in_bytes() {
+        let status = "Name:\tredis\nVmPeak:\t 9000 kB\nVmRSS:\t    2048 kB\nThreads:\t4\n";
+        assert_eq!(parse_vm_rss(status), Some(2048 * 1024));
+        assert_eq!(parse_vm_rss("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn cpu_ticks_are_read_after_the_command_name() {
+        let stat = "42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0";
+        assert_eq!(parse_stat_cpu_ticks(stat), Some(300));
+        assert_eq!(parse_stat_cpu_ticks("42 (x) S 1"), None);
+    }
+
+    #[test]
+    fn own_process_has_a_resident_set() {
+        assert!(process_rss(std::process::id()).unwrap() > 0);
+    }
+}

@@ -1,0 +1,466 @@
+//! The machinery every workload shares: producer tasks that push numbered jobs and mark them
+//! acknowledged in the [`Ledger`], consumer tasks that reserve, measure lateness from the body
+//! and finish, cleanup tasks that delete by id, and the common options. Every loop here is
+//! bounded: producers by their job count, consumers by a deadline.
+
+pub mod burst;
+pub mod lifecycle;
+pub mod memory;
+pub mod steady;
+
+use crate::body;
+use crate::driver::{Due, Endpoint, NewJob, Protocol, due_secs, now_ms, now_us};
+use crate::report::RunResult;
+use crate::stats::{Lateness, Ledger, Summary};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Options every workload takes, already resolved (see `main.rs` for the flags).
+#[derive(Debug, Clone)]
+pub struct Common {
+    pub protocol: Protocol,
+    pub target: String,
+    pub label: String,
+    pub run_id: String,
+    pub producers: usize,
+    pub consumers: usize,
+    /// Jobs per push request, and per reserve / finish where the protocol has batches.
+    pub batch: usize,
+    pub body_bytes: usize,
+    /// How long consumers keep waiting for missing jobs after the last one fell due.
+    pub drain_timeout_s: u64,
+    pub progress: bool,
+    pub probes: crate::probe::Probes,
+}
+
+impl Common {
+    pub fn id(&self, seq: u64) -> String {
+        format!("{}-{seq}", self.run_id)
+    }
+
+    pub fn result(&self, workload: &str) -> RunResult {
+        let mut params = BTreeMap::new();
+        params.insert("producers".into(), self.producers.into());
+        params.insert("consumers".into(), self.consumers.into());
+        params.insert("batch".into(), self.batch.into());
+        params.insert("body_bytes".into(), self.body_bytes.into());
+        params.insert("run_id".into(), self.run_id.clone().into());
+        RunResult {
+            workload: workload.into(),
+            label: self.label.clone(),
+            target: self.target.clone(),
+            api: self.protocol.name().into(),
+            params,
+            metrics: BTreeMap::new(),
+            notes: if self.protocol.whole_second_delays() {
+                vec!["delays are whole seconds on this protocol".into()]
+            } else {
+                vec![]
+            },
+        }
+    }
+
+    /// A progress bar on stderr (hidden with `--no-progress` or when stderr is not a terminal).
+    pub fn bar(&self, multi: &MultiProgress, len: u64, msg: &'static str) -> ProgressBar {
+        if !self.progress {
+            return ProgressBar::hidden();
+        }
+        let pb = multi.add(ProgressBar::new(len));
+        pb.set_style(
+            ProgressStyle::with_template("{msg:>8} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        pb.set_message(msg);
+        pb
+    }
+}
+
+/// A multi-bar drawing to stderr.
+pub fn multi(progress: bool) -> MultiProgress {
+    if progress {
+        MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4))
+    } else {
+        MultiProgress::with_draw_target(ProgressDrawTarget::hidden())
+    }
+}
+
+/// Errors of a phase: how many, and the first one's text (no per-request logging).
+#[derive(Debug, Default)]
+pub struct Errors {
+    pub count: AtomicU64,
+    pub first: Mutex<Option<String>>,
+}
+
+impl Errors {
+    pub fn note(&self, e: &anyhow::Error) {
+        if self.count.fetch_add(1, Ordering::Relaxed) == 0 {
+            *self.first.lock().expect("not poisoned") = Some(format!("{e:#}"));
+        }
+    }
+
+    pub fn report(&self, what: &str, r: &mut RunResult) {
+        let n = self.count.load(Ordering::Relaxed);
+        r.metrics.insert(format!("{what}_errors"), n as f64);
+        if let Some(e) = self.first.lock().expect("not poisoned").as_ref() {
+            r.notes.push(format!("{n} {what} errors, first: {e}"));
+        }
+    }
+}
+
+/// The due time a consumer will measure against: what the producer asked for, in the units the
+/// protocol can carry. Returns the (Unix ms) due time to put in the body.
+pub fn body_due(protocol: Protocol, due: Due, now: u64) -> u64 {
+    if protocol.whole_second_delays() {
+        now + due_secs(due, now) * 1000
+    } else {
+        match due {
+            Due::DelayMs(d) => now + d,
+            Due::RunAtMs(t) => t,
+        }
+    }
+}
+
+/// What one producer pass pushes: sequence numbers `[0, n)` taken in batches from a shared
+/// counter, each due as `due_of(seq)` says.
+pub struct PushPlan {
+    pub n: u64,
+    pub id_prefix: String,
+    pub due_of: Arc<dyn Fn(u64) -> Due + Send + Sync>,
+    /// Pace: the k-th job of a producer is not pushed before `start + k / rate` (jobs/s per
+    /// producer); `None` pushes as fast as the server answers.
+    pub rate_per_producer: Option<f64>,
+    /// Keep server-assigned ids (beanstalkd) for cleanup.
+    pub collect_server_ids: bool,
+}
+
+/// What the producers did.
+pub struct Pushed {
+    pub acked: u64,
+    pub elapsed: Duration,
+    pub errors: Arc<Errors>,
+    /// Server ids (beanstalkd) when collected.
+    pub server_ids: Vec<String>,
+    /// Worst lag behind the pace (paced plans only).
+    pub max_lag: Duration,
+}
+
+/// Runs `c.producers` producer tasks over `plan`, marking acknowledged jobs in `ledger` (when
+/// given). Returns when every job was pushed or refused.
+pub async fn produce(
+    c: &Common,
+    ep: &Arc<Endpoint>,
+    plan: PushPlan,
+    ledger: Option<Arc<Ledger>>,
+    pb: ProgressBar,
+) -> anyhow::Result<Pushed> {
+    let next = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Errors::default());
+    let acked = Arc::new(AtomicU64::new(0));
+    let plan = Arc::new(plan);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..c.producers.max(1) {
+        let mut conn = ep.connect().await?;
+        let (next, errors, acked, plan, ledger, pb) = (
+            next.clone(),
+            errors.clone(),
+            acked.clone(),
+            plan.clone(),
+            ledger.clone(),
+            pb.clone(),
+        );
+        let (batch, body_bytes, protocol) = (c.batch.max(1) as u64, c.body_bytes, c.protocol);
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            let mut pushed_here = 0u64;
+            let mut max_lag = Duration::ZERO;
+            loop {
+                let first = next.fetch_add(batch, Ordering::Relaxed);
+                if first >= plan.n {
+                    break;
+                }
+                let last = (first + batch).min(plan.n);
+                if let Some(rate) = plan.rate_per_producer {
+                    let at = start + Duration::from_secs_f64(pushed_here as f64 / rate);
+                    let now = Instant::now();
+                    if at > now {
+                        tokio::time::sleep_until(at.into()).await;
+                    } else {
+                        max_lag = max_lag.max(now - at);
+                    }
+                }
+                pushed_here += last - first;
+                let now = now_ms();
+                let jobs: Vec<NewJob> = (first..last)
+                    .map(|seq| {
+                        let due = (plan.due_of)(seq);
+                        NewJob {
+                            id: format!("{}{seq}", plan.id_prefix),
+                            due,
+                            body: body::encode(body_due(protocol, due, now), seq, body_bytes),
+                        }
+                    })
+                    .collect();
+                match conn.push(&jobs).await {
+                    Ok(ok) => {
+                        let mut k = 0;
+                        for (i, a) in ok.iter().enumerate() {
+                            if *a {
+                                k += 1;
+                                if let Some(l) = &ledger {
+                                    l.ack(first + i as u64);
+                                }
+                            }
+                        }
+                        acked.fetch_add(k, Ordering::Relaxed);
+                        if plan.collect_server_ids
+                            && let Some(s) = conn.last_server_ids()
+                        {
+                            ids.extend(s.iter().filter(|x| !x.is_empty()).cloned());
+                        }
+                    }
+                    Err(e) => errors.note(&e),
+                }
+                pb.inc(last - first);
+            }
+            (ids, max_lag)
+        }));
+    }
+    let mut server_ids = Vec::new();
+    let mut max_lag = Duration::ZERO;
+    for t in tasks {
+        let (ids, lag) = t.await?;
+        server_ids.extend(ids);
+        max_lag = max_lag.max(lag);
+    }
+    pb.finish();
+    Ok(Pushed {
+        acked: acked.load(Ordering::Relaxed),
+        elapsed: start.elapsed(),
+        errors,
+        server_ids,
+        max_lag,
+    })
+}
+
+/// When consumers stop: once every acknowledged job was delivered after the producers are done,
+/// or at `deadline_ms` (Unix ms), whichever is first. Producers lower the deadline when done.
+pub struct StopRule {
+    pub producers_done: AtomicBool,
+    pub deadline_ms: AtomicU64,
+}
+
+impl StopRule {
+    pub fn new(hard_cap: Duration) -> Arc<StopRule> {
+        Arc::new(StopRule {
+            producers_done: AtomicBool::new(false),
+            deadline_ms: AtomicU64::new(now_ms() + hard_cap.as_millis() as u64),
+        })
+    }
+
+    /// Producers are done; wait at most until `last_due_ms + drain`.
+    pub fn producers_done(&self, last_due_ms: u64, drain: Duration) {
+        self.deadline_ms
+            .fetch_min(last_due_ms + drain.as_millis() as u64, Ordering::Relaxed);
+        self.producers_done.store(true, Ordering::Release);
+    }
+}
+
+/// What the consumers saw.
+pub struct Consumed {
+    pub lateness: Lateness,
+    /// Bodies that were not ours (another run's jobs on the same topic).
+    pub foreign: u64,
+    pub errors: Arc<Errors>,
+    /// Unix µs of the last first-delivery.
+    pub last_delivery_us: u64,
+}
+
+/// Runs `c.consumers` consumer tasks until `stop` says so.
+pub async fn consume(
+    c: &Common,
+    ep: &Arc<Endpoint>,
+    ledger: Arc<Ledger>,
+    stop: Arc<StopRule>,
+    pb: ProgressBar,
+) -> anyhow::Result<Consumed> {
+    let errors = Arc::new(Errors::default());
+    let last = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..c.consumers.max(1) {
+        let mut conn = ep.connect().await?;
+        let (ep, ledger, stop, errors, last, pb) = (
+            ep.clone(),
+            ledger.clone(),
+            stop.clone(),
+            errors.clone(),
+            last.clone(),
+            pb.clone(),
+        );
+        let batch = c.batch.max(1);
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Lateness::new();
+            let mut foreign = 0u64;
+            let mut handles = Vec::with_capacity(batch);
+            loop {
+                let now = now_ms();
+                if stop.producers_done.load(Ordering::Acquire)
+                    && ledger.delivered_unique.load(Ordering::Relaxed)
+                        >= ledger.acked_total.load(Ordering::Relaxed)
+                {
+                    break;
+                }
+                let deadline = stop.deadline_ms.load(Ordering::Relaxed);
+                if now >= deadline {
+                    break;
+                }
+                let wait = (deadline - now).min(1000);
+                let jobs = match conn.reserve(batch, wait).await {
+                    Ok(j) => j,
+                    Err(e) => {
+                        errors.note(&e);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        // The connection may be out of step (a reply timed out): start afresh.
+                        if let Ok(fresh) = ep.connect().await {
+                            conn = fresh;
+                        }
+                        continue;
+                    }
+                };
+                if jobs.is_empty() {
+                    continue;
+                }
+                let pop_us = now_us();
+                handles.clear();
+                for j in jobs {
+                    match body::decode(&j.body) {
+                        Some((due, seq)) => {
+                            lat.record(pop_us, due);
+                            if ledger.deliver(seq) {
+                                pb.inc(1);
+                                last.fetch_max(pop_us, Ordering::Relaxed);
+                            }
+                        }
+                        None => foreign += 1,
+                    }
+                    handles.push(j.handle);
+                }
+                if let Err(e) = conn.finish(&handles).await {
+                    errors.note(&e);
+                }
+            }
+            (lat, foreign)
+        }));
+    }
+    let mut lateness = Lateness::new();
+    let mut foreign = 0;
+    for t in tasks {
+        let (l, f) = t.await?;
+        lateness.merge(&l);
+        foreign += f;
+    }
+    pb.finish();
+    Ok(Consumed {
+        lateness,
+        foreign,
+        errors,
+        last_delivery_us: last.load(Ordering::Relaxed),
+    })
+}
+
+/// Deletes `handles` with `c.producers` connections, `c.batch` per request; returns (deleted,
+/// elapsed).
+pub async fn cleanup(
+    c: &Common,
+    ep: &Arc<Endpoint>,
+    handles: Vec<String>,
+    errors: Arc<Errors>,
+    pb: ProgressBar,
+) -> anyhow::Result<(u64, Duration, Option<bool>)> {
+    let handles = Arc::new(handles);
+    let next = Arc::new(AtomicU64::new(0));
+    let deleted = Arc::new(AtomicU64::new(0));
+    // Cleanup batches: at least 100 per request where the protocol batches, so a per-job
+    // push run does not also make cleanup per-job on /v1.
+    let batch = c.batch.max(100) as u64;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..c.producers.max(1) {
+        let mut conn = ep.connect().await?;
+        let (handles, next, deleted, errors, pb) = (
+            handles.clone(),
+            next.clone(),
+            deleted.clone(),
+            errors.clone(),
+            pb.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let first = next.fetch_add(batch, Ordering::Relaxed);
+                let n = handles.len() as u64;
+                if first >= n {
+                    break;
+                }
+                let last = (first + batch).min(n);
+                match conn.delete(&handles[first as usize..last as usize]).await {
+                    Ok(k) => {
+                        deleted.fetch_add(k, Ordering::Relaxed);
+                    }
+                    Err(e) => errors.note(&e),
+                }
+                pb.inc(last - first);
+            }
+            match &conn {
+                crate::driver::Conn::V1(v) => v.batch_delete(),
+                _ => None,
+            }
+        }));
+    }
+    let mut batch_path = None;
+    for t in tasks {
+        batch_path = batch_path.or(t.await?);
+    }
+    pb.finish();
+    Ok((deleted.load(Ordering::Relaxed), start.elapsed(), batch_path))
+}
+
+/// Puts a lateness summary into `r` under `lateness_*` and `early*`.
+pub fn put_lateness(r: &mut RunResult, l: &Lateness) {
+    let late = l.late_summary();
+    let early = l.early_summary();
+    let put = |r: &mut RunResult, prefix: &str, s: &Summary| {
+        r.metrics.insert(format!("{prefix}_p50_ms"), s.p50_ms);
+        r.metrics.insert(format!("{prefix}_p99_ms"), s.p99_ms);
+        r.metrics.insert(format!("{prefix}_p999_ms"), s.p999_ms);
+        r.metrics.insert(format!("{prefix}_max_ms"), s.max_ms);
+    };
+    put(r, "lateness", &late);
+    r.metrics.insert("early".into(), early.count as f64);
+    if early.count > 0 {
+        put(r, "early", &early);
+    }
+}
+
+/// Puts lost / duplicates / unexpected into `r`.
+pub fn put_accounting(r: &mut RunResult, ledger: &Ledger, consumed: &Consumed) {
+    let a = ledger.account(0);
+    r.metrics.insert("acked".into(), a.acked as f64);
+    r.metrics
+        .insert("delivered".into(), a.delivered_unique as f64);
+    r.metrics.insert("lost".into(), a.lost as f64);
+    r.metrics.insert("duplicates".into(), a.duplicates as f64);
+    r.metrics.insert(
+        "unexpected".into(),
+        (a.unexpected + consumed.foreign) as f64,
+    );
+}
+
+/// CPU seconds (user + system) this process has used so far, from `/proc/self/stat`.
+pub fn own_cpu_s() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    crate::probe::parse_stat_cpu_ticks(&s).map(|t| t as f64 / 100.0)
+}

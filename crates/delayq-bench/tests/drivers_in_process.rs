@@ -1,0 +1,162 @@
+//! The bench binary's /v1 and seed drivers end to end: delayq's own router and dispatcher over a
+//! `MemoryStore`, served on a loopback port inside this test, driven by the real `delayq-bench`
+//! binary. Small runs (hundreds of jobs) that check the accounting, not the speed: nothing lost,
+//! nothing twice, nothing early, and cleanup removes every pending job. `delayq serve` itself is
+//! exercised by `bench/compare.sh`, not here.
+
+use delayq::api::{self, AppState};
+use delayq::clock::{Clock, SystemClock};
+use delayq::config::Config;
+use delayq::dispatch::Dispatcher;
+use delayq::store::memory::MemoryStore;
+use serde_json::Value;
+use std::sync::Arc;
+
+async fn serve_in_process() -> String {
+    let store = Arc::new(MemoryStore::new());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let dispatch = Dispatcher::new(store.clone(), clock.clone());
+    // The timer that promotes due jobs; it lives as long as the test's runtime.
+    dispatch.start(tokio_util::sync::CancellationToken::new());
+    let state = AppState {
+        store,
+        dispatch,
+        clock,
+        config: Arc::new(Config::default()),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
+    addr
+}
+
+async fn bench(args: &[&str]) -> Value {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_delayq-bench"))
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "delayq-bench {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn metric(r: &Value, name: &str) -> f64 {
+    r["metrics"][name]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no metric {name} in {r}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_over_v1_batches_loses_nothing_and_delivers_once() {
+    let addr = serve_in_process().await;
+    let r = bench(&[
+        "w1",
+        "--api",
+        "v1",
+        "--addr",
+        &addr,
+        "--jobs",
+        "400",
+        "--max-delay-s",
+        "1",
+        "--producers",
+        "2",
+        "--consumers",
+        "2",
+        "--batch",
+        "10",
+        "--drain-timeout-s",
+        "5",
+        "--json",
+    ])
+    .await;
+    assert_eq!(r["workload"], "w1");
+    assert_eq!(r["api"], "v1");
+    assert_eq!(metric(&r, "acked"), 400.0, "{r}");
+    assert_eq!(metric(&r, "delivered"), 400.0, "{r}");
+    assert_eq!(metric(&r, "lost"), 0.0, "{r}");
+    assert_eq!(metric(&r, "duplicates"), 0.0, "{r}");
+    assert_eq!(metric(&r, "early"), 0.0, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_over_single_job_requests_loses_nothing() {
+    let addr = serve_in_process().await;
+    let r = bench(&[
+        "w1",
+        "--api",
+        "v1",
+        "--addr",
+        &addr,
+        "--jobs",
+        "100",
+        "--max-delay-s",
+        "0",
+        "--producers",
+        "2",
+        "--consumers",
+        "2",
+        "--drain-timeout-s",
+        "5",
+        "--json",
+    ])
+    .await;
+    assert_eq!(metric(&r, "lost"), 0.0, "{r}");
+    assert_eq!(metric(&r, "duplicates"), 0.0, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_run_pushes_then_deletes_every_pending_job() {
+    let addr = serve_in_process().await;
+    let r = bench(&[
+        "w2",
+        "--api",
+        "v1",
+        "--addr",
+        &addr,
+        "--pending",
+        "500",
+        "--producers",
+        "2",
+        "--batch",
+        "50",
+        "--json",
+    ])
+    .await;
+    assert_eq!(metric(&r, "pending"), 500.0, "{r}");
+    assert_eq!(metric(&r, "deleted"), 500.0, "{r}");
+    assert_eq!(metric(&r, "cleanup_errors"), 0.0, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_over_the_seed_api_loses_nothing_and_delivers_once() {
+    let addr = serve_in_process().await;
+    let r = bench(&[
+        "w1",
+        "--api",
+        "seed",
+        "--addr",
+        &addr,
+        "--jobs",
+        "200",
+        "--max-delay-s",
+        "1",
+        "--producers",
+        "2",
+        "--consumers",
+        "2",
+        "--drain-timeout-s",
+        "5",
+        "--json",
+    ])
+    .await;
+    assert_eq!(r["api"], "seed");
+    assert_eq!(metric(&r, "delivered"), 200.0, "{r}");
+    assert_eq!(metric(&r, "lost"), 0.0, "{r}");
+    assert_eq!(metric(&r, "duplicates"), 0.0, "{r}");
+    assert_eq!(metric(&r, "early"), 0.0, "{r}");
+}
