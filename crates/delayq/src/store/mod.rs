@@ -84,7 +84,8 @@ pub struct Stats {
     /// Topics with at least one job.
     pub topics: BTreeMap<Topic, TopicCounts>,
     /// The earliest time the timer has work: a delayed job's due time or a reservation's
-    /// deadline.
+    /// deadline. Exact on the embedded store; on Redis a lower bound when the earliest far-future
+    /// job (more than two minutes ahead) was deleted or moved since it was pushed.
     pub next_due: Option<UnixMillis>,
 }
 
