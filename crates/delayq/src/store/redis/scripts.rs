@@ -24,11 +24,10 @@ pub struct Scripts {
     pub kick_topic: Script,
     pub reschedule: Script,
     pub tick: Script,
-    pub peek_ready: Script,
 }
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 11] {
+    pub fn all(&self) -> [&Script; 10] {
         [
             &self.push,
             &self.reserve,
@@ -40,7 +39,6 @@ impl Scripts {
             &self.kick_topic,
             &self.reschedule,
             &self.tick,
-            &self.peek_ready,
         ]
     }
 }
@@ -56,5 +54,4 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     kick_topic: Script::new(with_lib!("kick_topic.lua")),
     reschedule: Script::new(with_lib!("reschedule.lua")),
     tick: Script::new(with_lib!("tick.lua")),
-    peek_ready: Script::new(include_str!("peek_ready.lua")),
 });
