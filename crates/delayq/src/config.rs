@@ -574,19 +574,12 @@ impl Config {
                 .map(|v| v.into_iter().map(AuthToken::from).collect()),
             path,
         )?;
-        let token_file = match (args.auth_token_file, file.auth_token_file) {
-            (Some(v), _) => Some(Setting {
-                key: "auth_token_file",
-                value: v,
-                origin: Origin::Args("auth_token_file"),
-            }),
-            (None, Some(v)) => Some(Setting {
-                key: "auth_token_file",
-                value: v,
-                origin: Origin::File("auth_token_file", path),
-            }),
-            (None, None) => None,
-        };
+        let token_file = Setting::pick_optional(
+            "auth_token_file",
+            args.auth_token_file,
+            file.auth_token_file,
+            path,
+        );
         if let Some(s) = token_file {
             auth_tokens.extend(read_token_file(&s)?);
         }

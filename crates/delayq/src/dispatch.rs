@@ -10,7 +10,7 @@
 //! it still ticks every [`TIMER_SAFETY_INTERVAL`], a safety net for a `Due` event lost on the
 //! way (Redis pub/sub is at-most-once), not the mechanism.
 //!
-//! **Waiters.** [`Dispatcher::reserve`] first asks the store (which never waits), unless
+//! **Waiters.** [`Dispatcher::poll`] first asks the store (which never waits), unless
 //! older callers already wait on one of its topics: then it queues behind them. If nothing is
 //! ready and the caller may wait, it registers a waiter (topics, max, a oneshot sender) in
 //! arrival order and awaits the oneshot with its timeout. No store connection is held while
@@ -44,7 +44,7 @@
 
 use crate::clock::Clock;
 use crate::job::{Job, Topic};
-use crate::store::{Store, StoreError, StoreEvent, StoreResult};
+use crate::store::{Store, StoreError, StoreEvent};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -62,9 +62,9 @@ pub const DEFAULT_MAX_WAITERS: usize = 10_000;
 pub const TIMER_SAFETY_INTERVAL: Duration = Duration::from_secs(5);
 /// How often every waiter is re-checked while any exist (safety net).
 pub const WAITER_SAFETY_INTERVAL: Duration = Duration::from_secs(1);
-/// First and last retry delay after a failed store call in the timer.
 /// Most jobs one serving step reserves at once for waiters asking for the same topics.
 const SERVE_BATCH: usize = 1000;
+/// First and last retry delay after a failed store call in the timer.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// At most one log line per this interval for a store that keeps failing.
@@ -81,17 +81,6 @@ pub enum DispatchError {
     /// reserved. An overload answer (the /v1 API should say 503 with this message).
     #[error("too many waiting consumers (limit {limit}); retry later or poll without waiting")]
     TooManyWaiters { limit: usize },
-}
-
-impl From<DispatchError> for StoreError {
-    /// For [`Dispatcher::reserve`], whose signature predates [`DispatchError`]: an overload
-    /// becomes `Unavailable` with the overload message.
-    fn from(e: DispatchError) -> StoreError {
-        match e {
-            DispatchError::Store(e) => e,
-            e @ DispatchError::TooManyWaiters { .. } => StoreError::Unavailable(e.to_string()),
-        }
-    }
 }
 
 /// Tunables of a [`Dispatcher`].
@@ -224,26 +213,10 @@ impl Dispatcher {
         self.lock().by_id.len()
     }
 
-    /// The configured waiter cap.
-    pub fn max_waiters(&self) -> usize {
-        self.options.max_waiters
-    }
-
     /// Reserves up to `max` jobs from `topics` (preferred in order), waiting up to `wait` for
     /// one to become ready. Returns an empty vector when none did in time or the server is
-    /// shutting down. Too many waiters is reported as [`StoreError::Unavailable`] with the
-    /// overload message; [`Dispatcher::poll`] reports it as its own error.
-    pub async fn reserve(
-        &self,
-        topics: Vec<Topic>,
-        max: usize,
-        wait: Duration,
-    ) -> StoreResult<Vec<Job>> {
-        self.poll(topics, max, wait).await.map_err(StoreError::from)
-    }
-
-    /// [`Dispatcher::reserve`] with the overload kept distinct:
-    /// [`DispatchError::TooManyWaiters`].
+    /// shutting down; [`DispatchError::TooManyWaiters`] when it would have to wait and
+    /// `max_waiters` callers already are.
     pub async fn poll(
         &self,
         topics: Vec<Topic>,
@@ -291,12 +264,10 @@ impl Dispatcher {
     /// Whether a registered caller waits on one of `topics` (a scan: waiters are few, at most
     /// `max_waiters`).
     fn anyone_waits_on(&self, topics: &[Topic]) -> bool {
-        let list = self.lock();
-        !list.by_id.is_empty()
-            && list
-                .by_id
-                .values()
-                .any(|w| !w.tx.is_closed() && w.topics.iter().any(|t| topics.contains(t)))
+        self.lock()
+            .by_id
+            .values()
+            .any(|w| !w.tx.is_closed() && w.topics.iter().any(|t| topics.contains(t)))
     }
 
     fn lock(&self) -> MutexGuard<'_, WaitList> {
@@ -625,7 +596,7 @@ mod tests {
     use crate::clock::SystemClock;
     use crate::job::{JobId, JobSpec, JobState, UnixMillis};
     use crate::store::memory::MemoryStore;
-    use crate::store::{PushMode, PushOutcome, Reschedule, Stats, TickOutcome};
+    use crate::store::{PushMode, PushOutcome, Reschedule, Stats, StoreResult, TickOutcome};
     use async_trait::async_trait;
     use std::sync::atomic::AtomicU64;
 
@@ -688,10 +659,10 @@ mod tests {
             &self,
             topics: &[&str],
             wait: Duration,
-        ) -> JoinHandle<StoreResult<Vec<Job>>> {
+        ) -> JoinHandle<Result<Vec<Job>, DispatchError>> {
             let d = self.dispatcher.clone();
             let topics = topics.iter().map(|t| topic(t)).collect();
-            tokio::spawn(async move { d.reserve(topics, 1, wait).await })
+            tokio::spawn(async move { d.poll(topics, 1, wait).await })
         }
     }
 
@@ -763,7 +734,7 @@ mod tests {
         f.push(spec("later", run_at)).await;
         let got = f
             .dispatcher
-            .reserve(vec![topic("t")], 1, Duration::from_secs(30))
+            .poll(vec![topic("t")], 1, Duration::from_secs(30))
             .await
             .unwrap();
         let received_at = f.clock.now();
@@ -786,13 +757,13 @@ mod tests {
         f.push(spec("later", run_at)).await;
         let now = f
             .dispatcher
-            .reserve(vec![topic("t")], 1, Duration::ZERO)
+            .poll(vec![topic("t")], 1, Duration::ZERO)
             .await
             .unwrap();
         assert!(now.is_empty());
         let short = f
             .dispatcher
-            .reserve(vec![topic("t")], 1, Duration::from_millis(100))
+            .poll(vec![topic("t")], 1, Duration::from_millis(100))
             .await
             .unwrap();
         if f.clock.now() < run_at {
@@ -800,7 +771,7 @@ mod tests {
         }
         let got = f
             .dispatcher
-            .reserve(vec![topic("t")], 1, Duration::from_secs(30))
+            .poll(vec![topic("t")], 1, Duration::from_secs(30))
             .await
             .unwrap();
         let got = if short.is_empty() { got } else { short };
@@ -813,7 +784,7 @@ mod tests {
         let f = fixture();
         let got = f
             .dispatcher
-            .reserve(vec![topic("t")], 1, Duration::from_millis(50))
+            .poll(vec![topic("t")], 1, Duration::from_millis(50))
             .await
             .unwrap();
         assert!(got.is_empty());
@@ -828,7 +799,7 @@ mod tests {
         let waiting = {
             let d = dispatcher.clone();
             tokio::spawn(async move {
-                d.reserve(vec![topic("t")], 1, Duration::from_millis(300))
+                d.poll(vec![topic("t")], 1, Duration::from_millis(300))
                     .await
             })
         };
@@ -893,7 +864,7 @@ mod tests {
         // After shutdown, reserve still answers from the store but does not wait.
         let got = f
             .dispatcher
-            .reserve(vec![topic("t")], 1, Duration::from_secs(120))
+            .poll(vec![topic("t")], 1, Duration::from_secs(120))
             .await
             .unwrap();
         assert!(got.is_empty());
@@ -917,13 +888,6 @@ mod tests {
             f.dispatcher.poll(vec![topic("t")], 1, Duration::ZERO).await,
             Ok(vec![])
         );
-        // The compat signature reports it as Unavailable with the same message.
-        let e = f
-            .dispatcher
-            .reserve(vec![topic("t")], 1, Duration::from_secs(30))
-            .await
-            .unwrap_err();
-        assert!(matches!(e, StoreError::Unavailable(m) if m.contains("too many waiting")));
     }
 
     /// A MemoryStore whose `tick` can be made to fail, counting calls.
@@ -1031,7 +995,7 @@ mod tests {
         );
         store.failing.store(false, Ordering::SeqCst);
         let got = dispatcher
-            .reserve(vec![topic("t")], 1, Duration::from_secs(30))
+            .poll(vec![topic("t")], 1, Duration::from_secs(30))
             .await
             .unwrap();
         assert_eq!(ids(&got), ["j1"]);
@@ -1082,10 +1046,7 @@ mod tests {
         let task = dispatcher.start(shutdown.clone());
         let reserve = |d: &Arc<Dispatcher>| {
             let d = d.clone();
-            tokio::spawn(async move {
-                d.reserve(vec![topic("t")], 1, Duration::from_secs(30))
-                    .await
-            })
+            tokio::spawn(async move { d.poll(vec![topic("t")], 1, Duration::from_secs(30)).await })
         };
         let until = |n: usize| {
             let d = dispatcher.clone();

@@ -3,7 +3,7 @@
 //! (docs/semantics.md describes it for users).
 //!
 //! This module does no I/O and knows nothing of HTTP or storage. The stores *perform* the
-//! transitions decided here: the embedded store calls these functions directly, the Redis store's
+//! transitions decided here: the embedded store calls these functions through `memory::Engine`, the Redis store's
 //! Lua scripts implement the same rules, and the conformance suite (tests/conformance.rs) checks
 //! that both agree with this file.
 
@@ -183,16 +183,7 @@ impl JobState {
         }
     }
 
-    /// The compact code stored by the Redis store (`d`, `r`, `x`, `b`).
-    pub fn code(self) -> &'static str {
-        match self {
-            JobState::Delayed => "d",
-            JobState::Ready => "r",
-            JobState::Reserved => "x",
-            JobState::Dead => "b",
-        }
-    }
-
+    /// The state's code in Redis records (`d`, `r`, `x`, `b`; the Lua scripts write them).
     pub fn from_code(code: &str) -> Option<JobState> {
         Some(match code {
             "d" => JobState::Delayed,
@@ -324,7 +315,8 @@ pub struct Job {
     pub attempts: u32,
     /// Deadline of the current reservation; `Some` exactly when `state` is `Reserved`.
     pub reserved_until: Option<UnixMillis>,
-    /// Store-assigned order of pushes: breaks ties between jobs of equal priority and due time.
+    /// Store-assigned stamp of the push (re-stamped on burial, so dead jobs are oldest burial
+    /// first): breaks ties between ready jobs of equal priority and due time.
     pub seq: u64,
 }
 
@@ -366,7 +358,7 @@ impl Job {
 /// 3. With a backoff schedule, the n-th redelivery waits `backoff[n-1]` (the last step repeats).
 /// 4. Otherwise the job is ready again at once.
 ///
-/// Returns the new state and, for `Delayed`, the new `run_at`.
+/// Returns the new state and the job's new `run_at` (`now` for `Ready`; unchanged for `Dead`).
 pub fn after_delivery_failed(
     spec: &JobSpec,
     attempts: u32,

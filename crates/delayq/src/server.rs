@@ -173,7 +173,8 @@ async fn serve_http(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(idle_timeout);
+        .keep_alive_interval(idle_timeout)
+        .keep_alive_timeout(idle_timeout);
     let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);

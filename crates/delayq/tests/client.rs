@@ -4,35 +4,18 @@
 
 mod support;
 
-use delayq::api::AppState;
-use delayq::clock::{Clock, SystemClock};
 use delayq::config::Config;
-use delayq::dispatch::Dispatcher;
 use delayq_client::{Client, ClientError, JobState, NewJob, PushStatus, Reschedule};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::app::LiveServer;
 use support::backends::Backend;
 use support::process::DelayqProcess;
-use tokio_util::sync::CancellationToken;
 
-/// Serves the backend on a free loopback port until the returned token is cancelled.
-async fn serve(b: &Backend) -> (Client, CancellationToken) {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let state = AppState {
-        store: b.store.clone(),
-        dispatch: Dispatcher::new(b.store.clone(), clock.clone()),
-        clock,
-        config: Arc::new(Config::default()),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let shutdown = stop.clone();
-    tokio::spawn(delayq::server::run(listener, state, async move {
-        shutdown.cancelled().await
-    }));
-    (Client::new(&url).unwrap(), stop)
+/// Serves the backend on a free loopback port until the returned sender is dropped.
+async fn serve(b: &Backend) -> (Client, tokio::sync::oneshot::Sender<()>) {
+    let server = LiveServer::start(b.store.clone(), Config::default()).await;
+    (Client::new(&server.base_url).unwrap(), server.stop)
 }
 
 fn api_code(e: &ClientError) -> (u16, &str) {
@@ -117,7 +100,7 @@ async fn client_covers_the_job_lifecycle(b: &Backend) {
         }
         other => panic!("{other:?}"),
     }
-    stop.cancel();
+    drop(stop);
 }
 
 async fn client_long_poll_is_woken_by_a_push(b: &Backend) {
@@ -133,7 +116,7 @@ async fn client_long_poll_is_woken_by_a_push(b: &Backend) {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].id, "lp1");
     assert!(started.elapsed() < Duration::from_secs(10));
-    stop.cancel();
+    drop(stop);
 }
 
 backend_tests!(

@@ -9,15 +9,11 @@ mod support;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use delayq::api::AppState;
-use delayq::clock::{Clock, SystemClock};
 use delayq::config::{AuthToken, Config};
-use delayq::dispatch::Dispatcher;
-use delayq::store::Store;
 use delayq::store::memory::MemoryStore;
 use serde_json::Value;
 use std::sync::Arc;
-use support::app::TestApp;
+use support::app::{LiveServer, TestApp};
 use support::backends::Backend;
 use tower::ServiceExt;
 
@@ -229,21 +225,12 @@ async fn refused_requests_change_nothing() {
 /// API error, with one it is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_with_token_is_served_and_without_is_refused() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let dispatch = Dispatcher::new(store.clone(), clock.clone());
-    let state = AppState {
-        store,
-        dispatch,
-        clock,
-        config: Arc::new(with_tokens(&[TOKEN])),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(delayq::server::run(listener, state, async {
-        let _ = stopped.await;
-    }));
+    let LiveServer {
+        base_url: base,
+        stop,
+        task: server,
+        ..
+    } = LiveServer::start(Arc::new(MemoryStore::new()), with_tokens(&[TOKEN])).await;
 
     let anonymous = delayq_client::Client::new(&base).unwrap();
     let e = anonymous.stats().await.unwrap_err();

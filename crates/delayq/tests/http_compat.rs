@@ -7,10 +7,8 @@
 mod support;
 
 use axum::http::{Method, StatusCode};
-use delayq::api::AppState;
 use delayq::clock::{Clock, SystemClock};
 use delayq::config::Config;
-use delayq::dispatch::Dispatcher;
 use delayq::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
 use delayq::store::memory::MemoryStore;
 use delayq::store::{
@@ -20,7 +18,7 @@ use delayq::store::{
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::app::{Reply, TestApp};
+use support::app::{LiveServer, Reply, TestApp};
 use support::backends::Backend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -750,21 +748,13 @@ async fn http(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_shutdown_answers_a_waiting_pop_with_null_and_stops() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let dispatch = Dispatcher::new(store.clone(), clock.clone());
-    let state = AppState {
-        store,
-        dispatch: dispatch.clone(),
-        clock,
-        config: Arc::new(Config::default()),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(delayq::server::run(listener, state, async move {
-        let _ = stopped.await;
-    }));
+    let LiveServer {
+        addr,
+        dispatch,
+        stop,
+        task: server,
+        ..
+    } = LiveServer::start(Arc::new(MemoryStore::new()), Config::default()).await;
 
     let (status, body) = http(addr, "/push", &job("j1", "t", 0, "b").to_string()).await;
     assert_eq!(

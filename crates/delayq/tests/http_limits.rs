@@ -8,17 +8,13 @@ mod support;
 
 use axum::body::{Body, Bytes};
 use axum::http::{Method, Request, StatusCode};
-use delayq::api::AppState;
-use delayq::clock::{Clock, SystemClock};
 use delayq::config::Config;
-use delayq::dispatch::Dispatcher;
-use delayq::store::Store;
 use delayq::store::memory::MemoryStore;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::app::TestApp;
+use support::app::{LiveServer, TestApp};
 use support::backends::Backend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
@@ -93,22 +89,8 @@ async fn long_poll_may_wait_longer_than_the_request_timeout() {
 
 /// `server::run` on a loopback port with these settings; dropping the sender stops it.
 async fn start_server(config: Config) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let dispatch = Dispatcher::new(store.clone(), clock.clone());
-    let state = AppState {
-        store,
-        dispatch,
-        clock,
-        config: Arc::new(config),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(delayq::server::run(listener, state, async {
-        let _ = stopped.await;
-    }));
-    (addr, stop)
+    let server = LiveServer::start(Arc::new(MemoryStore::new()), config).await;
+    (server.addr, server.stop)
 }
 
 /// Reads until the server closes the connection (EOF or reset); returns what was read and

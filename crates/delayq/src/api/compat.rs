@@ -53,8 +53,8 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/push", any(push))
         .route("/pop", any(pop))
-        .route("/finish", any(finish))
-        .route("/delete", any(delete))
+        .route("/finish", any(remove))
+        .route("/delete", any(remove))
         .route("/get", any(get))
 }
 
@@ -367,26 +367,12 @@ async fn pop(State(state): State<AppState>, body: Result<Bytes, BytesRejection>)
     Ok(success(MSG_OK, Some(popped)))
 }
 
-/// `/finish {"id"}`: removes the job; succeeds for an unknown id too.
-async fn finish(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Answer {
-    let id = job_id(parse(&state, body, ID_FIELDS)?.id)?;
-    match state.store.finish(&id).await {
-        Ok(_) | Err(StoreError::NotFound) => {
-            tracing::debug!(job_id = %id, "seed api: finish");
-            Ok(success::<()>(MSG_OK, None))
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// `/delete {"id"}`: as `/finish` (the original ran the same handler).
-async fn delete(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Answer {
+/// `/finish {"id"}` and `/delete {"id"}`: remove the job, whatever its state; succeed for an
+/// unknown id too (the original ran the same handler for both).
+async fn remove(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Answer {
     let id = job_id(parse(&state, body, ID_FIELDS)?.id)?;
     match state.store.delete(&id).await {
-        Ok(_) | Err(StoreError::NotFound) => {
-            tracing::debug!(job_id = %id, "seed api: delete");
-            Ok(success::<()>(MSG_OK, None))
-        }
+        Ok(_) | Err(StoreError::NotFound) => Ok(success::<()>(MSG_OK, None)),
         Err(e) => Err(e.into()),
     }
 }

@@ -319,10 +319,6 @@ impl Store for EmbeddedStore {
         self.apply(|e, fx| e.reserve(topics, max, now, fx)).await
     }
 
-    async fn finish(&self, id: &JobId) -> StoreResult<JobState> {
-        self.apply(|e, fx| e.remove(id, fx)).await?
-    }
-
     async fn delete(&self, id: &JobId) -> StoreResult<JobState> {
         self.apply(|e, fx| e.remove(id, fx)).await?
     }

@@ -89,14 +89,6 @@ impl Engine {
         e
     }
 
-    pub fn len(&self) -> usize {
-        self.jobs.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty()
-    }
-
     fn stamp(&mut self) -> u64 {
         let s = self.next_seq;
         self.next_seq += 1;
@@ -452,10 +444,6 @@ impl Store for MemoryStore {
         now: UnixMillis,
     ) -> StoreResult<Vec<Job>> {
         Ok(self.apply(|e, fx| e.reserve(topics, max, now, fx)))
-    }
-
-    async fn finish(&self, id: &JobId) -> StoreResult<JobState> {
-        self.apply(|e, fx| e.remove(id, fx))
     }
 
     async fn delete(&self, id: &JobId) -> StoreResult<JobState> {

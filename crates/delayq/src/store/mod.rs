@@ -1,6 +1,6 @@
 //! The storage interface: one method per state transition of job.rs, implemented by each backend
-//! (`redis` for the production store, `embedded` for the zero-setup default, both over
-//! [`memory::Engine`]'s rules or their Lua equivalent).
+//! (`redis` for the production store, `embedded` for the zero-setup default, `memory` for tests),
+//! over [`memory::Engine`]'s rules (memory, embedded) or their Lua equivalent (redis).
 //!
 //! Stores never read the clock: every method that depends on time takes `now`, so the
 //! conformance suite drives time explicitly and the server injects a [`crate::clock::Clock`].
@@ -85,7 +85,8 @@ pub struct Stats {
     pub topics: BTreeMap<Topic, TopicCounts>,
     /// The earliest time the timer has work: a delayed job's due time or a reservation's
     /// deadline. Exact on the embedded store; on Redis a lower bound when the earliest far-future
-    /// job (more than two minutes ahead) was deleted or moved since it was pushed.
+    /// job (one due two or more one-minute windows ahead) was deleted or moved since it was
+    /// pushed.
     pub next_due: Option<UnixMillis>,
 }
 
@@ -121,7 +122,7 @@ pub const EVENT_CHANNEL_CAPACITY: usize = 4096;
 /// for Redis, other server instances) see each one happen entirely or not at all.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// A short name for logs and `/readyz`: `redis`, `embedded`.
+    /// A short name for logs and `/readyz`: `redis`, `embedded`, `memory`.
     fn kind(&self) -> &'static str;
 
     /// Pushes a batch of jobs; each gets its own outcome (a conflict on one does not stop the
@@ -141,14 +142,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// Removes a job (whatever its state: the seed API's `/finish` is `/delete`). Returns the
     /// state it was in.
-    async fn finish(&self, id: &JobId) -> StoreResult<JobState>;
+    async fn finish(&self, id: &JobId) -> StoreResult<JobState> {
+        self.delete(id).await
+    }
 
     /// Removes a job in any state. Returns the state it was in.
     async fn delete(&self, id: &JobId) -> StoreResult<JobState>;
 
     /// Returns a reserved job early (a negative acknowledgement): ready now, delayed by
     /// `delay_ms` (or by the backoff schedule when `None`), or dead when out of attempts.
-    /// Returns the new state. Only for `Reserved` jobs.
+    /// Returns the job as it now is. Only for `Reserved` jobs.
     async fn release(&self, id: &JobId, delay_ms: Option<u64>, now: UnixMillis)
     -> StoreResult<Job>;
 
@@ -182,9 +185,9 @@ pub trait Store: Send + Sync + 'static {
     /// Per-topic counts and the next timer deadline; cheap (no scan of jobs).
     async fn stats(&self) -> StoreResult<Stats>;
 
-    /// One timer pass: moves up to `limit` due delayed jobs to ready and up to `limit` expired
-    /// reservations on (ready, delayed or dead), and emits `Ready` events for the topics that
-    /// gained ready jobs.
+    /// One timer pass: handles up to `limit` due timer entries in all (delayed jobs become
+    /// ready; expired reservations move on to ready, delayed or dead), and emits `Ready` events
+    /// for the topics that gained ready jobs.
     async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome>;
 
     /// A receiver of this store's events (from every instance sharing it).

@@ -123,3 +123,39 @@ impl TestApp {
         self.send(Method::GET, path, Body::empty(), None).await
     }
 }
+
+/// `server::run` over a real loopback socket, for tests of what only a socket shows (graceful
+/// shutdown, connection timeouts, the Rust client). Stops when `stop` is sent or dropped.
+pub struct LiveServer {
+    pub addr: std::net::SocketAddr,
+    pub base_url: String,
+    pub dispatch: Arc<Dispatcher>,
+    pub stop: tokio::sync::oneshot::Sender<()>,
+    pub task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl LiveServer {
+    pub async fn start(store: Arc<dyn Store>, config: Config) -> LiveServer {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let dispatch = Dispatcher::new(store.clone(), clock.clone());
+        let state = AppState {
+            store,
+            dispatch: dispatch.clone(),
+            clock,
+            config: Arc::new(config),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(delayq::server::run(listener, state, async {
+            let _ = stopped.await;
+        }));
+        LiveServer {
+            addr,
+            base_url: format!("http://{addr}"),
+            dispatch,
+            stop,
+            task,
+        }
+    }
+}

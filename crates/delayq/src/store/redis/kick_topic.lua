@@ -7,9 +7,9 @@ local topic = ARGV[3]
 local max = tonumber(ARGV[4])
 local n = 0
 while n < max do
+  local want = max - n
   local heads = redis.call('ZRANGEBYLEX', DEAD, topic_min(topic), topic_max(topic),
-    'LIMIT', 0, max - n)
-  if #heads == 0 then break end
+    'LIMIT', 0, want)
   for _, m in ipairs(heads) do
     local id = string.sub(m, dead_id_at(topic))
     local j = load_lenient(id)
@@ -22,6 +22,8 @@ while n < max do
       redis.call('ZREM', DEAD, m)
     end
   end
+  -- A short read means the topic's range is exhausted: no second, empty read.
+  if #heads < want then break end
 end
 flush_events()
 return n

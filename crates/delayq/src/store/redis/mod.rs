@@ -48,10 +48,8 @@ mod keys;
 mod record;
 mod scripts;
 
-pub use keys::{
-    CLUSTER_SLOTS, ShardKeys, WINDOW_MS, cluster_tag, event_channel, far_window, fnv1a64, key_slot,
-    shard_of, window_of,
-};
+pub use keys::{ShardKeys, key_slot, shard_of};
+use keys::{WINDOW_MS, far_window};
 
 use crate::job::{Job, JobId, JobSpec, JobState, MAX_RUN_AT, Topic, UnixMillis};
 use crate::store::{
@@ -454,7 +452,8 @@ impl Store for RedisStore {
         let mut out: Vec<Job> = Vec::new();
         let mut idle = 0;
         while out.len() < max {
-            let heads = self.peek_ready(topics, max - out.len()).await?;
+            let want = max - out.len();
+            let heads = self.peek_ready(topics, want).await?;
             if heads.is_empty() {
                 break;
             }
@@ -472,6 +471,10 @@ impl Store for RedisStore {
                 got += jobs.len();
                 out.extend(jobs);
             }
+            if heads.len() < want && got == heads.len() {
+                // The peek saw everything that was ready, and we got all of it.
+                break;
+            }
             if got == 0 {
                 idle += 1;
                 if idle >= RESERVE_IDLE_ROUNDS {
@@ -482,10 +485,6 @@ impl Store for RedisStore {
         let position = |t: &Topic| topics.iter().position(|x| x == t).unwrap_or(usize::MAX);
         out.sort_by_key(|j| (position(&j.spec.topic), j.ready_key()));
         Ok(out)
-    }
-
-    async fn finish(&self, id: &JobId) -> StoreResult<JobState> {
-        self.remove(id).await
     }
 
     async fn delete(&self, id: &JobId) -> StoreResult<JobState> {

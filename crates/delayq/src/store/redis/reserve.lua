@@ -12,9 +12,9 @@ for t = 4, #ARGV do
   if got >= max then break end
   local topic = ARGV[t]
   while got < max do
+    local want = max - got
     local heads = redis.call('ZRANGEBYLEX', READY, topic_min(topic), topic_max(topic),
-      'LIMIT', 0, max - got)
-    if #heads == 0 then break end
+      'LIMIT', 0, want)
     for _, m in ipairs(heads) do
       local id = string.sub(m, ready_id_at(topic))
       local j = load_lenient(id)
@@ -30,6 +30,8 @@ for t = 4, #ARGV do
         redis.call('ZREM', READY, m)
       end
     end
+    -- A short read means the topic's range is exhausted: no second, empty read.
+    if #heads < want then break end
   end
 end
 flush_events()

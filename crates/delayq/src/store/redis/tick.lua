@@ -58,15 +58,12 @@ for _, id in ipairs(due) do
     expired = expired + 1
   end
 end
+-- The earliest remaining deadline, or NOW when something is still due (the batch limit).
 local next_due = -1
-if #redis.call('ZRANGEBYSCORE', TIMELINE, '-inf', NOW, 'LIMIT', 0, 1) > 0 then
-  next_due = NOW
-else
-  local t = earliest_timer()
-  if t then
-    if t < NOW then t = NOW end
-    next_due = t
-  end
+local t = earliest_timer()
+if t then
+  if t < NOW then t = NOW end
+  next_due = t
 end
 flush_events()
 local out = {promoted, expired, next_due}
