@@ -76,7 +76,11 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 if [ ! -d "$ROOT/bench/peers/bullmq/node_modules/bullmq" ]; then
   echo "installing bullmq (npm ci)"
-  (cd "$ROOT/bench/peers/bullmq" && npm ci --no-audit --no-fund >/dev/null)
+  # npm 11's `ci` rejects this lock file over optional platform packages of msgpackr-extract
+  # ("Missing: @msgpackr-extract/...-darwin-arm64 from lock file") although `install` leaves it
+  # unchanged; `install` still installs the locked versions.
+  (cd "$ROOT/bench/peers/bullmq" && { npm ci --no-audit --no-fund >/dev/null 2>&1 ||
+    npm install --no-audit --no-fund >/dev/null; })
 fi
 
 # ---------- build ----------
