@@ -121,9 +121,16 @@ impl Conn {
         Ok(values)
     }
 
-    /// Runs script calls in one pipeline and returns their replies in order. Calls refused
-    /// with NOSCRIPT (they did not run) are retried once after loading every script.
+    /// Runs script calls in one pipeline and returns their replies in order; an error reply
+    /// in any of them fails the whole call (see [`Conn::eval_each`]).
     pub async fn eval(&self, calls: &[Eval]) -> StoreResult<Vec<Value>> {
+        self.eval_each(calls).await?.into_iter().collect()
+    }
+
+    /// Runs script calls in one pipeline and returns each one's reply or error reply, in
+    /// order; `Err` only when Redis could not be asked. Calls refused with NOSCRIPT (they did
+    /// not run) are retried once after loading every script.
+    pub async fn eval_each(&self, calls: &[Eval]) -> StoreResult<Vec<StoreResult<Value>>> {
         let mut pipe = redis::pipe();
         for c in calls {
             pipe.add_command(c.cmd.clone());
@@ -150,12 +157,13 @@ impl Conn {
                 values[i] = v;
             }
         }
-        for v in &values {
-            if let Value::ServerError(e) = v {
-                return Err(server_error(e));
-            }
-        }
-        Ok(values)
+        Ok(values
+            .into_iter()
+            .map(|v| match v {
+                Value::ServerError(e) => Err(server_error(&e)),
+                v => Ok(v),
+            })
+            .collect())
     }
 
     /// Loads scripts into the script cache (SCRIPT LOAD). On a cluster SCRIPT LOAD goes to

@@ -42,6 +42,7 @@
 //! write is reported, never repeated blindly: it may have run; see [`conn::Conn::Cluster`] for
 //! the cluster client's own resend after a dropped connection).
 
+mod coalesce;
 mod conn;
 mod events;
 mod keys;
@@ -57,12 +58,13 @@ use crate::store::{
     StoreEvent, StoreResult, TickOutcome, TopicCounts,
 };
 use async_trait::async_trait;
+use coalesce::Coalescer;
 use conn::{Conn, Eval};
 use record::{array, by_id_reply, bytes, decode_job, int, state_from_code, string, unexpected};
 use redis::Value;
 use scripts::SCRIPTS;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -93,6 +95,11 @@ pub struct RedisOptions {
 
 /// Most jobs one push script call carries: bounds how long one script blocks Redis.
 const PUSH_CHUNK: usize = 256;
+/// Group commit of pushes and removes (`coalesce.rs`): most jobs joined into one batch, and
+/// most batches of one kind on the wire at once. Two in flight keep Redis busy while the next
+/// batch forms; more would only make batches smaller.
+const COALESCE_MAX_JOBS: usize = 1000;
+const COALESCE_IN_FLIGHT: usize = 2;
 /// Most far windows per shard one tick looks at (and drains, if due); more due windows just
 /// make the tick report `next_due = now` and the timer go again.
 const TICK_WINDOWS: u64 = 16;
@@ -126,6 +133,32 @@ struct Inner {
     tick_rotation: AtomicUsize,
     /// The pub/sub forwarding task; stopped when the last clone of the store is dropped.
     subscriber: JoinHandle<()>,
+    /// Concurrent pushes and removes joined into shared round trips (`coalesce.rs`).
+    pushes: Coalescer<PushRequest, PushReply>,
+    removes: Coalescer<JobId, StoreResult<JobState>>,
+}
+
+/// One caller's `push_batch`: its jobs, stamped `seq..seq + len`.
+struct PushRequest {
+    jobs: Vec<JobSpec>,
+    seq: u64,
+    mode: PushMode,
+    now: UnixMillis,
+}
+
+type PushReply = StoreResult<Vec<StoreResult<PushOutcome>>>;
+
+/// The store behind a coalescer's batch, or `None` once it was dropped.
+fn upgrade(weak: &Weak<Inner>) -> Option<RedisStore> {
+    weak.upgrade().map(|inner| RedisStore { inner })
+}
+
+fn corrupt_record(id: &JobId) -> StoreError {
+    StoreError::Corrupt(format!("job record {:?} does not decode", id.as_str()))
+}
+
+fn gone() -> StoreError {
+    StoreError::Unavailable("the Redis store is shutting down".into())
 }
 
 impl Drop for Inner {
@@ -179,8 +212,9 @@ impl RedisStore {
         let (used, first) = events::subscribe_any(&clients, 0, &channel).await?;
         let (tx, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);
         let subscriber = events::spawn(clients, used, channel.clone(), tx.clone(), first);
-        Ok(RedisStore {
-            inner: Arc::new(Inner {
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
+            let (w1, w2) = (weak.clone(), weak.clone());
+            Inner {
                 conn,
                 shards,
                 channel,
@@ -188,8 +222,37 @@ impl RedisStore {
                 last_seq: AtomicU64::new(0),
                 tick_rotation: AtomicUsize::new(0),
                 subscriber,
-            }),
-        })
+                pushes: Coalescer::spawn(
+                    COALESCE_IN_FLIGHT,
+                    COALESCE_MAX_JOBS,
+                    |r: &PushRequest| r.jobs.len(),
+                    move |batch| {
+                        let store = upgrade(&w1);
+                        async move {
+                            match store {
+                                Some(s) => s.push_now(&batch).await,
+                                None => batch.iter().map(|_| Err(gone())).collect(),
+                            }
+                        }
+                    },
+                ),
+                removes: Coalescer::spawn(
+                    COALESCE_IN_FLIGHT,
+                    COALESCE_MAX_JOBS,
+                    |_: &JobId| 1,
+                    move |batch| {
+                        let store = upgrade(&w2);
+                        async move {
+                            match store {
+                                Some(s) => s.remove_now(&batch).await,
+                                None => batch.iter().map(|_| Err(gone())).collect(),
+                            }
+                        }
+                    },
+                ),
+            }
+        });
+        Ok(RedisStore { inner })
     }
 
     /// Reserves `n` consecutive seq stamps and returns the first.
@@ -239,14 +302,160 @@ impl RedisStore {
         out.pop().ok_or_else(|| unexpected(&Value::Nil))
     }
 
-    async fn remove(&self, id: &JobId) -> StoreResult<JobState> {
-        let call = self
-            .eval(&SCRIPTS.remove, self.shard(id), 0)
-            .arg(id.as_str());
-        match self.eval_one(call).await? {
-            Value::Nil => Err(StoreError::NotFound),
-            v => state_from_code(string(&v)?),
+    /// Pushes a batch of requests (from concurrent callers) in one pipeline: per shard and
+    /// mode, one script call per [`PUSH_CHUNK`] jobs, in request order. The batch runs at the
+    /// latest of the requests' `now`s (all of them past, so no job is ready early). A request
+    /// fails as a whole if a call carrying some of its jobs failed (as a lone call would).
+    async fn push_now(&self, requests: &[PushRequest]) -> Vec<PushReply> {
+        let now = requests.iter().map(|r| r.now).max().unwrap_or(0);
+        // (request, job) positions per (shard, mode), in order.
+        let mut groups: BTreeMap<(u16, bool), Vec<(usize, usize)>> = BTreeMap::new();
+        for (r, req) in requests.iter().enumerate() {
+            let replace = req.mode == PushMode::Replace;
+            for (i, j) in req.jobs.iter().enumerate() {
+                groups
+                    .entry((shard_of(j.id.as_str(), self.shard_count()), replace))
+                    .or_default()
+                    .push((r, i));
+            }
         }
+        let mut calls = Vec::new();
+        let mut slots: Vec<&[(usize, usize)]> = Vec::new();
+        for ((shard, replace), members) in &groups {
+            let keys = &self.inner.shards[usize::from(*shard)];
+            for chunk in members.chunks(PUSH_CHUNK) {
+                let job = |&(r, i): &(usize, usize)| &requests[r].jobs[i];
+                // The distinct far windows of the chunk, in first-use order: KEYS[7..].
+                let mut windows: Vec<u64> = Vec::new();
+                let slot_of: Vec<usize> = chunk
+                    .iter()
+                    .map(|m| match far_window(job(m).run_at.min(MAX_RUN_AT), now) {
+                        None => 0,
+                        Some(w) => match windows.iter().position(|&x| x == w) {
+                            Some(k) => k + 1,
+                            None => {
+                                windows.push(w);
+                                windows.len()
+                            }
+                        },
+                    })
+                    .collect();
+                let window_keys: Vec<String> = windows.iter().map(|&w| keys.window(w)).collect();
+                let mut all_keys: Vec<&str> = keys.all().to_vec();
+                all_keys.extend(window_keys.iter().map(String::as_str));
+                let mut call = Eval::new(&SCRIPTS.push, &all_keys)
+                    .arg(&self.inner.channel)
+                    .arg(now)
+                    .arg(if *replace { "replace" } else { "reject" })
+                    .arg(windows.len());
+                for w in &windows {
+                    call = call.arg(*w);
+                }
+                for (m, &slot) in chunk.iter().zip(&slot_of) {
+                    let j = job(m);
+                    call = call
+                        .arg(j.id.as_str())
+                        .arg(j.topic.as_str())
+                        .arg(j.body.as_str())
+                        .arg(j.run_at.min(MAX_RUN_AT))
+                        .arg(j.ttr_ms.min(MAX_RUN_AT))
+                        .arg(j.priority)
+                        .arg(j.max_attempts)
+                        .arg(requests[m.0].seq + m.1 as u64)
+                        .arg(backoff_arg(&j.backoff_ms))
+                        .arg(slot);
+                }
+                calls.push(call);
+                slots.push(chunk);
+            }
+        }
+        let mut out: Vec<PushReply> = requests
+            .iter()
+            .map(|r| Ok(vec![Err(gone()); r.jobs.len()]))
+            .collect();
+        let replies = match self.inner.conn.eval_each(&calls).await {
+            Ok(r) => r,
+            Err(e) => return vec![Err(e); requests.len()],
+        };
+        for (reply, members) in replies.iter().zip(slots) {
+            let statuses = reply.as_ref().map_err(Clone::clone).and_then(|v| {
+                let a = array(v)?;
+                if a.len() == members.len() { Ok(a) } else { Err(unexpected(v)) }
+            });
+            for (k, &(r, i)) in members.iter().enumerate() {
+                let Ok(per_job) = &mut out[r] else { continue };
+                let outcome = match &statuses {
+                    Err(e) => {
+                        out[r] = Err(e.clone());
+                        continue;
+                    }
+                    Ok(a) => match string(&a[k]) {
+                        Ok("c") => Ok(PushOutcome::Created),
+                        Ok("e") => Err(StoreError::Exists),
+                        Ok("k") => Err(corrupt_record(&requests[r].jobs[i].id)),
+                        Ok(code) => state_from_code(code).map(PushOutcome::Replaced),
+                        Err(e) => Err(e),
+                    },
+                };
+                per_job[i] = outcome;
+            }
+        }
+        out
+    }
+
+    async fn remove(&self, id: &JobId) -> StoreResult<JobState> {
+        self.inner
+            .removes
+            .call(id.clone())
+            .await
+            .unwrap_or_else(|| Err(gone()))
+    }
+
+    /// Removes a batch of ids (from concurrent callers): one remove script call per shard,
+    /// all in one pipeline; one answer per id, in order.
+    async fn remove_now(&self, ids: &[JobId]) -> Vec<StoreResult<JobState>> {
+        let mut by_shard: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (i, id) in ids.iter().enumerate() {
+            by_shard
+                .entry(shard_of(id.as_str(), self.shard_count()))
+                .or_default()
+                .push(i);
+        }
+        let calls: Vec<Eval> = by_shard
+            .iter()
+            .map(|(&shard, idxs)| {
+                let mut call = self.eval(&SCRIPTS.remove, &self.inner.shards[usize::from(shard)], 0);
+                for &i in idxs {
+                    call = call.arg(ids[i].as_str());
+                }
+                call
+            })
+            .collect();
+        let mut out: Vec<StoreResult<JobState>> = vec![Err(gone()); ids.len()];
+        let replies = match self.inner.conn.eval_each(&calls).await {
+            Ok(r) => r,
+            Err(e) => return vec![Err(e); ids.len()],
+        };
+        for (reply, idxs) in replies.iter().zip(by_shard.values()) {
+            let states = reply.as_ref().map_err(Clone::clone).and_then(|v| {
+                let a = array(v)?;
+                if a.len() == idxs.len() { Ok(a) } else { Err(unexpected(v)) }
+            });
+            for (k, &i) in idxs.iter().enumerate() {
+                out[i] = match &states {
+                    Err(e) => Err(e.clone()),
+                    Ok(a) => match &a[k] {
+                        Value::Nil => Err(StoreError::NotFound),
+                        v => match string(v) {
+                            Ok("k") => Err(corrupt_record(&ids[i])),
+                            Ok(code) => state_from_code(code),
+                            Err(e) => Err(e),
+                        },
+                    },
+                };
+            }
+        }
+        out
     }
 
     /// Runs a by-id script (`{'ok', record} | {'nf'} | {'ws', code}` reply) and decodes it.
@@ -333,7 +542,7 @@ impl Store for RedisStore {
         "redis"
     }
 
-    /// One pipeline for the whole batch: per shard, one script call per [`PUSH_CHUNK`] jobs.
+    /// Joined with concurrent pushes into shared round trips (`coalesce.rs`, [`RedisStore::push_now`]).
     /// Jobs keep their batch order within a shard, so a repeated id behaves as if pushed one
     /// after the other.
     async fn push_batch(
@@ -345,84 +554,18 @@ impl Store for RedisStore {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let base = self.stamp(now, jobs.len() as u64);
-        let mut by_shard: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-        for (i, j) in jobs.iter().enumerate() {
-            by_shard
-                .entry(shard_of(j.id.as_str(), self.shard_count()))
-                .or_default()
-                .push(i);
-        }
-        let mode_arg = match mode {
-            PushMode::Reject => "reject",
-            PushMode::Replace => "replace",
+        let seq = self.stamp(now, jobs.len() as u64);
+        let request = PushRequest {
+            jobs,
+            seq,
+            mode,
+            now,
         };
-        let mut calls = Vec::new();
-        let mut slots: Vec<&[usize]> = Vec::new();
-        for (shard, idxs) in &by_shard {
-            let keys = &self.inner.shards[usize::from(*shard)];
-            for chunk in idxs.chunks(PUSH_CHUNK) {
-                // The distinct far windows of the chunk, in first-use order: KEYS[7..].
-                let mut windows: Vec<u64> = Vec::new();
-                let slot_of: Vec<usize> = chunk
-                    .iter()
-                    .map(|&i| match far_window(jobs[i].run_at.min(MAX_RUN_AT), now) {
-                        None => 0,
-                        Some(w) => match windows.iter().position(|&x| x == w) {
-                            Some(k) => k + 1,
-                            None => {
-                                windows.push(w);
-                                windows.len()
-                            }
-                        },
-                    })
-                    .collect();
-                let window_keys: Vec<String> = windows.iter().map(|&w| keys.window(w)).collect();
-                let mut all_keys: Vec<&str> = keys.all().to_vec();
-                all_keys.extend(window_keys.iter().map(String::as_str));
-                let mut call = Eval::new(&SCRIPTS.push, &all_keys)
-                    .arg(&self.inner.channel)
-                    .arg(now)
-                    .arg(mode_arg)
-                    .arg(windows.len());
-                for w in &windows {
-                    call = call.arg(*w);
-                }
-                for (&i, &slot) in chunk.iter().zip(&slot_of) {
-                    let j = &jobs[i];
-                    call = call
-                        .arg(j.id.as_str())
-                        .arg(j.topic.as_str())
-                        .arg(j.body.as_str())
-                        .arg(j.run_at.min(MAX_RUN_AT))
-                        .arg(j.ttr_ms.min(MAX_RUN_AT))
-                        .arg(j.priority)
-                        .arg(j.max_attempts)
-                        .arg(base + i as u64)
-                        .arg(backoff_arg(&j.backoff_ms))
-                        .arg(slot);
-                }
-                calls.push(call);
-                slots.push(chunk);
-            }
-        }
-        let replies = self.inner.conn.eval(&calls).await?;
-        let mut out: Vec<StoreResult<PushOutcome>> =
-            vec![Err(StoreError::Unavailable("no reply for this job".into())); jobs.len()];
-        for (reply, idxs) in replies.iter().zip(slots) {
-            let statuses = array(reply)?;
-            if statuses.len() != idxs.len() {
-                return Err(unexpected(reply));
-            }
-            for (v, &i) in statuses.iter().zip(idxs) {
-                out[i] = match string(v)? {
-                    "c" => Ok(PushOutcome::Created),
-                    "e" => Err(StoreError::Exists),
-                    code => Ok(PushOutcome::Replaced(state_from_code(code)?)),
-                };
-            }
-        }
-        Ok(out)
+        self.inner
+            .pushes
+            .call(request)
+            .await
+            .unwrap_or_else(|| Err(gone()))
     }
 
     /// With one shard: one script call. With several: a pipelined peek at every shard's first

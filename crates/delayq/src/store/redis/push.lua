@@ -7,15 +7,19 @@
 --   the window numbers of KEYS[7..6+m];
 --   then 10 per job: id, topic, body, run_at, ttr_ms, priority, max_attempts, seq,
 --   backoff ('' or '15000,180000'), window (0 = the timeline, k = KEYS[6+k]).
--- Returns one status per job, in order: 'c' created, 'e' exists (nothing changed), or the
--- replaced job's prior state code.
+-- Returns one status per job, in order: 'c' created, 'e' exists (nothing changed), 'k' the
+-- existing record does not decode (nothing changed; a bad record never fails the call, so
+-- jobs of unrelated requests batched with it, mod.rs, are unaffected), or the replaced job's
+-- prior state code.
 local reject = ARGV[3] == 'reject'
 local m = tonumber(ARGV[4])
 local out = {}
 for i = 5 + m, #ARGV, 10 do
   local id = ARGV[i]
-  local old = load(id)
-  if old and reject then
+  local ok, old = pcall(load, id)
+  if not ok then
+    out[#out + 1] = 'k'
+  elseif old and reject then
     out[#out + 1] = 'e'
   else
     if old then

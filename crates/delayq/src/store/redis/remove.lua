@@ -1,10 +1,22 @@
--- remove: deletes a job in any state with its index entries (finish and delete).
+-- remove: deletes jobs in any state with their index entries (finish and delete), in order.
 -- KEYS: the shard's keys (lib.lua).
--- ARGV[1] channel, ARGV[2] now (unused), ARGV[3] id.
--- Returns the removed job's state code, or nil when there is no such job.
-local id = ARGV[3]
-local j = load(id)
-if not j then return false end
-unindex(id, j)
-redis.call('HDEL', JOBS, id)
-return j[S]
+-- ARGV[1] channel, ARGV[2] now (unused), ARGV[3..] ids.
+-- Returns one entry per id: the removed job's state code, false when there is no such job, or
+-- 'k' when its record does not decode (nothing changed; the field stays for inspection). A
+-- bad record never fails the call, so ids of unrelated requests batched with it (mod.rs) are
+-- unaffected.
+local out = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local ok, j = pcall(load, id)
+  if not ok then
+    out[#out + 1] = 'k'
+  elseif not j then
+    out[#out + 1] = false
+  else
+    unindex(id, j)
+    redis.call('HDEL', JOBS, id)
+    out[#out + 1] = j[S]
+  end
+end
+return out

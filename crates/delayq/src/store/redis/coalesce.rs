@@ -1,0 +1,180 @@
+//! Group commit for Redis round trips: concurrent calls of one kind (push, remove) are joined
+//! into one pipeline of script calls, one call per shard.
+//!
+//! Why: on a busy server most of the cost of a one-job push or finish is per round trip, not
+//! per job, on both sides: a Redis `EVALSHA` costs a few µs before the script does anything,
+//! plus a read, a write and a wake-up each in Redis and in delayq. Eight producers pushing one
+//! job each then cost eight round trips where one would do.
+//!
+//! How: callers hand their request to a [`Coalescer`] and await the answer. One task per
+//! coalescer takes the first waiting request, then every other one already queued (up to
+//! `max_units` jobs), and runs them as one batch; at most `in_flight` batches run at once,
+//! and requests arriving meanwhile queue for the next. Nothing ever waits for company: an
+//! idle server sends a lone request at once, so batching costs nothing at low load (one task
+//! hop) and grows by itself with load. A request is never split over two batches, so the jobs
+//! of one request keep their order.
+//!
+//! The task holds no reference to the store: it ends when the store (the last sender) is
+//! dropped.
+
+use std::future::Future;
+use std::sync::Arc;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+type Queued<R, O> = (R, oneshot::Sender<O>);
+
+/// Joins concurrent requests `R` into batches run by one function; each request gets its `O`.
+pub struct Coalescer<R, O> {
+    tx: mpsc::UnboundedSender<Queued<R, O>>,
+}
+
+impl<R: Send + 'static, O: Send + 'static> Coalescer<R, O> {
+    /// Starts the batching task. `run` gets a batch and must return one output per request,
+    /// in order; `units` weighs a request (jobs in it) against `max_units`.
+    pub fn spawn<F, Fut>(in_flight: usize, max_units: usize, units: fn(&R) -> usize, run: F) -> Self
+    where
+        F: Fn(Vec<R>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Vec<O>> + Send + 'static,
+    {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Queued<R, O>>();
+        let run = Arc::new(run);
+        let slots = Arc::new(Semaphore::new(in_flight.max(1)));
+        tokio::spawn(async move {
+            loop {
+                // Take a slot before taking requests: while every slot is busy, requests pile
+                // up in the channel and form the next batch.
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let Some(first) = rx.recv().await else {
+                    return;
+                };
+                let mut size = units(&first.0);
+                let mut batch = vec![first];
+                while size < max_units {
+                    match rx.try_recv() {
+                        Ok(next) => {
+                            size += units(&next.0);
+                            batch.push(next);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let run = run.clone();
+                tokio::spawn(async move {
+                    let (requests, replies): (Vec<R>, Vec<oneshot::Sender<O>>) =
+                        batch.into_iter().unzip();
+                    let outputs = run(requests).await;
+                    debug_assert_eq!(outputs.len(), replies.len());
+                    for (reply, out) in replies.into_iter().zip(outputs) {
+                        // A caller that went away does not want its answer.
+                        let _ = reply.send(out);
+                    }
+                    drop(slot);
+                });
+            }
+        });
+        Coalescer { tx }
+    }
+
+    /// Queues `request` and waits for its output; `None` if the batch it was in was dropped
+    /// without an answer (the runtime is shutting down).
+    pub async fn call(&self, request: R) -> Option<O> {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send((request, reply)).ok()?;
+        answer.await.ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[tokio::test]
+    async fn a_lone_request_runs_at_once_and_gets_its_own_answer() {
+        let c = Coalescer::spawn(1, 100, |_: &u32| 1, |batch: Vec<u32>| async move {
+            batch.into_iter().map(|x| x * 10).collect::<Vec<_>>()
+        });
+        assert_eq!(c.call(4).await, Some(40));
+        assert_eq!(c.call(5).await, Some(50));
+    }
+
+    #[tokio::test]
+    async fn requests_queued_while_a_batch_runs_form_the_next_batch_in_order() {
+        let seen: Arc<Mutex<Vec<Vec<u32>>>> = Arc::default();
+        let (gate_tx, gate_rx) = tokio::sync::watch::channel(false);
+        let log = seen.clone();
+        let c = Arc::new(Coalescer::spawn(1, 100, |_: &u32| 1, move |batch: Vec<u32>| {
+            let log = log.clone();
+            let mut gate = gate_rx.clone();
+            async move {
+                log.lock().unwrap().push(batch.clone());
+                // The first batch holds the only slot until the gate opens.
+                let _ = gate.wait_for(|open| *open).await;
+                batch
+            }
+        }));
+        let first = tokio::spawn({
+            let c = c.clone();
+            async move { c.call(0).await }
+        });
+        while seen.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let rest: Vec<_> = (1..=5)
+            .map(|i| {
+                let c = c.clone();
+                tokio::spawn(async move { c.call(i).await })
+            })
+            .collect();
+        // Let every caller queue before the slot frees.
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        gate_tx.send(true).unwrap();
+        assert_eq!(first.await.unwrap(), Some(0));
+        for (i, h) in rest.into_iter().enumerate() {
+            assert_eq!(h.await.unwrap(), Some(i as u32 + 1));
+        }
+        assert_eq!(*seen.lock().unwrap(), vec![vec![0], vec![1, 2, 3, 4, 5]]);
+    }
+
+    #[tokio::test]
+    async fn a_batch_stops_at_max_units_but_never_splits_a_request() {
+        let seen: Arc<Mutex<Vec<Vec<usize>>>> = Arc::default();
+        let (gate_tx, gate_rx) = tokio::sync::watch::channel(false);
+        let log = seen.clone();
+        let c = Arc::new(Coalescer::spawn(1, 5, |r: &usize| *r, move |batch: Vec<usize>| {
+            let log = log.clone();
+            let mut gate = gate_rx.clone();
+            async move {
+                log.lock().unwrap().push(batch.clone());
+                let _ = gate.wait_for(|open| *open).await;
+                batch
+            }
+        }));
+        let first = tokio::spawn({
+            let c = c.clone();
+            async move { c.call(1).await }
+        });
+        while seen.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let mut rest = Vec::new();
+        for units in [3, 4, 2] {
+            let c = c.clone();
+            rest.push(tokio::spawn(async move { c.call(units).await }));
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+        }
+        gate_tx.send(true).unwrap();
+        first.await.unwrap();
+        for h in rest {
+            h.await.unwrap();
+        }
+        // 3 + 4 reaches 5: the 4 is taken whole, the 2 waits for the next batch.
+        assert_eq!(*seen.lock().unwrap(), vec![vec![1], vec![3, 4], vec![2]]);
+    }
+}
