@@ -267,13 +267,7 @@ async fn main() -> Result<()> {
         ),
     };
     let (common, addr, topic) = common_args.resolve()?;
-    let ep = Endpoint::new(
-        common.protocol,
-        &addr,
-        &topic,
-        common_args.ttr_s,
-        common.producers + common.consumers,
-    )?;
+    let ep = Endpoint::new(common.protocol, &addr, &topic, common_args.ttr_s)?;
     let r = run(common, ep).await?;
     print(&r, common_args.json)
 }

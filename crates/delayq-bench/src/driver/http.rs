@@ -1,10 +1,19 @@
 //! delayq's two HTTP APIs as bench connections: [`Seed`] (`/push`, `/pop`, `/finish`,
 //! `/delete`; one job per request, whole-second delays) and [`V1`] (`/v1/jobs[/batch]`,
-//! `/v1/reserve`, `/v1/finish`; batches, ms delays). Requests are serialised with serde from
-//! borrowed structs; responses are parsed into the few fields the bench needs.
+//! `/v1/reserve`, `/v1/finish`; batches, ms delays). Each connection owns one keep-alive
+//! HTTP/1.1 connection ([`Http`], hyper's low-level client): no pool, no per-request URL
+//! parsing, so the load generator spends as little CPU as it can on the client side. Requests
+//! are serialised with serde from borrowed structs; responses are parsed into the few fields the
+//! bench needs.
 
 use super::{Delivered, Due, Endpoint, NewJob, due_secs, now_ms};
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,24 +21,171 @@ use std::time::Duration;
 /// Request timeout beyond any long-poll the bench asks for.
 const SLACK: Duration = Duration::from_secs(30);
 
-async fn post<T: Serialize + ?Sized>(
-    ep: &Endpoint,
-    path: &str,
-    body: &T,
-    wait: Duration,
-) -> Result<(reqwest::StatusCode, bytes::Bytes)> {
-    let resp = ep
-        .client
-        .post(format!("http://{}{path}", ep.addr))
-        .json(body)
-        .timeout(wait + SLACK)
-        .send()
-        .await?;
-    let status = resp.status();
-    Ok((status, resp.bytes().await?))
+/// How long opening a TCP connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The fixed request paths, parsed once per connection.
+struct Paths {
+    push: Uri,
+    pop: Uri,
+    finish: Uri,
+    delete: Uri,
+    v1_jobs: Uri,
+    v1_batch: Uri,
+    v1_reserve: Uri,
+    v1_finish: Uri,
 }
 
-fn refused(path: &str, status: reqwest::StatusCode, body: &[u8]) -> anyhow::Error {
+impl Paths {
+    fn new() -> Paths {
+        Paths {
+            push: Uri::from_static("/push"),
+            pop: Uri::from_static("/pop"),
+            finish: Uri::from_static("/finish"),
+            delete: Uri::from_static("/delete"),
+            v1_jobs: Uri::from_static("/v1/jobs"),
+            v1_batch: Uri::from_static("/v1/jobs/batch"),
+            v1_reserve: Uri::from_static("/v1/reserve"),
+            v1_finish: Uri::from_static("/v1/finish"),
+        }
+    }
+}
+
+/// `/v1/jobs/{id}{suffix}`, the id percent-encoded (all but RFC 3986 unreserved bytes).
+fn job_path(id: &str, suffix: &str) -> Result<Uri> {
+    let mut p = String::with_capacity(9 + id.len() + suffix.len());
+    p.push_str("/v1/jobs/");
+    for &b in id.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            p.push(b as char);
+        } else {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            p.push('%');
+            p.push(HEX[(b >> 4) as usize] as char);
+            p.push(HEX[(b & 15) as usize] as char);
+        }
+    }
+    p.push_str(suffix);
+    Ok(Uri::try_from(p)?)
+}
+
+/// Opens a TCP connection to `addr` (no Nagle) and an HTTP/1.1 connection over it; the
+/// connection's driver runs as its own task and ends when the connection closes.
+async fn open(addr: &str) -> Result<SendRequest<Full<Bytes>>> {
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| anyhow!("connecting to {addr}: timed out"))?
+        .with_context(|| format!("connecting to {addr}"))?;
+    tcp.set_nodelay(true)?;
+    let (sender, conn) = http1::handshake(TokioIo::new(tcp))
+        .await
+        .with_context(|| format!("HTTP handshake with {addr}"))?;
+    tokio::spawn(async move {
+        // Its errors reach the request that was in flight; nothing to add here.
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// One keep-alive HTTP/1.1 connection, one request at a time.
+pub struct Http {
+    ep: Arc<Endpoint>,
+    paths: Paths,
+    /// `None` after a failed or timed-out request: the next request opens a fresh connection.
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl Http {
+    async fn connect(ep: Arc<Endpoint>) -> Result<Http> {
+        let sender = open(&ep.addr).await?;
+        Ok(Http {
+            ep,
+            paths: Paths::new(),
+            sender: Some(sender),
+        })
+    }
+
+    /// `POST uri` with a JSON `body` (see [`json`]).
+    async fn post(
+        &mut self,
+        uri: Uri,
+        body: Vec<u8>,
+        wait: Duration,
+    ) -> Result<(StatusCode, Bytes)> {
+        self.send(Method::POST, uri, Some(Bytes::from(body)), wait)
+            .await
+    }
+
+    /// Sends one request and reads the whole response, within `wait + SLACK`.
+    ///
+    /// When the connection is found closed before the request is written (the server closed
+    /// an idle connection, or an earlier request failed), it is reopened once and the request
+    /// sent there. A request that fails after it may have reached the server is not sent again
+    /// (a second `/push` would come back "exists"): the error is returned and the next request
+    /// opens a fresh connection.
+    async fn send(
+        &mut self,
+        method: Method,
+        uri: Uri,
+        body: Option<Bytes>,
+        wait: Duration,
+    ) -> Result<(StatusCode, Bytes)> {
+        let what = (method.clone(), uri.clone());
+        let has_body = body.is_some();
+        let mut req = Request::new(Full::new(body.unwrap_or_default()));
+        *req.method_mut() = method;
+        *req.uri_mut() = uri;
+        let headers = req.headers_mut();
+        headers.insert(HOST, self.ep.host.clone());
+        if has_body {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        let addr = self.ep.addr.as_str();
+        let slot = &mut self.sender;
+        let exchange = async move {
+            let (mut sender, mut fresh) = match slot.take() {
+                Some(s) if !s.is_closed() => (s, false),
+                _ => (open(addr).await?, true),
+            };
+            let resp = loop {
+                match sender.ready().await {
+                    Ok(()) => match sender.try_send_request(req).await {
+                        Ok(resp) => break resp,
+                        Err(mut e) => match e.take_message() {
+                            // Never written to the connection: safe to send on a fresh one.
+                            Some(r) if !fresh => req = r,
+                            _ => return Err(anyhow::Error::from(e.into_error())),
+                        },
+                    },
+                    Err(e) if fresh => return Err(e.into()),
+                    Err(_) => {}
+                }
+                sender = open(addr).await?;
+                fresh = true;
+            };
+            let status = resp.status();
+            let body = resp.into_body().collect().await?.to_bytes();
+            *slot = Some(sender);
+            Ok((status, body))
+        };
+        match tokio::time::timeout(wait + SLACK, exchange).await {
+            Ok(r) => r.with_context(|| format!("{} {}", what.0, what.1)),
+            Err(_) => Err(anyhow!(
+                "{} {}: no response within {:?}",
+                what.0,
+                what.1,
+                wait + SLACK
+            )),
+        }
+    }
+}
+
+/// A request body as JSON.
+fn json<T: Serialize + ?Sized>(body: &T) -> Result<Vec<u8>> {
+    Ok(serde_json::to_vec(body)?)
+}
+
+fn refused(path: &str, status: StatusCode, body: &[u8]) -> anyhow::Error {
     let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
     anyhow::anyhow!("{path}: HTTP {status}: {text}")
 }
@@ -72,7 +228,7 @@ struct SeedJob {
     body: String,
 }
 
-fn seed_ok(path: &str, status: reqwest::StatusCode, body: &[u8]) -> Result<SeedResponse> {
+fn seed_ok(path: &str, status: StatusCode, body: &[u8]) -> Result<SeedResponse> {
     if !status.is_success() {
         return Err(refused(path, status, body));
     }
@@ -90,26 +246,30 @@ fn seed_ok(path: &str, status: reqwest::StatusCode, body: &[u8]) -> Result<SeedR
 
 /// A connection to the seed API.
 pub struct Seed {
-    ep: Arc<Endpoint>,
+    http: Http,
 }
 
 impl Seed {
-    pub fn new(ep: Arc<Endpoint>) -> Seed {
-        Seed { ep }
+    pub async fn connect(ep: Arc<Endpoint>) -> Result<Seed> {
+        Ok(Seed {
+            http: Http::connect(ep).await?,
+        })
     }
 
     /// One `/push` per job (the seed API has no batch).
     pub async fn push(&mut self, jobs: &[NewJob]) -> Result<Vec<bool>> {
         let mut acked = Vec::with_capacity(jobs.len());
         for j in jobs {
+            let ep = &self.http.ep;
             let req = SeedPush {
-                topic: &self.ep.topic,
+                topic: &ep.topic,
                 id: &j.id,
                 delay: due_secs(j.due, now_ms()),
-                ttr: self.ep.ttr_s,
+                ttr: ep.ttr_s,
                 body: &j.body,
             };
-            let (st, b) = post(&self.ep, "/push", &req, Duration::ZERO).await?;
+            let uri = self.http.paths.push.clone();
+            let (st, b) = self.http.post(uri, json(&req)?, Duration::ZERO).await?;
             seed_ok("/push", st, &b)?;
             acked.push(true);
         }
@@ -120,10 +280,14 @@ impl Seed {
     pub async fn reserve(&mut self, timeout_ms: u64) -> Result<Vec<Delivered>> {
         let timeout = timeout_ms.div_ceil(1000).max(1);
         let req = SeedPop {
-            topic: &self.ep.topic,
+            topic: &self.http.ep.topic,
             timeout,
         };
-        let (st, b) = post(&self.ep, "/pop", &req, Duration::from_secs(timeout)).await?;
+        let uri = self.http.paths.pop.clone();
+        let (st, b) = self
+            .http
+            .post(uri, json(&req)?, Duration::from_secs(timeout))
+            .await?;
         let r = seed_ok("/pop", st, &b)?;
         Ok(r.data
             .map(|j| Delivered {
@@ -136,7 +300,11 @@ impl Seed {
 
     pub async fn finish(&mut self, ids: &[String]) -> Result<()> {
         for id in ids {
-            let (st, b) = post(&self.ep, "/finish", &SeedId { id }, Duration::ZERO).await?;
+            let uri = self.http.paths.finish.clone();
+            let (st, b) = self
+                .http
+                .post(uri, json(&SeedId { id })?, Duration::ZERO)
+                .await?;
             seed_ok("/finish", st, &b)?;
         }
         Ok(())
@@ -144,7 +312,11 @@ impl Seed {
 
     pub async fn delete(&mut self, ids: &[String]) -> Result<u64> {
         for id in ids {
-            let (st, b) = post(&self.ep, "/delete", &SeedId { id }, Duration::ZERO).await?;
+            let uri = self.http.paths.delete.clone();
+            let (st, b) = self
+                .http
+                .post(uri, json(&SeedId { id })?, Duration::ZERO)
+                .await?;
             seed_ok("/delete", st, &b)?;
         }
         Ok(ids.len() as u64)
@@ -211,48 +383,52 @@ struct V1Finished {
 
 /// A connection to the /v1 API.
 pub struct V1 {
-    ep: Arc<Endpoint>,
+    http: Http,
     /// Whether `POST /v1/finish` removed delayed jobs the last time cleanup tried it; when it
     /// does not, cleanup deletes one id at a time.
     batch_delete_works: Option<bool>,
 }
 
 impl V1 {
-    pub fn new(ep: Arc<Endpoint>) -> V1 {
-        V1 {
-            ep,
+    pub async fn connect(ep: Arc<Endpoint>) -> Result<V1> {
+        Ok(V1 {
+            http: Http::connect(ep).await?,
             batch_delete_works: None,
-        }
+        })
     }
 
-    fn job<'a>(&'a self, j: &'a NewJob) -> V1NewJob<'a> {
+    fn job<'a>(ep: &'a Endpoint, j: &'a NewJob) -> V1NewJob<'a> {
         let (delay_ms, run_at_ms) = match j.due {
             Due::DelayMs(d) => (Some(d), None),
             Due::RunAtMs(t) => (None, Some(t)),
         };
         V1NewJob {
-            topic: &self.ep.topic,
+            topic: &ep.topic,
             id: &j.id,
             body: &j.body,
             delay_ms,
             run_at_ms,
-            ttr_ms: self.ep.ttr_s * 1000,
+            ttr_ms: ep.ttr_s * 1000,
         }
     }
 
     /// `POST /v1/jobs` for one job, `POST /v1/jobs/batch` for more.
     pub async fn push(&mut self, jobs: &[NewJob]) -> Result<Vec<bool>> {
+        let ep = &self.http.ep;
         if jobs.len() == 1 {
-            let (st, b) = post(&self.ep, "/v1/jobs", &self.job(&jobs[0]), Duration::ZERO).await?;
+            let uri = self.http.paths.v1_jobs.clone();
+            let req = V1::job(ep, &jobs[0]);
+            let (st, b) = self.http.post(uri, json(&req)?, Duration::ZERO).await?;
             if !st.is_success() {
                 return Err(refused("/v1/jobs", st, &b));
             }
             return Ok(vec![true]);
         }
         let req = V1Batch {
-            jobs: jobs.iter().map(|j| self.job(j)).collect(),
+            jobs: jobs.iter().map(|j| V1::job(ep, j)).collect(),
         };
-        let (st, b) = post(&self.ep, "/v1/jobs/batch", &req, Duration::ZERO).await?;
+        let uri = self.http.paths.v1_batch.clone();
+        let (st, b) = self.http.post(uri, json(&req)?, Duration::ZERO).await?;
         if !st.is_success() {
             return Err(refused("/v1/jobs/batch", st, &b));
         }
@@ -269,17 +445,15 @@ impl V1 {
 
     pub async fn reserve(&mut self, max: usize, timeout_ms: u64) -> Result<Vec<Delivered>> {
         let req = V1Reserve {
-            topics: [&self.ep.topic],
+            topics: [&self.http.ep.topic],
             max: max.max(1),
             timeout_ms,
         };
-        let (st, b) = post(
-            &self.ep,
-            "/v1/reserve",
-            &req,
-            Duration::from_millis(timeout_ms),
-        )
-        .await?;
+        let uri = self.http.paths.v1_reserve.clone();
+        let (st, b) = self
+            .http
+            .post(uri, json(&req)?, Duration::from_millis(timeout_ms))
+            .await?;
         if !st.is_success() {
             return Err(refused("/v1/reserve", st, &b));
         }
@@ -296,14 +470,26 @@ impl V1 {
     /// `POST /v1/jobs/{id}/finish` for one id, `POST /v1/finish` for more.
     pub async fn finish(&mut self, ids: &[String]) -> Result<()> {
         if ids.len() == 1 {
-            let path = format!("/v1/jobs/{}/finish", ids[0]);
-            let (st, b) = post(&self.ep, &path, &serde_json::json!({}), Duration::ZERO).await?;
+            let uri = job_path(&ids[0], "/finish")?;
+            let (st, b) = self
+                .http
+                .send(
+                    Method::POST,
+                    uri,
+                    Some(Bytes::from_static(b"{}")),
+                    Duration::ZERO,
+                )
+                .await?;
             if !st.is_success() {
-                return Err(refused(&path, st, &b));
+                return Err(refused(&format!("/v1/jobs/{}/finish", ids[0]), st, &b));
             }
             return Ok(());
         }
-        let (st, b) = post(&self.ep, "/v1/finish", &V1Ids { ids }, Duration::ZERO).await?;
+        let uri = self.http.paths.v1_finish.clone();
+        let (st, b) = self
+            .http
+            .post(uri, json(&V1Ids { ids })?, Duration::ZERO)
+            .await?;
         if !st.is_success() {
             return Err(refused("/v1/finish", st, &b));
         }
@@ -314,7 +500,11 @@ impl V1 {
     /// `DELETE /v1/jobs/{id}` one at a time.
     pub async fn delete(&mut self, ids: &[String]) -> Result<u64> {
         if ids.len() > 1 && self.batch_delete_works != Some(false) {
-            let (st, b) = post(&self.ep, "/v1/finish", &V1Ids { ids }, Duration::ZERO).await?;
+            let uri = self.http.paths.v1_finish.clone();
+            let (st, b) = self
+                .http
+                .post(uri, json(&V1Ids { ids })?, Duration::ZERO)
+                .await?;
             if st.is_success()
                 && let Ok(r) = serde_json::from_slice::<V1Finished>(&b)
                 && r.finished > 0
@@ -326,18 +516,14 @@ impl V1 {
         }
         let mut removed = 0;
         for id in ids {
-            let resp = self
-                .ep
-                .client
-                .delete(format!("http://{}/v1/jobs/{id}", self.ep.addr))
-                .timeout(SLACK)
-                .send()
+            let uri = job_path(id, "")?;
+            let (st, b) = self
+                .http
+                .send(Method::DELETE, uri, None, Duration::ZERO)
                 .await?;
-            let st = resp.status();
             if st.is_success() {
                 removed += 1;
-            } else if st != reqwest::StatusCode::NOT_FOUND {
-                let b = resp.bytes().await?;
+            } else if st != StatusCode::NOT_FOUND {
                 return Err(refused("DELETE /v1/jobs/{id}", st, &b));
             }
         }
@@ -347,5 +533,83 @@ impl V1 {
     /// How cleanup deleted, once it has: `Some(true)` batch, `Some(false)` per id.
     pub fn batch_delete(&self) -> Option<bool> {
         self.batch_delete_works
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::{Due, Protocol};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn job_paths_percent_encode_ids() {
+        assert_eq!(
+            job_path("ab-12_x.~", "/finish").unwrap().path(),
+            "/v1/jobs/ab-12_x.~/finish"
+        );
+        assert_eq!(job_path("a b/c", "").unwrap().path(), "/v1/jobs/a%20b%2Fc");
+    }
+
+    /// A server that answers each connection's first request with a seed-API success and
+    /// `connection: close`, then closes it; returns its address and the connections it took.
+    async fn closing_server() -> (String, Arc<std::sync::atomic::AtomicU64>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let accepted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let a = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = l.accept().await.unwrap();
+                a.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    // Headers, then the body its content-length announces.
+                    loop {
+                        let n = s.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf).to_lowercase();
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let len = text
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .map(|v| v.trim().parse::<usize>().unwrap())
+                                .unwrap_or(0);
+                            if buf.len() >= end + 4 + len {
+                                break;
+                            }
+                        }
+                    }
+                    let body = r#"{"code":0,"message":"ok"}"#;
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = s.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_is_reopened_before_sending() {
+        let (addr, accepted) = closing_server().await;
+        let ep = Endpoint::new(Protocol::Seed, &addr, "t", 60).unwrap();
+        let mut c = Seed::connect(ep).await.unwrap();
+        for i in 0..3 {
+            let job = NewJob {
+                id: format!("j{i}"),
+                due: Due::DelayMs(0),
+                body: "b".into(),
+            };
+            assert_eq!(c.push(&[job]).await.unwrap(), vec![true]);
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::Relaxed), 3);
     }
 }

@@ -69,38 +69,26 @@ pub struct Endpoint {
     pub topic: String,
     /// Time-to-run given to every job, far above the run so no legitimate redelivery happens.
     pub ttr_s: u64,
-    /// One client for all HTTP connections: its pool holds the keep-alive connections.
-    pub client: reqwest::Client,
+    /// The `Host` header of every HTTP request (`addr`), built once.
+    pub host: hyper::header::HeaderValue,
 }
 
 impl Endpoint {
-    pub fn new(
-        protocol: Protocol,
-        addr: &str,
-        topic: &str,
-        ttr_s: u64,
-        conns: usize,
-    ) -> Result<Arc<Endpoint>> {
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(conns.max(1) * 2)
-            .tcp_nodelay(true)
-            .no_proxy()
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .build()?;
+    pub fn new(protocol: Protocol, addr: &str, topic: &str, ttr_s: u64) -> Result<Arc<Endpoint>> {
         Ok(Arc::new(Endpoint {
             protocol,
             addr: addr.to_string(),
             topic: topic.to_string(),
             ttr_s,
-            client,
+            host: hyper::header::HeaderValue::from_str(addr)?,
         }))
     }
 
-    /// Opens one connection (for HTTP, a handle on the shared pool).
+    /// Opens one connection (for HTTP, one keep-alive HTTP/1.1 connection of its own).
     pub async fn connect(self: &Arc<Self>) -> Result<Conn> {
         Ok(match self.protocol {
-            Protocol::Seed => Conn::Seed(http::Seed::new(self.clone())),
-            Protocol::V1 => Conn::V1(http::V1::new(self.clone())),
+            Protocol::Seed => Conn::Seed(http::Seed::connect(self.clone()).await?),
+            Protocol::V1 => Conn::V1(http::V1::connect(self.clone()).await?),
             Protocol::Beanstalkd => Conn::Beanstalkd(
                 beanstalkd::Beanstalkd::connect(&self.addr, &self.topic, self.ttr_s).await?,
             ),
