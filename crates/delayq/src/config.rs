@@ -27,7 +27,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Prefix of every Redis key, so several namespaces can share one Redis. Default `delayq`.
     pub prefix: String,
-    /// Number of Redis shards jobs are spread over (each one hash slot). Default 8.
+    /// Number of Redis shards jobs are spread over (each one hash slot). Default
+    /// [`DEFAULT_SHARDS`] (1) on one Redis server, [`DEFAULT_CLUSTER_SHARDS`] (8) on a cluster.
     pub shards: u16,
     /// Largest job body in bytes. Default 1 MiB.
     pub max_body_bytes: usize,
@@ -63,7 +64,7 @@ impl Default for Config {
             redis_cluster: None,
             data_dir: PathBuf::from("./delayq-data"),
             prefix: "delayq".to_string(),
-            shards: 8,
+            shards: DEFAULT_SHARDS,
             max_body_bytes: crate::job::DEFAULT_MAX_BODY_BYTES,
             compat_pop_timeout_secs: 178,
             max_wait_secs: 300,
@@ -147,6 +148,14 @@ impl fmt::Debug for AuthToken {
 /// Most Redis shards: each is one hash slot's worth of keys, and more than this only costs
 /// round trips.
 pub const MAX_SHARDS: u64 = 1024;
+/// Default shards on one Redis server. Shards exist to spread one topic over a cluster's
+/// masters; one server runs every script on one thread whatever the layout, and each more
+/// shard costs `reserve` a peek at every shard and splits the batches of concurrent pushes
+/// and finishes (W1 end to end: 3,264 jobs/s with 8 shards, 3,977-4,284 with 1;
+/// docs/benchmarks.md).
+pub const DEFAULT_SHARDS: u16 = 1;
+/// Default shards on a Redis Cluster: 2 to 4 per master of a 3-master cluster.
+pub const DEFAULT_CLUSTER_SHARDS: u16 = 8;
 /// Largest accepted `max_body_bytes` (64 MiB): a job queue is not a blob store.
 pub const MAX_BODY_BYTES_LIMIT: u64 = 64 << 20;
 /// Largest accepted `max_waiters`.
@@ -198,7 +207,7 @@ pub struct ServeArgs {
     /// Prefix of every Redis key [default: delayq]
     #[arg(long, env = "DELAYQ_PREFIX", value_name = "PREFIX")]
     pub prefix: Option<String>,
-    /// Number of Redis shards, 1-1024 [default: 8]
+    /// Number of Redis shards, 1-1024 [default: 1 on a server, 8 on a cluster]
     #[arg(long, env = "DELAYQ_SHARDS", value_name = "N")]
     pub shards: Option<u64>,
     /// Largest job body in bytes, at most 64 MiB [default: 1048576]
@@ -510,7 +519,11 @@ impl Config {
             args.shards,
             file_u64("shards", file.shards)?,
             path,
-            u64::from(d.shards),
+            u64::from(if redis_cluster.is_some() {
+                DEFAULT_CLUSTER_SHARDS
+            } else {
+                d.shards
+            }),
         );
         let shards: u16 = shards.in_range(1, MAX_SHARDS)?;
 
@@ -1112,6 +1125,16 @@ mod tests {
             assert!(!dump.contains("0123456789abcdef"), "{dump}");
             assert!(dump.contains("AuthToken(***)"), "{dump}");
         }
+    }
+
+    #[test]
+    fn shards_default_to_one_on_a_server_and_eight_on_a_cluster() {
+        let server = load(&["--redis", "redis://127.0.0.1:6379"], &[]).unwrap();
+        assert_eq!(server.shards, 1);
+        let cluster = load(&["--redis-cluster", "redis://127.0.0.1:7000"], &[]).unwrap();
+        assert_eq!(cluster.shards, 8);
+        let chosen = load(&["--redis-cluster", "redis://127.0.0.1:7000", "--shards", "3"], &[]);
+        assert_eq!(chosen.unwrap().shards, 3);
     }
 
     #[test]

@@ -115,7 +115,9 @@ async fn every_key_is_under_the_prefix_with_one_hash_tag_per_shard() {
     assert!(!keys.is_empty());
     let allowed = ["jobs", "timeline", "ready", "dead", "counts", "windows"];
     let windows = [(NOW + 3_600_000) / 60_000, (NOW + 3_639_000) / 60_000];
-    for k in &keys {
+    // Besides the shards, one key records the layout (shard count and tag format).
+    assert!(keys.contains(&"dq:layout".to_string()), "{keys:?}");
+    for k in keys.iter().filter(|k| *k != "dq:layout") {
         let rest = k
             .strip_prefix("{dq:")
             .unwrap_or_else(|| panic!("{k} not under the prefix"));
@@ -126,8 +128,9 @@ async fn every_key_is_under_the_prefix_with_one_hash_tag_per_shard() {
             .is_some_and(|w| windows.contains(&w.parse().unwrap()));
         assert!(allowed.contains(&name) || window, "{k}: unexpected key");
     }
-    // No key per job: 80 jobs in 4 shards make at most 6 keys plus 2 window lists per shard.
-    assert!(keys.len() <= 32, "{keys:?}");
+    // No key per job: 80 jobs in 4 shards make at most 6 keys plus 2 window lists per shard,
+    // and the layout key.
+    assert!(keys.len() <= 33, "{keys:?}");
 }
 
 #[tokio::test]
@@ -698,6 +701,31 @@ async fn scripts_are_reloaded_after_a_script_flush() {
         assert_eq!(out, Ok(PushOutcome::Created));
     }
     assert_eq!(s.reserve(&[topic("t")], 20, NOW).await.unwrap().len(), 10);
+}
+
+#[tokio::test]
+async fn an_instance_with_another_shard_count_is_refused_and_strands_nothing() {
+    let server = RedisServer::start();
+    let first = store(&server, "dq", 2).await;
+    first
+        .push(job("t", "a", "", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    let refused = RedisStore::connect(RedisOptions {
+        target: RedisTarget::Server(server.url()),
+        prefix: "dq".into(),
+        shards: 1,
+    })
+    .await
+    .err()
+    .expect("a second layout under the same prefix must be refused");
+    let msg = refused.to_string();
+    assert!(msg.contains("shards=2") && msg.contains("--shards"), "{msg}");
+    // Same layout: accepted, and it sees the first instance's job.
+    let second = store(&server, "dq", 2).await;
+    assert_eq!(second.get(&id("a")).await.unwrap().state, JobState::Ready);
+    // Another prefix is another namespace with its own layout.
+    store(&server, "other", 1).await;
 }
 
 #[tokio::test]

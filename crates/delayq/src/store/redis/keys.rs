@@ -182,6 +182,19 @@ pub fn event_channel(prefix: &str) -> String {
     format!("{prefix}:events")
 }
 
+/// The key recording how a prefix's data is laid out (see [`layout`]); outside every shard.
+pub fn layout_key(prefix: &str) -> String {
+    format!("{prefix}:layout")
+}
+
+/// What [`layout_key`] holds: the shard count and the tag format (server or cluster), the two
+/// settings that decide which keys a job lives under. Instances that disagree on either would
+/// each see part of the jobs, so the first instance records them and the others must match.
+pub fn layout(shards: u16, cluster: bool) -> String {
+    let tags = if cluster { "cluster" } else { "server" };
+    format!("shards={shards} tags={tags}")
+}
+
 /// Checks that a prefix keeps the hash tag intact: braces inside it would end the tag early
 /// and scatter a shard's keys over several cluster slots.
 pub fn validate_prefix(prefix: &str) -> Result<(), String> {

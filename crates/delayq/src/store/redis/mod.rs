@@ -153,6 +153,28 @@ fn upgrade(weak: &Weak<Inner>) -> Option<RedisStore> {
     weak.upgrade().map(|inner| RedisStore { inner })
 }
 
+/// Records this instance's layout under the prefix if none is, and fails if a different one
+/// is: a second instance (or a restart) with another `shards` or deployment kind would strand
+/// the jobs laid out the other way.
+async fn check_layout(conn: &Conn, prefix: &str, mine: &str) -> StoreResult<()> {
+    let key = keys::layout_key(prefix);
+    let mut set = redis::pipe();
+    set.cmd("SET").arg(&key).arg(mine).arg("NX");
+    conn.query(&set).await?;
+    let mut get = redis::pipe();
+    get.cmd("GET").arg(&key);
+    let replies = conn.query(&get).await?;
+    let recorded = replies.first().map(string).transpose()?.unwrap_or(mine);
+    if recorded == mine {
+        return Ok(());
+    }
+    Err(StoreError::Unavailable(format!(
+        "Redis already holds delayq data under prefix {prefix:?} laid out as {recorded:?}, \
+         not {mine:?}: start every instance with the same --shards (and server or cluster \
+         mode), or use another --prefix"
+    )))
+}
+
 fn corrupt_record(id: &JobId) -> StoreError {
     StoreError::Corrupt(format!("job record {:?} does not decode", id.as_str()))
 }
@@ -208,6 +230,8 @@ impl RedisStore {
             }
         };
         conn.load(&SCRIPTS.all()).await?;
+        let cluster = matches!(opts.target, RedisTarget::Cluster(_));
+        check_layout(&conn, &opts.prefix, &keys::layout(count, cluster)).await?;
         let channel = keys::event_channel(&opts.prefix);
         let (used, first) = events::subscribe_any(&clients, 0, &channel).await?;
         let (tx, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);
