@@ -7,6 +7,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + 'static {
     /// Milliseconds since the Unix epoch.
     fn now(&self) -> UnixMillis;
+
+    /// Microseconds since the Unix epoch, for timers that should wake right at a millisecond
+    /// boundary rather than up to a millisecond after it. Default: `now() * 1000`.
+    fn now_micros(&self) -> u64 {
+        self.now().saturating_mul(1000)
+    }
 }
 
 /// The system's wall clock.
@@ -18,6 +24,13 @@ impl Clock for SystemClock {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as UnixMillis)
+            .unwrap_or(0)
+    }
+
+    fn now_micros(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
             .unwrap_or(0)
     }
 }

@@ -1133,7 +1133,10 @@ mod tests {
         assert_eq!(server.shards, 1);
         let cluster = load(&["--redis-cluster", "redis://127.0.0.1:7000"], &[]).unwrap();
         assert_eq!(cluster.shards, 8);
-        let chosen = load(&["--redis-cluster", "redis://127.0.0.1:7000", "--shards", "3"], &[]);
+        let chosen = load(
+            &["--redis-cluster", "redis://127.0.0.1:7000", "--shards", "3"],
+            &[],
+        );
         assert_eq!(chosen.unwrap().shards, 3);
     }
 

@@ -4,8 +4,7 @@
 //! there is no fixed scan period. A [`StoreEvent::Due`] earlier than the current target moves
 //! the wake-up forward; `Resync` (or a lagged event receiver) ticks at once. The store only
 //! promotes jobs with `run_at <= now`, so the timer can be late but never early; sleeps are
-//! computed in whole milliseconds from a floored `now`, so they end at or just after the due
-//! millisecond. A failing tick is logged (rate-limited) and retried with a growing backoff
+//! computed in µs to the start of the due millisecond, so they end at or just after it. A failing tick is logged (rate-limited) and retried with a growing backoff
 //! (100 ms to 1 s); the loop never spins and never exits before shutdown. While nothing is due
 //! it still ticks every [`TIMER_SAFETY_INTERVAL`], a safety net for a `Due` event lost on the
 //! way (Redis pub/sub is at-most-once), not the mechanism.
@@ -364,12 +363,16 @@ impl Dispatcher {
         }
     }
 
-    /// When the timer should wake for a deadline: `due - now` milliseconds from now (the
-    /// clock's `now` is floored, so this ends at or after `due`; tokio rounds up to its 1 ms
-    /// tick), at most [`TIMER_SAFETY_INTERVAL`].
+    /// When the timer should wake for a deadline: at the start of millisecond `due`, measured
+    /// in µs from the clock's `now_micros` (tokio then rounds up to its 1 ms tick, so the wake
+    /// is at or just after `due`, never before it), at most [`TIMER_SAFETY_INTERVAL`] ahead.
+    /// Counting from a floored millisecond instead would add up to a millisecond of lateness.
     fn wake_at(&self, due: Option<u64>) -> Instant {
         let wait = match due {
-            Some(t) => Duration::from_millis(t.saturating_sub(self.clock.now())),
+            Some(t) => Duration::from_micros(
+                t.saturating_mul(1000)
+                    .saturating_sub(self.clock.now_micros()),
+            ),
             None => TIMER_SAFETY_INTERVAL,
         };
         Instant::now() + wait.min(TIMER_SAFETY_INTERVAL)

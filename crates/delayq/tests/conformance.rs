@@ -205,6 +205,33 @@ async fn finish_removes_the_job_for_good(b: &Backend) {
     assert!(b.store.stats().await.unwrap().topics.is_empty());
 }
 
+async fn finish_batch_answers_each_id_in_order(b: &Backend) {
+    push(b, job("t", "delayed", "", T0 + SEC), T0).await;
+    push(b, job("t", "ready", "", T0), T0).await;
+    push(b, job("t", "reserved", "", T0 - 1), T0).await;
+    assert_eq!(reserve_ids(b, &["t"], 1, T0).await, vec!["reserved"]);
+    let ids: Vec<JobId> = ["reserved", "nope", "ready", "delayed", "ready"]
+        .into_iter()
+        .map(id)
+        .collect();
+    let out = b.store.finish_batch(&ids).await.unwrap();
+    assert_eq!(
+        out,
+        vec![
+            Ok(JobState::Reserved),
+            Err(StoreError::NotFound),
+            Ok(JobState::Ready),
+            Ok(JobState::Delayed),
+            // Given twice: gone the second time.
+            Err(StoreError::NotFound),
+        ]
+    );
+    b.store.tick(T0 + 600 * SEC, 100).await.unwrap();
+    assert!(reserve_ids(b, &["t"], 10, T0 + 600 * SEC).await.is_empty());
+    assert!(b.store.stats().await.unwrap().topics.is_empty());
+    assert_eq!(b.store.finish_batch(&[]).await, Ok(Vec::new()));
+}
+
 async fn delete_removes_a_job_in_any_state(b: &Backend) {
     push(b, job("t", "delayed", "", T0 + SEC), T0).await;
     push(b, job("t", "ready", "", T0), T0).await;
@@ -844,6 +871,7 @@ backend_tests!(
     reserved_job_is_not_handed_out_again_within_its_ttr,
     unfinished_job_is_redelivered_after_ttr,
     finish_removes_the_job_for_good,
+    finish_batch_answers_each_id_in_order,
     delete_removes_a_job_in_any_state,
     pushing_an_existing_id_is_refused_without_replace,
     replace_delivers_the_new_version_once_and_the_old_never,

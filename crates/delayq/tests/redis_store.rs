@@ -720,7 +720,10 @@ async fn an_instance_with_another_shard_count_is_refused_and_strands_nothing() {
     .err()
     .expect("a second layout under the same prefix must be refused");
     let msg = refused.to_string();
-    assert!(msg.contains("shards=2") && msg.contains("--shards"), "{msg}");
+    assert!(
+        msg.contains("shards=2") && msg.contains("--shards"),
+        "{msg}"
+    );
     // Same layout: accepted, and it sees the first instance's job.
     let second = store(&server, "dq", 2).await;
     assert_eq!(second.get(&id("a")).await.unwrap().state, JobState::Ready);

@@ -479,8 +479,9 @@ async fn finish_batch(State(st): State<AppState>, body: Body) -> ApiResult<Json<
     }
     let mut finished = 0u64;
     let mut missing = Vec::new();
-    for id in ids {
-        match st.store.finish(&id).await {
+    let results = st.store.finish_batch(&ids).await?;
+    for (id, r) in ids.into_iter().zip(results) {
+        match r {
             Ok(_) => finished = finished.saturating_add(1),
             Err(StoreError::NotFound) => missing.push(id.into()),
             Err(e) => return Err(e.into()),

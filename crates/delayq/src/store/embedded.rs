@@ -323,6 +323,12 @@ impl Store for EmbeddedStore {
         self.apply(|e, fx| e.remove(id, fx)).await?
     }
 
+    /// One engine pass and one commit for the whole batch.
+    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
+        self.apply(|e, fx| ids.iter().map(|id| e.remove(id, fx)).collect())
+            .await
+    }
+
     async fn release(
         &self,
         id: &JobId,

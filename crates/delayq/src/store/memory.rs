@@ -450,6 +450,10 @@ impl Store for MemoryStore {
         self.apply(|e, fx| e.remove(id, fx))
     }
 
+    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
+        Ok(self.apply(|e, fx| ids.iter().map(|id| e.remove(id, fx)).collect()))
+    }
+
     async fn release(
         &self,
         id: &JobId,

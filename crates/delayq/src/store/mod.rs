@@ -146,6 +146,21 @@ pub trait Store: Send + Sync + 'static {
         self.delete(id).await
     }
 
+    /// [`Store::finish`] of several ids at once, in order (an id given twice is `NotFound`
+    /// the second time): one answer per id, `Err` as a whole only when the store could not be
+    /// asked. The stores do it in one round trip or commit; this default, one call after
+    /// another, is the reference.
+    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.finish(id).await {
+                Err(e @ StoreError::Unavailable(_)) => return Err(e),
+                r => out.push(r),
+            }
+        }
+        Ok(out)
+    }
+
     /// Removes a job in any state. Returns the state it was in.
     async fn delete(&self, id: &JobId) -> StoreResult<JobState>;
 

@@ -93,9 +93,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_lone_request_runs_at_once_and_gets_its_own_answer() {
-        let c = Coalescer::spawn(1, 100, |_: &u32| 1, |batch: Vec<u32>| async move {
-            batch.into_iter().map(|x| x * 10).collect::<Vec<_>>()
-        });
+        let c = Coalescer::spawn(
+            1,
+            100,
+            |_: &u32| 1,
+            |batch: Vec<u32>| async move { batch.into_iter().map(|x| x * 10).collect::<Vec<_>>() },
+        );
         assert_eq!(c.call(4).await, Some(40));
         assert_eq!(c.call(5).await, Some(50));
     }
@@ -105,16 +108,21 @@ mod tests {
         let seen: Arc<Mutex<Vec<Vec<u32>>>> = Arc::default();
         let (gate_tx, gate_rx) = tokio::sync::watch::channel(false);
         let log = seen.clone();
-        let c = Arc::new(Coalescer::spawn(1, 100, |_: &u32| 1, move |batch: Vec<u32>| {
-            let log = log.clone();
-            let mut gate = gate_rx.clone();
-            async move {
-                log.lock().unwrap().push(batch.clone());
-                // The first batch holds the only slot until the gate opens.
-                let _ = gate.wait_for(|open| *open).await;
-                batch
-            }
-        }));
+        let c = Arc::new(Coalescer::spawn(
+            1,
+            100,
+            |_: &u32| 1,
+            move |batch: Vec<u32>| {
+                let log = log.clone();
+                let mut gate = gate_rx.clone();
+                async move {
+                    log.lock().unwrap().push(batch.clone());
+                    // The first batch holds the only slot until the gate opens.
+                    let _ = gate.wait_for(|open| *open).await;
+                    batch
+                }
+            },
+        ));
         let first = tokio::spawn({
             let c = c.clone();
             async move { c.call(0).await }
@@ -145,15 +153,20 @@ mod tests {
         let seen: Arc<Mutex<Vec<Vec<usize>>>> = Arc::default();
         let (gate_tx, gate_rx) = tokio::sync::watch::channel(false);
         let log = seen.clone();
-        let c = Arc::new(Coalescer::spawn(1, 5, |r: &usize| *r, move |batch: Vec<usize>| {
-            let log = log.clone();
-            let mut gate = gate_rx.clone();
-            async move {
-                log.lock().unwrap().push(batch.clone());
-                let _ = gate.wait_for(|open| *open).await;
-                batch
-            }
-        }));
+        let c = Arc::new(Coalescer::spawn(
+            1,
+            5,
+            |r: &usize| *r,
+            move |batch: Vec<usize>| {
+                let log = log.clone();
+                let mut gate = gate_rx.clone();
+                async move {
+                    log.lock().unwrap().push(batch.clone());
+                    let _ = gate.wait_for(|open| *open).await;
+                    batch
+                }
+            },
+        ));
         let first = tokio::spawn({
             let c = c.clone();
             async move { c.call(1).await }

@@ -64,8 +64,8 @@ use record::{array, by_id_reply, bytes, decode_job, int, state_from_code, string
 use redis::Value;
 use scripts::SCRIPTS;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
@@ -135,7 +135,7 @@ struct Inner {
     subscriber: JoinHandle<()>,
     /// Concurrent pushes and removes joined into shared round trips (`coalesce.rs`).
     pushes: Coalescer<PushRequest, PushReply>,
-    removes: Coalescer<JobId, StoreResult<JobState>>,
+    removes: Coalescer<Vec<JobId>, StoreResult<Vec<StoreResult<JobState>>>>,
 }
 
 /// One caller's `push_batch`: its jobs, stamped `seq..seq + len`.
@@ -263,7 +263,7 @@ impl RedisStore {
                 removes: Coalescer::spawn(
                     COALESCE_IN_FLIGHT,
                     COALESCE_MAX_JOBS,
-                    |_: &JobId| 1,
+                    |ids: &Vec<JobId>| ids.len(),
                     move |batch| {
                         let store = upgrade(&w2);
                         async move {
@@ -404,7 +404,11 @@ impl RedisStore {
         for (reply, members) in replies.iter().zip(slots) {
             let statuses = reply.as_ref().map_err(Clone::clone).and_then(|v| {
                 let a = array(v)?;
-                if a.len() == members.len() { Ok(a) } else { Err(unexpected(v)) }
+                if a.len() == members.len() {
+                    Ok(a)
+                } else {
+                    Err(unexpected(v))
+                }
             });
             for (k, &(r, i)) in members.iter().enumerate() {
                 let Ok(per_job) = &mut out[r] else { continue };
@@ -428,16 +432,46 @@ impl RedisStore {
     }
 
     async fn remove(&self, id: &JobId) -> StoreResult<JobState> {
+        let mut out = self.remove_many(vec![id.clone()]).await?;
+        out.pop().ok_or_else(|| unexpected(&Value::Nil))?
+    }
+
+    /// Removes ids in order, joined with concurrent removes (`coalesce.rs`).
+    async fn remove_many(&self, ids: Vec<JobId>) -> StoreResult<Vec<StoreResult<JobState>>> {
         self.inner
             .removes
-            .call(id.clone())
+            .call(ids)
             .await
             .unwrap_or_else(|| Err(gone()))
     }
 
-    /// Removes a batch of ids (from concurrent callers): one remove script call per shard,
-    /// all in one pipeline; one answer per id, in order.
-    async fn remove_now(&self, ids: &[JobId]) -> Vec<StoreResult<JobState>> {
+    /// Removes the ids of a batch of requests (from concurrent callers) in one pipeline: one
+    /// remove script call per shard with its ids in order; one answer per id.
+    async fn remove_now(
+        &self,
+        requests: &[Vec<JobId>],
+    ) -> Vec<StoreResult<Vec<StoreResult<JobState>>>> {
+        let ids: Vec<&JobId> = requests.iter().flatten().collect();
+        let mut flat = self.remove_flat(&ids).await;
+        let mut out = Vec::with_capacity(requests.len());
+        for r in requests.iter().rev() {
+            let mine = flat.split_off(flat.len() - r.len());
+            // A request fails as a whole when Redis could not be asked at all.
+            out.push(
+                match mine.iter().find_map(|x| match x {
+                    Err(e @ StoreError::Unavailable(_)) => Some(e.clone()),
+                    _ => None,
+                }) {
+                    Some(e) => Err(e),
+                    None => Ok(mine),
+                },
+            );
+        }
+        out.reverse();
+        out
+    }
+
+    async fn remove_flat(&self, ids: &[&JobId]) -> Vec<StoreResult<JobState>> {
         let mut by_shard: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
         for (i, id) in ids.iter().enumerate() {
             by_shard
@@ -448,7 +482,8 @@ impl RedisStore {
         let calls: Vec<Eval> = by_shard
             .iter()
             .map(|(&shard, idxs)| {
-                let mut call = self.eval(&SCRIPTS.remove, &self.inner.shards[usize::from(shard)], 0);
+                let mut call =
+                    self.eval(&SCRIPTS.remove, &self.inner.shards[usize::from(shard)], 0);
                 for &i in idxs {
                     call = call.arg(ids[i].as_str());
                 }
@@ -463,7 +498,11 @@ impl RedisStore {
         for (reply, idxs) in replies.iter().zip(by_shard.values()) {
             let states = reply.as_ref().map_err(Clone::clone).and_then(|v| {
                 let a = array(v)?;
-                if a.len() == idxs.len() { Ok(a) } else { Err(unexpected(v)) }
+                if a.len() == idxs.len() {
+                    Ok(a)
+                } else {
+                    Err(unexpected(v))
+                }
             });
             for (k, &i) in idxs.iter().enumerate() {
                 out[i] = match &states {
@@ -656,6 +695,13 @@ impl Store for RedisStore {
 
     async fn delete(&self, id: &JobId) -> StoreResult<JobState> {
         self.remove(id).await
+    }
+
+    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.remove_many(ids.to_vec()).await
     }
 
     async fn release(

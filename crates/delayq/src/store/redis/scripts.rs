@@ -171,7 +171,15 @@ mod tests {
         let blocks = lib_blocks(LIB);
         assert_eq!(blocks.iter().map(|b| b.text).collect::<String>(), LIB);
         let names = defined_in(LIB);
-        for expected in ["JOBS", "WINDOWS", "NOW", "decode", "put", "ev_due", "kick_record"] {
+        for expected in [
+            "JOBS",
+            "WINDOWS",
+            "NOW",
+            "decode",
+            "put",
+            "ev_due",
+            "kick_record",
+        ] {
             assert!(names.iter().any(|n| n == expected), "{expected} not found");
         }
     }
