@@ -142,11 +142,18 @@ local function dead_id_at(topic) return #topic + 9 end
 local function topic_min(topic) return '[' .. topic .. '\0' end
 local function topic_max(topic) return '(' .. topic .. '\1' end
 
+-- Count changes are summed here and written once per field by flush_events (a batch of 100
+-- jobs of one topic: one HINCRBY per state touched, not two per job).
+local count_delta, count_fields = {}, {}
+
 local function count(topic, state, delta)
   local f = state .. topic
-  if redis.call('HINCRBY', COUNTS, f, delta) <= 0 then
-    redis.call('HDEL', COUNTS, f)
+  local d = count_delta[f]
+  if d == nil then
+    count_fields[#count_fields + 1] = f
+    d = 0
   end
+  count_delta[f] = d + delta
 end
 
 local ev_seen, ev_ready, ev_due = {}, {}, nil
@@ -158,23 +165,21 @@ local function emit_ready(topic)
   end
 end
 
+-- Ends every script that changes jobs: writes the summed count changes (HDEL at zero) and
+-- publishes the events, at most one PUBLISH.
 local function flush_events()
+  for _, f in ipairs(count_fields) do
+    local d = count_delta[f]
+    if d ~= 0 and redis.call('HINCRBY', COUNTS, f, d) <= 0 then
+      redis.call('HDEL', COUNTS, f)
+    end
+  end
   local lines = {}
   for i, topic in ipairs(ev_ready) do lines[i] = 'R' .. topic end
   if ev_due then lines[#lines + 1] = 'D' .. string.format('%d', ev_due) end
   if #lines > 0 then
     redis.call('PUBLISH', CHANNEL, table.concat(lines, '\n'))
   end
-end
-
--- Sets a timer deadline for `id` (not in the timeline now); a deadline before the shard's
--- current head is announced, so timers sleeping until a later time wake up.
-local function set_timer(id, t)
-  local head = redis.call('ZRANGE', TIMELINE, 0, 0, 'WITHSCORES')
-  if head[1] == nil or t < tonumber(head[2]) then
-    if ev_due == nil or t < ev_due then ev_due = t end
-  end
-  redis.call('ZADD', TIMELINE, t, id)
 end
 
 -- The earliest time this shard's timer must wake for: the timeline head or the first window's
@@ -191,14 +196,32 @@ local function earliest_timer()
   return t
 end
 
--- Puts a delayed job in far window list `win` = {key, window number} instead of the
--- timeline; a drain time before the shard's earliest timer is announced.
-local function set_window(id, j, win)
-  local drain = j[RUN_AT] - WINDOW_MS
-  local first = earliest_timer()
-  if first == nil or drain < first then
-    if ev_due == nil or drain < ev_due then ev_due = drain end
+-- The earliest timer as this script run knows it: read once (false: none), then lowered by
+-- every deadline the run adds. Removals in the run do not raise it, so it may be lower than
+-- the truth, never higher: a deadline it hides was preceded by one the timers already wake
+-- for, and the tick at that earlier time sees the new one.
+local known_first = nil
+
+-- Announces deadline `t` (a timer deadline or a window's drain time) if it is before every
+-- timer the shard had, so timers sleeping until a later time wake up.
+local function note_timer(t)
+  if known_first == nil then known_first = earliest_timer() or false end
+  if known_first == false or t < known_first then
+    known_first = t
+    if ev_due == nil or t < ev_due then ev_due = t end
   end
+end
+
+-- Sets a timer deadline for `id` (not in the timeline now).
+local function set_timer(id, t)
+  note_timer(t)
+  redis.call('ZADD', TIMELINE, t, id)
+end
+
+-- Puts a delayed job in far window list `win` = {key, window number} instead of the
+-- timeline; its drain time is announced like a deadline.
+local function set_window(id, j, win)
+  note_timer(j[RUN_AT] - WINDOW_MS)
   redis.call('RPUSH', win[1], id)
   redis.call('ZADD', WINDOWS, 'LT', j[RUN_AT], win[2])
 end

@@ -19,4 +19,5 @@ for i = 3, #ARGV do
     out[#out + 1] = j[S]
   end
 end
+flush_events()
 return out

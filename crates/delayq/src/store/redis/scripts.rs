@@ -191,8 +191,28 @@ mod tests {
         for needed in ["load", "decode", "unindex", "count", "ready_member", "JOBS"] {
             assert!(kept.iter().any(|n| n == needed), "remove lost {needed}");
         }
-        for unused in ["set_window", "flush_events", "fail_delivery", "kick_record"] {
+        for unused in ["set_window", "note_timer", "fail_delivery", "kick_record"] {
             assert!(!kept.iter().any(|n| n == unused), "remove kept {unused}");
+        }
+    }
+
+    #[test]
+    fn every_script_that_counts_flushes_its_counts_and_events() {
+        for (name, text) in [
+            ("push", include_str!("push.lua")),
+            ("reserve", include_str!("reserve.lua")),
+            ("remove", include_str!("remove.lua")),
+            ("release", include_str!("release.lua")),
+            ("touch", include_str!("touch.lua")),
+            ("bury", include_str!("bury.lua")),
+            ("kick", include_str!("kick.lua")),
+            ("kick_topic", include_str!("kick_topic.lua")),
+            ("reschedule", include_str!("reschedule.lua")),
+            ("tick", include_str!("tick.lua")),
+        ] {
+            if defined_in(&with_lib(text)).iter().any(|n| n == "count") {
+                assert!(text.contains("flush_events()"), "{name} never writes its counts");
+            }
         }
     }
 }
