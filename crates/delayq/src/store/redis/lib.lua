@@ -165,9 +165,41 @@ local function emit_ready(topic)
   end
 end
 
+-- Index additions are gathered per key and written by flush_index with one command per key
+-- (a batch of 100 pushes: one ZADD or RPUSH, not 100). Removals are immediate. Anything that
+-- reads an index flushes first (earliest_timer), and so does unindex of a job this run put
+-- (`touched`), so no script sees the difference; flush_events ends every run with a flush.
+local add_timeline, add_ready, add_dead, touched = {}, {}, {}, {}
+-- Far window lists: ids per list key, the keys in first-use order, {window, min run_at} per key.
+local add_lists, list_keys, list_first = {}, {}, {}
+
+-- ZADD of score/member pairs, 500 pairs per command (Lua's unpack has a stack limit).
+local function zadd_all(key, args)
+  for i = 1, #args, 1000 do
+    redis.call('ZADD', key, unpack(args, i, math.min(i + 999, #args)))
+  end
+end
+
+local function flush_index()
+  if #add_timeline > 0 then zadd_all(TIMELINE, add_timeline); add_timeline = {} end
+  if #add_ready > 0 then zadd_all(READY, add_ready); add_ready = {} end
+  if #add_dead > 0 then zadd_all(DEAD, add_dead); add_dead = {} end
+  for _, key in ipairs(list_keys) do
+    local ids = add_lists[key]
+    for i = 1, #ids, 1000 do
+      redis.call('RPUSH', key, unpack(ids, i, math.min(i + 999, #ids)))
+    end
+    local first = list_first[key]
+    redis.call('ZADD', WINDOWS, 'LT', first[2], first[1])
+  end
+  if #list_keys > 0 then add_lists, list_keys, list_first = {}, {}, {} end
+  touched = {}
+end
+
 -- Ends every script that changes jobs: writes the summed count changes (HDEL at zero) and
 -- publishes the events, at most one PUBLISH.
 local function flush_events()
+  flush_index()
   for _, f in ipairs(count_fields) do
     local d = count_delta[f]
     if d ~= 0 and redis.call('HINCRBY', COUNTS, f, d) <= 0 then
@@ -185,6 +217,7 @@ end
 -- The earliest time this shard's timer must wake for: the timeline head or the first window's
 -- drain time (its score - WINDOW_MS), or nil.
 local function earliest_timer()
+  flush_index()
   local t = nil
   local head = redis.call('ZRANGE', TIMELINE, 0, 0, 'WITHSCORES')
   if head[1] then t = tonumber(head[2]) end
@@ -215,20 +248,31 @@ end
 -- Sets a timer deadline for `id` (not in the timeline now).
 local function set_timer(id, t)
   note_timer(t)
-  redis.call('ZADD', TIMELINE, t, id)
+  add_timeline[#add_timeline + 1] = t
+  add_timeline[#add_timeline + 1] = id
 end
 
 -- Puts a delayed job in far window list `win` = {key, window number} instead of the
 -- timeline; its drain time is announced like a deadline.
 local function set_window(id, j, win)
   note_timer(j[RUN_AT] - WINDOW_MS)
-  redis.call('RPUSH', win[1], id)
-  redis.call('ZADD', WINDOWS, 'LT', j[RUN_AT], win[2])
+  local key = win[1]
+  local ids = add_lists[key]
+  if ids == nil then
+    ids = {}
+    add_lists[key] = ids
+    list_keys[#list_keys + 1] = key
+    list_first[key] = {win[2], j[RUN_AT]}
+  elseif j[RUN_AT] < list_first[key][2] then
+    list_first[key][2] = j[RUN_AT]
+  end
+  ids[#ids + 1] = id
 end
 
 -- Removes a job's index entries and count (not its record). A delayed job in a window list
 -- stays there (see the header): the drain drops it.
 local function unindex(id, j)
+  if touched[id] then flush_index() end
   local s = j[S]
   if s == 'd' or s == 'x' then
     redis.call('ZREM', TIMELINE, id)
@@ -240,10 +284,9 @@ local function unindex(id, j)
   count(j[TOPIC], s, -1)
 end
 
--- Stores a job (new or changed, already unindexed) with its index entries and count; a
--- delayed one goes to window list `win` ({key, window number}) when given. Returns the packed
--- record.
-local function put(id, j, win)
+-- Adds a job's index entries (new or changed, already unindexed) and count; a delayed one
+-- goes to window list `win` ({key, window number}) when given.
+local function add_index(id, j, win)
   local s = j[S]
   if s == 'd' and win then
     set_window(id, j, win)
@@ -252,12 +295,21 @@ local function put(id, j, win)
   elseif s == 'x' then
     set_timer(id, j[RU])
   elseif s == 'r' then
-    redis.call('ZADD', READY, 0, ready_member(id, j))
+    add_ready[#add_ready + 1] = 0
+    add_ready[#add_ready + 1] = ready_member(id, j)
     emit_ready(j[TOPIC])
   else
-    redis.call('ZADD', DEAD, 0, dead_member(id, j))
+    add_dead[#add_dead + 1] = 0
+    add_dead[#add_dead + 1] = dead_member(id, j)
   end
+  touched[id] = true
   count(j[TOPIC], s, 1)
+end
+
+-- Stores a job (new or changed, already unindexed): its record, index entries and count.
+-- Returns the packed record.
+local function put(id, j, win)
+  add_index(id, j, win)
   local packed = encode(j)
   redis.call('HSET', JOBS, id, packed)
   return packed

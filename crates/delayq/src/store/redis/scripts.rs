@@ -211,7 +211,10 @@ mod tests {
             ("tick", include_str!("tick.lua")),
         ] {
             if defined_in(&with_lib(text)).iter().any(|n| n == "count") {
-                assert!(text.contains("flush_events()"), "{name} never writes its counts");
+                assert!(
+                    text.contains("flush_events()"),
+                    "{name} never writes its counts"
+                );
             }
         }
     }
