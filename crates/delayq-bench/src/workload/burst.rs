@@ -53,6 +53,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
             id_prefix: format!("{}-", c.run_id),
             due_of,
             rate_per_producer: None,
+            batch: None,
             collect_server_ids: false,
         },
         Some(ledger.clone()),

@@ -46,6 +46,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         id_prefix: format!("{}-", c.run_id),
         due_of: Arc::new(move |_| Due::DelayMs(delay_ms)),
         rate_per_producer: None,
+        batch: None,
         collect_server_ids: !p.no_cleanup,
     };
     let pushed = produce(c, ep, plan, None, c.bar(&m, p.pending, "push")).await?;

@@ -135,6 +135,8 @@ pub struct PushPlan {
     pub rate_per_producer: Option<f64>,
     /// Keep server-assigned ids (beanstalkd) for cleanup.
     pub collect_server_ids: bool,
+    /// Jobs per request, if not the run's `--batch`.
+    pub batch: Option<usize>,
 }
 
 /// What the producers did.
@@ -173,7 +175,8 @@ pub async fn produce(
             ledger.clone(),
             pb.clone(),
         );
-        let (batch, body_bytes, protocol) = (c.batch.max(1) as u64, c.body_bytes, c.protocol);
+        let batch = plan.batch.unwrap_or(c.batch).max(1) as u64;
+        let (body_bytes, protocol) = (c.body_bytes, c.protocol);
         tasks.push(tokio::spawn(async move {
             let mut ids = Vec::new();
             let mut pushed_here = 0u64;

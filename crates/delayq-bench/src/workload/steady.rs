@@ -21,6 +21,11 @@ pub struct Params {
     /// Delay of the backlog jobs.
     #[arg(long, default_value_t = 3600)]
     pub backlog_delay_s: u64,
+    /// Jobs per request while filling the backlog [default: --batch]. The backlog is set-up,
+    /// not what W3 measures: `--batch 1 --backlog-batch 100` streams one job per request over
+    /// a backlog of millions filled in minutes.
+    #[arg(long)]
+    pub backlog_batch: Option<usize>,
     /// Jobs per second in the stream.
     #[arg(long, default_value_t = 2000)]
     pub rate: u64,
@@ -37,6 +42,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
     for (k, v) in [
         ("backlog", p.backlog),
         ("backlog_delay_s", p.backlog_delay_s),
+        ("backlog_batch", p.backlog_batch.unwrap_or(c.batch) as u64),
         ("rate", p.rate),
         ("duration_s", p.duration_s),
         ("fire_delay_s", p.fire_delay_s),
@@ -56,6 +62,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
             due_of: Arc::new(move |_| Due::DelayMs(backlog_delay_ms)),
             rate_per_producer: None,
             collect_server_ids: true,
+            batch: p.backlog_batch,
         },
         None,
         c.bar(&m, p.backlog, "backlog"),
@@ -83,6 +90,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
             due_of: Arc::new(move |_| Due::DelayMs(fire_delay_ms)),
             rate_per_producer: Some(p.rate as f64 / c.producers.max(1) as f64),
             collect_server_ids: false,
+            batch: None,
         },
         Some(ledger.clone()),
         c.bar(&m, n, "stream"),
