@@ -510,7 +510,7 @@ impl RedisStore {
                     Ok(a) => match &a[k] {
                         Value::Nil => Err(StoreError::NotFound),
                         v => match string(v) {
-                            Ok("k") => Err(corrupt_record(&ids[i])),
+                            Ok("k") => Err(corrupt_record(ids[i])),
                             Ok(code) => state_from_code(code),
                             Err(e) => Err(e),
                         },
