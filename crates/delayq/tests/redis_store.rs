@@ -116,8 +116,8 @@ async fn every_key_is_under_the_prefix_with_one_hash_tag_per_shard() {
     let allowed = ["jobs", "timeline", "ready", "dead", "counts", "windows"];
     let windows = [(NOW + 3_600_000) / 60_000, (NOW + 3_639_000) / 60_000];
     // Besides the shards, one key records the layout (shard count and tag format).
-    assert!(keys.contains(&"dq:layout".to_string()), "{keys:?}");
-    for k in keys.iter().filter(|k| *k != "dq:layout") {
+    assert!(keys.contains(&"{dq:layout}".to_string()), "{keys:?}");
+    for k in keys.iter().filter(|k| *k != "{dq:layout}") {
         let rest = k
             .strip_prefix("{dq:")
             .unwrap_or_else(|| panic!("{k} not under the prefix"));

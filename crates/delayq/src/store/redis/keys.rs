@@ -182,9 +182,10 @@ pub fn event_channel(prefix: &str) -> String {
     format!("{prefix}:events")
 }
 
-/// The key recording how a prefix's data is laid out (see [`layout`]); outside every shard.
+/// The key recording how a prefix's data is laid out (see [`layout`]): a hash tag of its own,
+/// outside every shard, and still matched by an ACL key pattern `~{<prefix>:*`.
 pub fn layout_key(prefix: &str) -> String {
-    format!("{prefix}:layout")
+    format!("{{{prefix}:layout}}")
 }
 
 /// What [`layout_key`] holds: the shard count and the tag format (server or cluster), the two
