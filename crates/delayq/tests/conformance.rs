@@ -674,6 +674,74 @@ async fn concurrent_consumers_never_get_the_same_job(b: &Backend) {
     assert_eq!(seen.len(), n);
 }
 
+/// Many producers and finishers at once, with overlapping ids: the stores that join concurrent
+/// calls into shared round trips or commits (Redis, embedded) must answer each caller as if the
+/// calls had run one after the other.
+async fn concurrent_pushes_and_finishes_of_the_same_ids_each_win_once(b: &Backend) {
+    let ids = 50;
+    let callers = 8;
+    // Every caller pushes every id (in its own order, some one at a time, some in batches):
+    // each id is created exactly once, and every other push of it is refused.
+    let mut tasks = Vec::new();
+    for c in 0..callers {
+        let store = b.store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut order: Vec<usize> = (0..ids).collect();
+            order.rotate_left(c * 7 % ids);
+            let mut created = Vec::new();
+            for chunk in order.chunks(if c % 2 == 0 { 1 } else { 5 }) {
+                let specs = chunk
+                    .iter()
+                    .map(|i| job("cc", &format!("j{i}"), &format!("from {c}"), T0 + SEC))
+                    .collect();
+                let out = store.push_batch(specs, PushMode::Reject, T0).await.unwrap();
+                for (i, r) in chunk.iter().zip(out) {
+                    match r {
+                        Ok(PushOutcome::Created) => created.push(*i),
+                        Err(StoreError::Exists) => {}
+                        other => panic!("push of j{i}: {other:?}"),
+                    }
+                }
+            }
+            created
+        }));
+    }
+    let mut created = Vec::new();
+    for t in tasks {
+        created.extend(t.await.unwrap());
+    }
+    created.sort_unstable();
+    assert_eq!(
+        created,
+        (0..ids).collect::<Vec<_>>(),
+        "each id created exactly once"
+    );
+    // Every caller finishes every id: each is removed exactly once.
+    let mut tasks = Vec::new();
+    for c in 0..callers {
+        let store = b.store.clone();
+        tasks.push(tokio::spawn(async move {
+            let all: Vec<JobId> = (0..ids).map(|i| id(&format!("j{i}"))).collect();
+            let out = if c % 2 == 0 {
+                let mut out = Vec::new();
+                for i in &all {
+                    out.push(store.finish(i).await);
+                }
+                out
+            } else {
+                store.finish_batch(&all).await.unwrap()
+            };
+            out.iter().filter(|r| r.is_ok()).count()
+        }));
+    }
+    let mut removed = 0;
+    for t in tasks {
+        removed += t.await.unwrap();
+    }
+    assert_eq!(removed, ids, "each id finished exactly once");
+    assert!(b.store.stats().await.unwrap().topics.is_empty());
+}
+
 async fn store_events_announce_ready_jobs_and_new_deadlines(b: &Backend) {
     let mut rx = b.store.subscribe();
     push(b, job("ev", "later", "", T0 + 5 * SEC), T0).await;
@@ -887,6 +955,7 @@ backend_tests!(
     bodies_round_trip_byte_for_byte,
     ids_and_topics_that_look_like_internal_names_are_plain_data,
     concurrent_consumers_never_get_the_same_job,
+    concurrent_pushes_and_finishes_of_the_same_ids_each_win_once,
     store_events_announce_ready_jobs_and_new_deadlines,
     far_future_job_becomes_ready_exactly_at_run_at,
     far_jobs_deleted_rescheduled_replaced_or_buried_leave_no_ghost,
