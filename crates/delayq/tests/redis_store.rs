@@ -732,6 +732,36 @@ async fn an_instance_with_another_shard_count_is_refused_and_strands_nothing() {
 }
 
 #[tokio::test]
+async fn jobs_written_before_the_layout_was_recorded_are_not_stranded_by_fewer_shards() {
+    let server = RedisServer::start();
+    let old = store(&server, "dq", 8).await;
+    let jobs: Vec<JobSpec> = (0..40)
+        .map(|i| job("t", &format!("j{i}"), "", NOW))
+        .collect();
+    old.push_batch(jobs, PushMode::Reject, NOW).await.unwrap();
+    drop(old);
+    // As a build before the layout key left it.
+    let mut c = raw(&server).await;
+    let _: () = redis::cmd("DEL")
+        .arg("{dq:layout}")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let refused = RedisStore::connect(RedisOptions {
+        target: RedisTarget::Server(server.url()),
+        prefix: "dq".into(),
+        shards: 1,
+    })
+    .await
+    .err()
+    .expect("jobs in shards 1..7 must not be stranded by a 1-shard instance");
+    assert!(refused.to_string().contains("--shards"), "{refused}");
+    // With the shard count they were written with, every job is there.
+    let s = store(&server, "dq", 8).await;
+    assert_eq!(s.reserve(&[topic("t")], 100, NOW).await.unwrap().len(), 40);
+}
+
+#[tokio::test]
 async fn a_foreign_value_in_a_job_field_is_reported_as_corrupt() {
     let server = RedisServer::start();
     let s = store(&server, "dq", 1).await;

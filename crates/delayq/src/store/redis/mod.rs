@@ -108,6 +108,9 @@ const KICK_CHUNK: u64 = 1000;
 /// `reserve` gives up after this many rounds that found jobs in a peek but reserved none
 /// (every one lost to a concurrent consumer).
 const RESERVE_IDLE_ROUNDS: u32 = 3;
+/// Most shards a prefix can have (config.rs `MAX_SHARDS`): how far `check_layout` looks for
+/// jobs written with more shards.
+const MAX_SHARDS: u16 = 1024;
 /// Seq stamps are `now << SEQ_SHIFT` or the last stamp + 1, whichever is larger.
 const SEQ_SHIFT: u32 = 10;
 /// Largest `now` whose stamp stays below 2^53 (exact in Lua): 8.8e12 ms, the year 2248.
@@ -156,13 +159,39 @@ fn upgrade(weak: &Weak<Inner>) -> Option<RedisStore> {
 /// Records this instance's layout under the prefix if none is, and fails if a different one
 /// is: a second instance (or a restart) with another `shards` or deployment kind would strand
 /// the jobs laid out the other way.
-async fn check_layout(conn: &Conn, prefix: &str, mine: &str) -> StoreResult<()> {
+///
+/// Data written before the layout was recorded (no layout key) is checked too, on one server:
+/// jobs in a shard at or beyond this instance's count mean the data was written with more
+/// shards (the default was 8 then), and starting would strand them.
+async fn check_layout(
+    conn: &Conn,
+    prefix: &str,
+    mine: &str,
+    shards: u16,
+    cluster: bool,
+) -> StoreResult<()> {
     let key = keys::layout_key(prefix);
+    let mut get = redis::pipe();
+    get.cmd("GET").arg(&key);
+    let recorded = conn.query(&get).await?;
+    if matches!(recorded.first(), None | Some(Value::Nil)) && !cluster {
+        let mut probe = redis::pipe();
+        let exists = probe.cmd("EXISTS");
+        for s in shards..MAX_SHARDS {
+            exists.arg(ShardKeys::new(prefix, s).jobs);
+        }
+        let found = conn.query(&probe).await?;
+        if found.first().map(int).transpose()?.unwrap_or(0) > 0 {
+            return Err(StoreError::Unavailable(format!(
+                "Redis holds delayq jobs under prefix {prefix:?} in shards beyond the {shards} \
+                 configured: they were written with more shards (before delayq recorded its \
+                 layout the default was 8); start with the --shards they were written with"
+            )));
+        }
+    }
     let mut set = redis::pipe();
     set.cmd("SET").arg(&key).arg(mine).arg("NX");
     conn.query(&set).await?;
-    let mut get = redis::pipe();
-    get.cmd("GET").arg(&key);
     let replies = conn.query(&get).await?;
     let recorded = replies.first().map(string).transpose()?.unwrap_or(mine);
     if recorded == mine {
@@ -231,7 +260,14 @@ impl RedisStore {
         };
         conn.load(&SCRIPTS.all()).await?;
         let cluster = matches!(opts.target, RedisTarget::Cluster(_));
-        check_layout(&conn, &opts.prefix, &keys::layout(count, cluster)).await?;
+        check_layout(
+            &conn,
+            &opts.prefix,
+            &keys::layout(count, cluster),
+            count,
+            cluster,
+        )
+        .await?;
         let channel = keys::event_channel(&opts.prefix);
         let (used, first) = events::subscribe_any(&clients, 0, &channel).await?;
         let (tx, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);
