@@ -44,6 +44,18 @@ async fn store(server: &RedisServer, prefix: &str, shards: u16) -> RedisStore {
     .expect("connect to the test redis-server")
 }
 
+/// Connecting must fail (`why`: what starting would have done).
+async fn refused(server: &RedisServer, prefix: &str, shards: u16, why: &str) -> StoreError {
+    RedisStore::connect(RedisOptions {
+        target: RedisTarget::Server(server.url()),
+        prefix: prefix.into(),
+        shards,
+    })
+    .await
+    .err()
+    .unwrap_or_else(|| panic!("connect must be refused: {why}"))
+}
+
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     redis::Client::open(server.url())
         .unwrap()
@@ -711,14 +723,7 @@ async fn an_instance_with_another_shard_count_is_refused_and_strands_nothing() {
         .push(job("t", "a", "", NOW), PushMode::Reject, NOW)
         .await
         .unwrap();
-    let refused = RedisStore::connect(RedisOptions {
-        target: RedisTarget::Server(server.url()),
-        prefix: "dq".into(),
-        shards: 1,
-    })
-    .await
-    .err()
-    .expect("a second layout under the same prefix must be refused");
+    let refused = refused(&server, "dq", 1, "a second layout under the same prefix").await;
     let msg = refused.to_string();
     assert!(
         msg.contains("shards=2") && msg.contains("--shards"),
@@ -747,14 +752,7 @@ async fn jobs_written_before_the_layout_was_recorded_are_not_stranded_by_fewer_s
         .query_async(&mut c)
         .await
         .unwrap();
-    let refused = RedisStore::connect(RedisOptions {
-        target: RedisTarget::Server(server.url()),
-        prefix: "dq".into(),
-        shards: 1,
-    })
-    .await
-    .err()
-    .expect("jobs in shards 1..7 must not be stranded by a 1-shard instance");
+    let refused = refused(&server, "dq", 1, "jobs in shards 1..7 stranded by 1 shard").await;
     assert!(refused.to_string().contains("--shards"), "{refused}");
     // With the shard count they were written with, every job is there.
     let s = store(&server, "dq", 8).await;

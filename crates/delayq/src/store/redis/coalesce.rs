@@ -103,21 +103,32 @@ mod tests {
         assert_eq!(c.call(5).await, Some(50));
     }
 
-    #[tokio::test]
-    async fn requests_queued_while_a_batch_runs_form_the_next_batch_in_order() {
-        let seen: Arc<Mutex<Vec<Vec<u32>>>> = Arc::default();
-        let (gate_tx, gate_rx) = tokio::sync::watch::channel(false);
+    /// A coalescer (one batch in flight, `max_units`) whose batches echo their requests and
+    /// log them, each holding its slot until the gate opens; plus a first request already in
+    /// flight, holding it.
+    struct Gated<R: Send + 'static> {
+        c: Arc<Coalescer<R, R>>,
+        seen: Arc<Mutex<Vec<Vec<R>>>>,
+        gate: tokio::sync::watch::Sender<bool>,
+        first: tokio::task::JoinHandle<Option<R>>,
+    }
+
+    async fn gated<R>(max_units: usize, units: fn(&R) -> usize, first: R) -> Gated<R>
+    where
+        R: Clone + Send + Sync + 'static,
+    {
+        let seen: Arc<Mutex<Vec<Vec<R>>>> = Arc::default();
+        let (gate, gate_rx) = tokio::sync::watch::channel(false);
         let log = seen.clone();
         let c = Arc::new(Coalescer::spawn(
             1,
-            100,
-            |_: &u32| 1,
-            move |batch: Vec<u32>| {
+            max_units,
+            units,
+            move |batch: Vec<R>| {
                 let log = log.clone();
                 let mut gate = gate_rx.clone();
                 async move {
                     log.lock().unwrap().push(batch.clone());
-                    // The first batch holds the only slot until the gate opens.
                     let _ = gate.wait_for(|open| *open).await;
                     batch
                 }
@@ -125,69 +136,60 @@ mod tests {
         ));
         let first = tokio::spawn({
             let c = c.clone();
-            async move { c.call(0).await }
+            async move { c.call(first).await }
         });
         while seen.lock().unwrap().is_empty() {
             tokio::task::yield_now().await;
         }
-        let rest: Vec<_> = (1..=5)
-            .map(|i| {
-                let c = c.clone();
-                tokio::spawn(async move { c.call(i).await })
-            })
-            .collect();
-        // Let every caller queue before the slot frees.
+        Gated {
+            c,
+            seen,
+            gate,
+            first,
+        }
+    }
+
+    impl<R: Clone + Send + Sync + 'static> Gated<R> {
+        fn call(&self, r: R) -> tokio::task::JoinHandle<Option<R>> {
+            let c = self.c.clone();
+            tokio::spawn(async move { c.call(r).await })
+        }
+    }
+
+    async fn settle() {
         for _ in 0..50 {
             tokio::task::yield_now().await;
         }
-        gate_tx.send(true).unwrap();
-        assert_eq!(first.await.unwrap(), Some(0));
+    }
+
+    #[tokio::test]
+    async fn requests_queued_while_a_batch_runs_form_the_next_batch_in_order() {
+        let g = gated(100, |_: &u32| 1, 0).await;
+        let rest: Vec<_> = (1..=5).map(|i| g.call(i)).collect();
+        // Let every caller queue before the slot frees.
+        settle().await;
+        g.gate.send(true).unwrap();
+        assert_eq!(g.first.await.unwrap(), Some(0));
         for (i, h) in rest.into_iter().enumerate() {
             assert_eq!(h.await.unwrap(), Some(i as u32 + 1));
         }
-        assert_eq!(*seen.lock().unwrap(), vec![vec![0], vec![1, 2, 3, 4, 5]]);
+        assert_eq!(*g.seen.lock().unwrap(), vec![vec![0], vec![1, 2, 3, 4, 5]]);
     }
 
     #[tokio::test]
     async fn a_batch_stops_at_max_units_but_never_splits_a_request() {
-        let seen: Arc<Mutex<Vec<Vec<usize>>>> = Arc::default();
-        let (gate_tx, gate_rx) = tokio::sync::watch::channel(false);
-        let log = seen.clone();
-        let c = Arc::new(Coalescer::spawn(
-            1,
-            5,
-            |r: &usize| *r,
-            move |batch: Vec<usize>| {
-                let log = log.clone();
-                let mut gate = gate_rx.clone();
-                async move {
-                    log.lock().unwrap().push(batch.clone());
-                    let _ = gate.wait_for(|open| *open).await;
-                    batch
-                }
-            },
-        ));
-        let first = tokio::spawn({
-            let c = c.clone();
-            async move { c.call(1).await }
-        });
-        while seen.lock().unwrap().is_empty() {
-            tokio::task::yield_now().await;
-        }
+        let g = gated(5, |r: &usize| *r, 1).await;
         let mut rest = Vec::new();
         for units in [3, 4, 2] {
-            let c = c.clone();
-            rest.push(tokio::spawn(async move { c.call(units).await }));
-            for _ in 0..10 {
-                tokio::task::yield_now().await;
-            }
+            rest.push(g.call(units));
+            settle().await;
         }
-        gate_tx.send(true).unwrap();
-        first.await.unwrap();
+        g.gate.send(true).unwrap();
+        g.first.await.unwrap();
         for h in rest {
             h.await.unwrap();
         }
         // 3 + 4 reaches 5: the 4 is taken whole, the 2 waits for the next batch.
-        assert_eq!(*seen.lock().unwrap(), vec![vec![1], vec![3, 4], vec![2]]);
+        assert_eq!(*g.seen.lock().unwrap(), vec![vec![1], vec![3, 4], vec![2]]);
     }
 }

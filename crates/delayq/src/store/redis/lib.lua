@@ -1,6 +1,6 @@
--- lib: helpers shared by the transition scripts. Not a script by itself: Rust prepends it to
--- each transition's file (scripts.rs), so every script sees the same record format and index
--- maintenance. Everything it touches is passed in KEYS; all keys share one {hash tag}.
+-- lib: helpers shared by the transition scripts. Not a script by itself: Rust prepends the
+-- top-level definitions each transition's file uses (scripts.rs), so every script sees the same
+-- record format and index maintenance. Everything it touches is passed in KEYS; all keys share one {hash tag}.
 --
 -- KEYS (every script that includes lib):
 --   KEYS[1] jobs      HASH  id -> cmsgpack record (below)

@@ -173,27 +173,26 @@ async fn check_layout(
     let key = keys::layout_key(prefix);
     let mut get = redis::pipe();
     get.cmd("GET").arg(&key);
-    let recorded = conn.query(&get).await?;
-    if matches!(recorded.first(), None | Some(Value::Nil)) && !cluster {
-        let mut probe = redis::pipe();
-        let exists = probe.cmd("EXISTS");
-        for s in shards..MAX_SHARDS {
-            exists.arg(ShardKeys::new(prefix, s).jobs);
+    let recorded = match conn.query(&get).await?.first() {
+        Some(v) if *v != Value::Nil => string(v)?.to_string(),
+        _ => {
+            if !cluster {
+                refuse_unrecorded_shards(conn, prefix, shards).await?;
+            }
+            // Another instance may record its layout at the same moment: the first SET wins,
+            // and the re-read tells which.
+            let mut set = redis::pipe();
+            set.cmd("SET").arg(&key).arg(mine).arg("NX");
+            conn.query(&set).await?;
+            let replies = conn.query(&get).await?;
+            replies
+                .first()
+                .map(string)
+                .transpose()?
+                .unwrap_or(mine)
+                .to_string()
         }
-        let found = conn.query(&probe).await?;
-        if found.first().map(int).transpose()?.unwrap_or(0) > 0 {
-            return Err(StoreError::Unavailable(format!(
-                "Redis holds delayq jobs under prefix {prefix:?} in shards beyond the {shards} \
-                 configured: they were written with more shards (before delayq recorded its \
-                 layout the default was 8); start with the --shards they were written with"
-            )));
-        }
-    }
-    let mut set = redis::pipe();
-    set.cmd("SET").arg(&key).arg(mine).arg("NX");
-    conn.query(&set).await?;
-    let replies = conn.query(&get).await?;
-    let recorded = replies.first().map(string).transpose()?.unwrap_or(mine);
+    };
     if recorded == mine {
         return Ok(());
     }
@@ -202,6 +201,36 @@ async fn check_layout(
          not {mine:?}: start every instance with the same --shards (and server or cluster \
          mode), or use another --prefix"
     )))
+}
+
+/// On one server without a recorded layout: fails if jobs sit in a shard at or beyond
+/// `shards` (written before the layout was recorded, with more shards).
+async fn refuse_unrecorded_shards(conn: &Conn, prefix: &str, shards: u16) -> StoreResult<()> {
+    let mut probe = redis::pipe();
+    let exists = probe.cmd("EXISTS");
+    for s in shards..MAX_SHARDS {
+        exists.arg(ShardKeys::new(prefix, s).jobs);
+    }
+    let found = conn.query(&probe).await?;
+    if found.first().map(int).transpose()?.unwrap_or(0) > 0 {
+        return Err(StoreError::Unavailable(format!(
+            "Redis holds delayq jobs under prefix {prefix:?} in shards beyond the {shards} \
+             configured: they were written with more shards (before delayq recorded its \
+             layout the default was 8); start with the --shards they were written with"
+        )));
+    }
+    Ok(())
+}
+
+/// A batch script's reply (or its error) as one value per item sent, `n` of them.
+fn per_item(reply: &StoreResult<Value>, n: usize) -> StoreResult<&[Value]> {
+    let v = reply.as_ref().map_err(Clone::clone)?;
+    let a = array(v)?;
+    if a.len() == n {
+        Ok(a)
+    } else {
+        Err(unexpected(v))
+    }
 }
 
 fn corrupt_record(id: &JobId) -> StoreError {
@@ -438,14 +467,7 @@ impl RedisStore {
             Err(e) => return vec![Err(e); requests.len()],
         };
         for (reply, members) in replies.iter().zip(slots) {
-            let statuses = reply.as_ref().map_err(Clone::clone).and_then(|v| {
-                let a = array(v)?;
-                if a.len() == members.len() {
-                    Ok(a)
-                } else {
-                    Err(unexpected(v))
-                }
-            });
+            let statuses = per_item(reply, members.len());
             for (k, &(r, i)) in members.iter().enumerate() {
                 let Ok(per_job) = &mut out[r] else { continue };
                 let outcome = match &statuses {
@@ -532,14 +554,7 @@ impl RedisStore {
             Err(e) => return vec![Err(e); ids.len()],
         };
         for (reply, idxs) in replies.iter().zip(by_shard.values()) {
-            let states = reply.as_ref().map_err(Clone::clone).and_then(|v| {
-                let a = array(v)?;
-                if a.len() == idxs.len() {
-                    Ok(a)
-                } else {
-                    Err(unexpected(v))
-                }
-            });
+            let states = per_item(reply, idxs.len());
             for (k, &i) in idxs.iter().enumerate() {
                 out[i] = match &states {
                     Err(e) => Err(e.clone()),

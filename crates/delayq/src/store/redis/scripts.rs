@@ -15,10 +15,31 @@ use std::sync::LazyLock;
 
 const LIB: &str = include_str!("lib.lua");
 
-macro_rules! with_lib {
-    ($file:literal) => {
-        &with_lib(include_str!($file))
-    };
+/// Every transition script's source, by name (`<name>.lua`), lib not yet prepended.
+const SOURCES: [(&str, &str); 10] = [
+    ("push", include_str!("push.lua")),
+    ("reserve", include_str!("reserve.lua")),
+    ("remove", include_str!("remove.lua")),
+    ("release", include_str!("release.lua")),
+    ("touch", include_str!("touch.lua")),
+    ("bury", include_str!("bury.lua")),
+    ("kick", include_str!("kick.lua")),
+    ("kick_topic", include_str!("kick_topic.lua")),
+    ("reschedule", include_str!("reschedule.lua")),
+    ("tick", include_str!("tick.lua")),
+];
+
+fn source(name: &str) -> &'static str {
+    SOURCES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, text)| *text)
+        .unwrap_or_else(|| panic!("no script {name}.lua"))
+}
+
+/// Script `name` with the part of lib it uses prepended.
+fn script(name: &str) -> Script {
+    Script::new(&with_lib(source(name)))
 }
 
 /// One top-level block of lib: a `local` definition (with the comment lines above it), or
@@ -143,16 +164,16 @@ impl Scripts {
 }
 
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    push: Script::new(with_lib!("push.lua")),
-    reserve: Script::new(with_lib!("reserve.lua")),
-    remove: Script::new(with_lib!("remove.lua")),
-    release: Script::new(with_lib!("release.lua")),
-    touch: Script::new(with_lib!("touch.lua")),
-    bury: Script::new(with_lib!("bury.lua")),
-    kick: Script::new(with_lib!("kick.lua")),
-    kick_topic: Script::new(with_lib!("kick_topic.lua")),
-    reschedule: Script::new(with_lib!("reschedule.lua")),
-    tick: Script::new(with_lib!("tick.lua")),
+    push: script("push"),
+    reserve: script("reserve"),
+    remove: script("remove"),
+    release: script("release"),
+    touch: script("touch"),
+    bury: script("bury"),
+    kick: script("kick"),
+    kick_topic: script("kick_topic"),
+    reschedule: script("reschedule"),
+    tick: script("tick"),
 });
 
 #[cfg(test)]
@@ -186,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_script_gets_what_it_calls_and_what_that_calls_but_not_the_rest() {
-        let remove = with_lib(include_str!("remove.lua"));
+        let remove = with_lib(source("remove"));
         let kept = defined_in(&remove);
         for needed in ["load", "decode", "unindex", "count", "ready_member", "JOBS"] {
             assert!(kept.iter().any(|n| n == needed), "remove lost {needed}");
@@ -198,18 +219,7 @@ mod tests {
 
     #[test]
     fn every_script_that_counts_flushes_its_counts_and_events() {
-        for (name, text) in [
-            ("push", include_str!("push.lua")),
-            ("reserve", include_str!("reserve.lua")),
-            ("remove", include_str!("remove.lua")),
-            ("release", include_str!("release.lua")),
-            ("touch", include_str!("touch.lua")),
-            ("bury", include_str!("bury.lua")),
-            ("kick", include_str!("kick.lua")),
-            ("kick_topic", include_str!("kick_topic.lua")),
-            ("reschedule", include_str!("reschedule.lua")),
-            ("tick", include_str!("tick.lua")),
-        ] {
+        for (name, text) in SOURCES {
             if defined_in(&with_lib(text)).iter().any(|n| n == "count") {
                 assert!(
                     text.contains("flush_events()"),
