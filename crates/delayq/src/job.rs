@@ -183,7 +183,17 @@ impl JobState {
         }
     }
 
-    /// The state's code in Redis records (`d`, `r`, `x`, `b`; the Lua scripts write them).
+    /// The state's code in Redis records: `d`, `r`, `x`, `b`.
+    pub fn code(self) -> &'static str {
+        match self {
+            JobState::Delayed => "d",
+            JobState::Ready => "r",
+            JobState::Reserved => "x",
+            JobState::Dead => "b",
+        }
+    }
+
+    /// The state of a code in Redis records ([`JobState::code`]'s inverse).
     pub fn from_code(code: &str) -> Option<JobState> {
         Some(match code {
             "d" => JobState::Delayed,

@@ -230,6 +230,68 @@ async fn bodies_round_trip_byte_for_byte() {
     }
 }
 
+/// Pushed records are packed by Rust (record.rs `encode_new`), every later version by the
+/// scripts' `encode` (lib.lua): the two must write the same bytes, or a record would change
+/// form on its first transition and the memory figures would not hold. Redis's own `encode`
+/// re-packs each pushed record here, for jobs at every msgpack size boundary.
+#[tokio::test]
+async fn pushed_records_are_what_the_scripts_would_write() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    let repack = format!(
+        "{}\nreturn encode(decode(cmsgpack.unpack(ARGV[1])))",
+        include_str!("../src/store/redis/lib.lua")
+    );
+    let mut specs = Vec::new();
+    for (n, len) in [0usize, 31, 32, 255, 256, 65_535, 65_536]
+        .into_iter()
+        .enumerate()
+    {
+        specs.push(job("t", &format!("len{n}"), &"b".repeat(len), NOW + 1));
+    }
+    let mut custom = job("t", "custom", "body", NOW + 3_600_000);
+    custom.ttr_ms = 127;
+    custom.priority = u32::MAX;
+    custom.max_attempts = 65_536;
+    custom.backoff_ms = vec![0, 128, 256, 65_536, 4_294_967_296, delayq::job::MAX_RUN_AT];
+    specs.push(custom);
+    let mut only_prio = job("ü-topic", "only_prio", "", 0);
+    only_prio.priority = 0;
+    specs.push(only_prio);
+    let mut only_attempts = job("t", "only_attempts", "x", u64::MAX);
+    only_attempts.max_attempts = 3;
+    specs.push(only_attempts);
+    let mut c = raw(&server).await;
+    for (k, spec) in specs.into_iter().enumerate() {
+        let mode = if k % 2 == 0 {
+            PushMode::Reject
+        } else {
+            PushMode::Replace
+        };
+        let jid = spec.id.clone();
+        s.push(spec.clone(), mode, NOW).await.unwrap();
+        let record: Vec<u8> = redis::cmd("HGET")
+            .arg(&s.shard_keys()[0].jobs)
+            .arg(jid.as_str())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let repacked: Vec<u8> = redis::cmd("EVAL")
+            .arg(&repack)
+            .arg(0)
+            .arg(&record)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(record, repacked, "job {jid} is packed differently");
+        let stored = s.get(&jid).await.unwrap();
+        assert_eq!(stored.spec.body, spec.body);
+        assert_eq!(stored.spec.backoff_ms, spec.backoff_ms);
+        assert_eq!(stored.spec.run_at, spec.run_at.min(delayq::job::MAX_RUN_AT));
+        assert_eq!(stored.state, spec.initial_state(NOW));
+    }
+}
+
 #[tokio::test]
 async fn reserve_follows_priority_due_time_and_push_order_across_shards() {
     let server = RedisServer::start();

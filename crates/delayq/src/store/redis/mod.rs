@@ -60,7 +60,9 @@ use crate::store::{
 use async_trait::async_trait;
 use coalesce::Coalescer;
 use conn::{Conn, Eval};
-use record::{array, by_id_reply, bytes, decode_job, int, state_from_code, string, unexpected};
+use record::{
+    array, by_id_reply, bytes, decode_job, encode_new, int, state_from_code, string, unexpected,
+};
 use redis::Value;
 use scripts::SCRIPTS;
 use std::collections::BTreeMap;
@@ -442,16 +444,16 @@ impl RedisStore {
                 }
                 for (m, &slot) in chunk.iter().zip(&slot_of) {
                     let j = job(m);
+                    let seq = requests[m.0].seq + m.1 as u64;
+                    let stored = stored_spec(j);
+                    let state = stored.initial_state(now);
                     call = call
                         .arg(j.id.as_str())
+                        .arg(encode_new(&stored, state, seq))
                         .arg(j.topic.as_str())
-                        .arg(j.body.as_str())
-                        .arg(j.run_at.min(MAX_RUN_AT))
-                        .arg(j.ttr_ms.min(MAX_RUN_AT))
+                        .arg(stored.run_at)
                         .arg(j.priority)
-                        .arg(j.max_attempts)
-                        .arg(requests[m.0].seq + m.1 as u64)
-                        .arg(backoff_arg(&j.backoff_ms))
+                        .arg(seq)
                         .arg(slot);
                 }
                 calls.push(call);
@@ -635,13 +637,20 @@ fn decode_reserved(v: &Value) -> StoreResult<Vec<Job>> {
         .collect()
 }
 
-/// Backoff steps as the push script reads them: `15000,180000`.
-fn backoff_arg(steps: &[u64]) -> String {
-    steps
-        .iter()
-        .map(|s| s.min(&MAX_RUN_AT).to_string())
-        .collect::<Vec<_>>()
-        .join(",")
+/// A job as it is stored: times and backoff steps clamped at [`MAX_RUN_AT`] (below 2^53, so
+/// exact in Lua's doubles).
+fn stored_spec(j: &JobSpec) -> std::borrow::Cow<'_, JobSpec> {
+    let over = |t: u64| t > MAX_RUN_AT;
+    if !over(j.run_at) && !over(j.ttr_ms) && !j.backoff_ms.iter().copied().any(over) {
+        return std::borrow::Cow::Borrowed(j);
+    }
+    let mut s = j.clone();
+    s.run_at = s.run_at.min(MAX_RUN_AT);
+    s.ttr_ms = s.ttr_ms.min(MAX_RUN_AT);
+    for b in &mut s.backoff_ms {
+        *b = (*b).min(MAX_RUN_AT);
+    }
+    std::borrow::Cow::Owned(s)
 }
 
 /// A topic's range in a ready or dead zset (`lib.lua`): `[topic\0` to `(topic\1`.
