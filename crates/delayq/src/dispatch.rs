@@ -4,7 +4,9 @@
 //! there is no fixed scan period. A [`StoreEvent::Due`] earlier than the current target moves
 //! the wake-up forward; `Resync` (or a lagged event receiver) ticks at once. The store only
 //! promotes jobs with `run_at <= now`, so the timer can be late but never early; sleeps are
-//! computed in µs to the start of the due millisecond, so they end at or just after it. A failing tick is logged (rate-limited) and retried with a growing backoff
+//! computed in µs to the start of the due millisecond and slept on a precise alarm thread
+//! (alarm.rs; tokio's timer would round up to its own 1 ms ticks), so they end at or just
+//! after it. A failing tick is logged (rate-limited) and retried with a growing backoff
 //! (100 ms to 1 s); the loop never spins and never exits before shutdown. While nothing is due
 //! it still ticks every [`TIMER_SAFETY_INTERVAL`], a safety net for a `Due` event lost on the
 //! way (Redis pub/sub is at-most-once), not the mechanism.
@@ -41,10 +43,12 @@
 //!
 //! Not here: HTTP (api/), job rules (job.rs), storage (store/).
 
+use crate::alarm::Alarm;
 use crate::clock::Clock;
 use crate::job::{Job, Topic};
 use crate::store::{Store, StoreError, StoreEvent};
 use std::collections::{BTreeMap, HashSet};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -304,6 +308,7 @@ impl Dispatcher {
         let mut errors = ErrorLog::new("timer tick");
         let mut backoff = BACKOFF_MIN;
         let mut events_open = true;
+        let mut sleeper = Sleeper::new();
         while !self.stopping.is_cancelled() {
             let now = self.clock.now();
             let mut target = match self.store.tick(now, self.options.tick_batch).await {
@@ -335,11 +340,10 @@ impl Dispatcher {
                 tokio::task::yield_now().await;
                 continue;
             }
-            let sleep = tokio::time::sleep_until(self.wake_at(target));
-            tokio::pin!(sleep);
+            sleeper.set(self.wake_at(target));
             loop {
                 tokio::select! {
-                    _ = &mut sleep => break,
+                    _ = sleeper.wait() => break,
                     _ = self.stopping.cancelled() => return,
                     ev = events.recv(), if events_open => match ev {
                         Ok(StoreEvent::Due(t)) if target.is_none_or(|cur| t < cur) => {
@@ -347,7 +351,7 @@ impl Dispatcher {
                                 break;
                             }
                             target = Some(t);
-                            sleep.as_mut().reset(self.wake_at(target));
+                            sleeper.set(self.wake_at(target));
                         }
                         Ok(StoreEvent::Due(_) | StoreEvent::Ready(_)) => {}
                         Ok(StoreEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -364,9 +368,9 @@ impl Dispatcher {
     }
 
     /// When the timer should wake for a deadline: at the start of millisecond `due`, measured
-    /// in µs from the clock's `now_micros` (tokio then rounds up to its 1 ms tick, so the wake
-    /// is at or just after `due`, never before it), at most [`TIMER_SAFETY_INTERVAL`] ahead.
-    /// Counting from a floored millisecond instead would add up to a millisecond of lateness.
+    /// in µs from the clock's `now_micros` (the alarm then wakes at or just after it, never
+    /// before), at most [`TIMER_SAFETY_INTERVAL`] ahead. Counting from a floored millisecond
+    /// instead would add up to a millisecond of lateness.
     fn wake_at(&self, due: Option<u64>) -> Instant {
         let wait = match due {
             Some(t) => Duration::from_micros(
@@ -529,6 +533,41 @@ impl Dispatcher {
                     "waiter gone and the job could not be handed back; it is redelivered after its ttr"
                 ),
             }
+        }
+    }
+}
+
+/// How the timer sleeps: on the precise [`Alarm`] thread, or on tokio's 1 ms timer if that
+/// thread could not be started (logged once).
+enum Sleeper {
+    Alarm(Alarm),
+    Tokio(Pin<Box<tokio::time::Sleep>>),
+}
+
+impl Sleeper {
+    fn new() -> Sleeper {
+        match Alarm::start() {
+            Ok(alarm) => Sleeper::Alarm(alarm),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not start the alarm thread; the timer wakes up to 2 ms late");
+                Sleeper::Tokio(Box::pin(tokio::time::sleep(TIMER_SAFETY_INTERVAL)))
+            }
+        }
+    }
+
+    /// Sets the next wake-up, replacing the previous one.
+    fn set(&mut self, at: Instant) {
+        match self {
+            Sleeper::Alarm(alarm) => alarm.set(at.into_std()),
+            Sleeper::Tokio(sleep) => sleep.as_mut().reset(at),
+        }
+    }
+
+    /// Completes at the wake-up last set (see [`Alarm::fired`] for its one early case).
+    async fn wait(&mut self) {
+        match self {
+            Sleeper::Alarm(alarm) => alarm.fired().await,
+            Sleeper::Tokio(sleep) => sleep.as_mut().await,
         }
     }
 }

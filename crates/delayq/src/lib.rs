@@ -4,10 +4,12 @@
 //! Layers, bottom up (ARCHITECTURE.md has the map):
 //! - [`job`]: the job, its validation and its state machine. No I/O.
 //! - [`store`]: the [`store::Store`] trait and its backends (Redis, embedded).
-//! - [`dispatch`]: the timer and the long-poll waiters, generic over any store.
+//! - [`dispatch`]: the timer and the long-poll waiters, generic over any store ([`alarm`]: the
+//!   timer's precise sleep).
 //! - [`api`]: the HTTP APIs (seed-compatible and /v1). Only `api` knows HTTP.
 //! - [`config`], [`server`]: settings and wiring; `main.rs` is the CLI.
 
+pub mod alarm;
 pub mod api;
 pub mod clock;
 pub mod config;
