@@ -564,9 +564,23 @@ async fn events_reach_every_instance_sharing_the_redis() {
         .unwrap();
     expect_event(&mut rx_b, StoreEvent::Due(NOW + 5000)).await;
 
-    // The timer on b promotes it: a hears the Ready.
+    // The timer on b promotes it: a hears the Ready, and b has it as soon as its tick returns,
+    // once (the pub/sub echo of its own tick is dropped).
+    let mut rx_b = b.subscribe();
     b.tick(NOW + 5000, 100).await.unwrap();
+    assert_eq!(
+        rx_b.try_recv().ok(),
+        Some(StoreEvent::Ready(topic("orders"))),
+        "b's own tick must announce its ready topic before returning"
+    );
     expect_event(&mut rx_a, StoreEvent::Ready(topic("orders"))).await;
+    a.ping().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), rx_b.recv())
+            .await
+            .is_err(),
+        "b heard its own tick's event twice"
+    );
 
     // Nothing leaks to another prefix.
     other.ping().await.unwrap();

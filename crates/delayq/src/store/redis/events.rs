@@ -33,11 +33,21 @@ const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Decodes one published message into events; unknown lines are ignored (a newer instance may
-/// publish more kinds).
-pub fn parse(payload: &[u8]) -> Vec<StoreEvent> {
+/// publish more kinds). A message whose first line is `O<origin>` with this instance's
+/// `origin` is its own tick's: the store already acted on that reply (mod.rs `tick`), so the
+/// echo is dropped instead of serving the same waiters twice.
+pub fn parse(payload: &[u8], origin: &str) -> Vec<StoreEvent> {
     let Ok(text) = std::str::from_utf8(payload) else {
         return Vec::new();
     };
+    if text
+        .split('\n')
+        .next()
+        .and_then(|l| l.strip_prefix('O'))
+        .is_some_and(|o| o == origin)
+    {
+        return Vec::new();
+    }
     text.split('\n')
         .filter_map(|line| match line.split_at_checked(1)? {
             ("R", topic) => Topic::parse(topic).ok().map(StoreEvent::Ready),
@@ -86,16 +96,18 @@ pub fn spawn(
     clients: Vec<Client>,
     used: usize,
     channel: String,
+    origin: String,
     tx: broadcast::Sender<StoreEvent>,
     first: (PubSubSink, PubSubStream),
 ) -> JoinHandle<()> {
-    tokio::spawn(run(clients, used, channel, tx, first))
+    tokio::spawn(run(clients, used, channel, origin, tx, first))
 }
 
 async fn run(
     clients: Vec<Client>,
     mut used: usize,
     channel: String,
+    origin: String,
     tx: broadcast::Sender<StoreEvent>,
     first: (PubSubSink, PubSubStream),
 ) {
@@ -127,7 +139,7 @@ async fn run(
             tokio::select! {
                 msg = stream.next() => match msg {
                     Some(msg) => {
-                        for ev in parse(msg.get_payload_bytes()) {
+                        for ev in parse(msg.get_payload_bytes(), &origin) {
                             let _ = tx.send(ev);
                         }
                     }
@@ -151,7 +163,7 @@ mod tests {
 
     #[test]
     fn payload_lines_become_events_and_unknown_lines_are_ignored() {
-        let evs = parse(b"Rorders\nRmails\nD1500\nXfuture\n");
+        let evs = parse(b"Rorders\nRmails\nD1500\nXfuture\n", "me");
         assert_eq!(
             evs,
             vec![
@@ -160,6 +172,12 @@ mod tests {
                 StoreEvent::Due(1500),
             ]
         );
-        assert!(parse(b"").is_empty());
+        assert!(parse(b"", "me").is_empty());
+        // Another instance's tick is heard; this instance's own is not.
+        assert_eq!(
+            parse(b"Oother\nRorders", "me"),
+            [StoreEvent::Ready(Topic::parse("orders").unwrap())]
+        );
+        assert!(parse(b"Ome\nRorders\nD1500", "me").is_empty());
     }
 }

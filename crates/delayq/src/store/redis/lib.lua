@@ -45,7 +45,9 @@
 --
 -- Events: one PUBLISH per script run, at most; payload = lines "R<topic>" (jobs of the topic
 -- became ready) and "D<ms>" (a timer deadline, or a window's drain time, became its shard's
--- earliest).
+-- earliest), after a first line "O<origin>" when the run names its instance (tick does: that
+-- instance acts on the script's reply at once and skips its own echo; events.rs). Readers
+-- ignore lines they do not know.
 
 local JOBS, TIMELINE, READY, DEAD, COUNTS, WINDOWS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
   KEYS[6]
@@ -156,7 +158,7 @@ local function count(topic, state, delta)
   count_delta[f] = d + delta
 end
 
-local ev_seen, ev_ready, ev_due = {}, {}, nil
+local ev_seen, ev_ready, ev_due, ev_origin = {}, {}, nil, nil
 
 local function emit_ready(topic)
   if not ev_seen[topic] then
@@ -209,6 +211,7 @@ local function flush_events()
   local lines = {}
   for i, topic in ipairs(ev_ready) do lines[i] = 'R' .. topic end
   if ev_due then lines[#lines + 1] = 'D' .. string.format('%d', ev_due) end
+  if #lines > 0 and ev_origin then table.insert(lines, 1, 'O' .. ev_origin) end
   if #lines > 0 then
     redis.call('PUBLISH', CHANNEL, table.concat(lines, '\n'))
   end

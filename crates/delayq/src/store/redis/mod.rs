@@ -130,6 +130,8 @@ struct Inner {
     shards: Vec<ShardKeys>,
     /// Pub/sub channel the scripts publish events on.
     channel: String,
+    /// This instance's id in the events its ticks publish (events.rs drops their echo).
+    origin: String,
     /// Fed by the subscriber task; every `subscribe()` is a receiver of it.
     events: broadcast::Sender<StoreEvent>,
     /// Last seq stamp handed out by this instance (see [`RedisStore::stamp`]).
@@ -302,13 +304,22 @@ impl RedisStore {
         let channel = keys::event_channel(&opts.prefix);
         let (used, first) = events::subscribe_any(&clients, 0, &channel).await?;
         let (tx, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);
-        let subscriber = events::spawn(clients, used, channel.clone(), tx.clone(), first);
+        let origin = uuid::Uuid::now_v7().simple().to_string();
+        let subscriber = events::spawn(
+            clients,
+            used,
+            channel.clone(),
+            origin.clone(),
+            tx.clone(),
+            first,
+        );
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
             let (w1, w2) = (weak.clone(), weak.clone());
             Inner {
                 conn,
                 shards,
                 channel,
+                origin,
                 events: tx,
                 last_seq: AtomicU64::new(0),
                 tick_rotation: AtomicUsize::new(0),
@@ -1061,7 +1072,7 @@ impl Store for RedisStore {
         let calls: Vec<Eval> = calls
             .into_iter()
             .map(|(c, shard)| {
-                let mut c = c.arg(seq).arg(drain_budget);
+                let mut c = c.arg(seq).arg(drain_budget).arg(&self.inner.origin);
                 for &w in &drains[shard] {
                     c = c.arg(w);
                 }
@@ -1069,11 +1080,18 @@ impl Store for RedisStore {
             })
             .collect();
         let (mut promoted, mut expired) = (0, 0);
+        let mut ready: Vec<Topic> = Vec::new();
         for reply in self.inner.conn.eval(&calls).await? {
             let a = array(&reply)?;
-            let [p, e, next, ..] = a else {
+            let [p, e, next, topics @ ..] = a else {
                 return Err(unexpected(&reply));
             };
+            for t in topics {
+                let t = Topic::parse(string(t)?).map_err(|_| unexpected(t))?;
+                if !ready.contains(&t) {
+                    ready.push(t);
+                }
+            }
             promoted += int(p)?.max(0) as u64;
             expired += int(e)?.max(0) as u64;
             let next = int(next)?;
@@ -1083,6 +1101,11 @@ impl Store for RedisStore {
         }
         out.promoted = promoted;
         out.expired = expired;
+        // This instance's waiters hear of the new ready jobs now, not after the pub/sub echo
+        // (which events.rs drops); other instances hear the published event.
+        for t in ready {
+            let _ = self.inner.events.send(StoreEvent::Ready(t));
+        }
         Ok(out)
     }
 

@@ -8,17 +8,18 @@
 -- record has a later deadline is re-scored. Nothing here can make the pass spin on one entry.
 -- KEYS: the shard's keys (lib.lua), then KEYS[7..6+m] the due window lists, earliest first.
 -- ARGV[1] channel, ARGV[2] now, ARGV[3] limit, ARGV[4] seq (burial stamp for jobs that die),
--- ARGV[5] drain (most ids taken from window lists), ARGV[6..5+m] the window numbers of
--- KEYS[7..6+m].
+-- ARGV[5] drain (most ids taken from window lists), ARGV[6] the calling instance's origin id
+-- (its event is marked with it, lib.lua), ARGV[7..6+m] the window numbers of KEYS[7..6+m].
 -- Returns {promoted, expired, next_due, topic, topic, ...}: next_due is the shard's earliest
 -- remaining timer deadline or window drain time, `now` if work due now remains (limit or
 -- drain budget hit), -1 if none; the topics are those that gained ready jobs.
 local limit = tonumber(ARGV[3])
 local seq = tonumber(ARGV[4])
 local drain = tonumber(ARGV[5])
+ev_origin = ARGV[6]
 for k = 7, #KEYS do
   if drain <= 0 then break end
-  local list, w = KEYS[k], ARGV[k - 1]
+  local list, w = KEYS[k], ARGV[k]
   local n = tonumber(w)
   local ids = redis.call('LPOP', list, drain)
   if ids then
