@@ -192,6 +192,36 @@ async fn restart_readies_overdue_jobs_and_redelivers_expired_reservations_but_no
     );
 }
 
+/// A timer pass does not wait for the disk (its commit is lazy: a restart would redo it), yet
+/// what it did is on disk once the store closes, and a transition acknowledged after it is
+/// never on disk without it.
+#[tokio::test]
+async fn timer_passes_are_written_without_waiting_and_kept_on_close() {
+    let tmp = tempfile::tempdir().unwrap();
+    let all = [Topic::parse("orders").unwrap()];
+    let store = open(tmp.path()).await.unwrap();
+    push(&store, spec("a", NOW + 1_000)).await;
+    push(&store, spec("b", NOW + 1_000)).await;
+    assert_eq!(store.tick(NOW + 1_000, 1_000).await.unwrap().promoted, 2);
+    drop(store);
+
+    // Reopened at the same moment, before any tick: the promotions were kept by the close.
+    let store = open(tmp.path()).await.unwrap();
+    for j in ["a", "b"] {
+        assert_eq!(store.get(&id(j)).await.unwrap().state, JobState::Ready);
+    }
+    // A lazy pass (c's promotion), then an acknowledged reserve that depends on it.
+    push(&store, spec("c", NOW + 2_000)).await;
+    assert_eq!(store.tick(NOW + 2_000, 1_000).await.unwrap().promoted, 1);
+    let got = store.reserve(&all, 3, NOW + 2_000).await.unwrap();
+    assert_eq!(got.len(), 3);
+    drop(store);
+    let store = open(tmp.path()).await.unwrap();
+    for j in ["a", "b", "c"] {
+        assert_eq!(store.get(&id(j)).await.unwrap().state, JobState::Reserved);
+    }
+}
+
 #[tokio::test]
 async fn second_open_of_a_directory_in_use_fails_with_a_clear_message() {
     let tmp = tempfile::tempdir().unwrap();

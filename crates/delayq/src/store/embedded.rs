@@ -7,7 +7,9 @@
 //! the lock is released, so disk order is engine order; the caller then waits for the writer's
 //! acknowledgement. The writer commits everything queued in one fsynced transaction, so
 //! concurrent callers share one fsync. A transition that changed nothing (a refusal, a reserve
-//! that found no job, a tick with nothing due) answers at once.
+//! that found no job, a tick with nothing due) answers at once. The timer's passes (`tick`)
+//! do not wait at all: their changes are lazy commits (`writer.rs`), made durable by the next
+//! acknowledged transition, since a restart redoes a lost promotion or expiry by itself.
 //!
 //! Guarantees: an acknowledged transition survives a crash (kill -9, power loss as far as fsync
 //! goes). Reads (`get`, `stats`, and refusals) see the engine, which may be ahead of the disk by
@@ -160,9 +162,11 @@ impl EmbeddedStore {
     }
 
     /// Runs one transition under the lock and, if it changed anything, queues the changes
-    /// before releasing the lock. Returns the result and the acknowledgement to wait for.
+    /// before releasing the lock. Returns the result and the acknowledgement to wait for
+    /// (none if nothing changed or the commit is `lazy`: then its events are published now).
     fn begin<T>(
         &self,
+        lazy: bool,
         f: impl FnOnce(&mut Engine, &mut Effects) -> T,
     ) -> StoreResult<(T, Option<oneshot::Receiver<StoreResult<()>>>)> {
         let mut locked = self.lock()?;
@@ -174,15 +178,31 @@ impl EmbeddedStore {
             }
             return Ok((out, None));
         }
-        let (ack, acked) = oneshot::channel();
-        let commit = Commit {
-            changes: fx.changes,
-            events: fx.events,
-            ack,
+        let (commit, acked) = if lazy {
+            let commit = Commit {
+                changes: fx.changes,
+                events: Vec::new(),
+                ack: None,
+            };
+            (commit, None)
+        } else {
+            let (ack, acked) = oneshot::channel();
+            let commit = Commit {
+                changes: fx.changes,
+                events: std::mem::take(&mut fx.events),
+                ack: Some(ack),
+            };
+            (commit, Some(acked))
         };
-        let queued = locked.queue.as_ref().map(|q| q.send(commit));
-        match queued {
-            Some(Ok(())) => Ok((out, Some(acked))),
+        match locked.queue.as_ref().map(|q| q.send(commit)) {
+            Some(Ok(())) => {
+                // A lazy commit's events go out now, still under the lock: a transition they
+                // prompt queues its commit after this one.
+                for ev in fx.events {
+                    let _ = self.events.send(ev);
+                }
+                Ok((out, acked))
+            }
             _ => Err(StoreError::Unavailable(
                 "the embedded store writer has stopped".into(),
             )),
@@ -191,7 +211,7 @@ impl EmbeddedStore {
 
     /// Runs one transition and waits until it is durable.
     async fn apply<T>(&self, f: impl FnOnce(&mut Engine, &mut Effects) -> T) -> StoreResult<T> {
-        let (out, acked) = self.begin(f)?;
+        let (out, acked) = self.begin(false, f)?;
         if let Some(acked) = acked {
             acked.await.map_err(|_| {
                 StoreError::Unavailable("the embedded store writer has stopped".into())
@@ -372,8 +392,9 @@ impl Store for EmbeddedStore {
         self.read(Engine::stats)
     }
 
+    /// A lazy commit: answers without waiting for the disk (see the module docs).
     async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
-        self.apply(|e, fx| e.tick(now, limit, fx)).await
+        Ok(self.begin(true, |e, fx| e.tick(now, limit, fx))?.0)
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

@@ -7,6 +7,15 @@
 //! publishes its events. It decides nothing about jobs; it does not read (the store loads at
 //! open, before this thread starts).
 //!
+//! **Lazy commits** (the timer's passes: promotions and TTR expiries, which a restart redoes by
+//! itself) have no acknowledgement and no events to hold back. A batch of only lazy commits is
+//! written with [`Durability::None`]: no fsync; redb makes it durable with the next
+//! [`Durability::Immediate`] commit, which every acknowledged transition is. So an
+//! acknowledged transition still never depends on an unwritten one, and a crash loses at most
+//! timer work that is redone. A lazy-only stretch lasts at most [`LAZY_WINDOW`]; closing the
+//! database (redb, when this thread ends) makes a pending lazy commit durable, so a graceful
+//! stop leaves nothing to redo (`embedded_store.rs` checks that).
+//!
 //! After a failed commit the thread never writes again: later commits may depend on the lost
 //! one (a finish whose push was not written, or a push whose earlier removal was not), so it
 //! refuses them all and records why in [`Failure`]; the store then refuses every request until
@@ -22,6 +31,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, mpsc};
+use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, oneshot};
 
 /// Job records: id → [`record::encode`]d job.
@@ -34,13 +44,18 @@ pub const FORMAT_VERSION_KEY: &str = "format_version";
 /// latency of everyone in it) stays bounded under a flood of batch pushes.
 const MAX_CHANGES_PER_COMMIT: usize = 50_000;
 
+/// Longest a lazy-only stretch goes without a durable commit (see the module docs).
+const LAZY_WINDOW: Duration = Duration::from_secs(1);
+
 /// One transition's changes, queued for the writer.
 pub struct Commit {
     pub changes: Vec<Change>,
-    /// Published only once `changes` are durable.
+    /// Published only once `changes` are durable (empty for a lazy commit: its caller
+    /// published them when it queued it).
     pub events: Vec<StoreEvent>,
-    /// Answered after the commit that contains `changes`.
-    pub ack: oneshot::Sender<Result<(), StoreError>>,
+    /// Answered after the commit that contains `changes`; `None` for a lazy commit, which
+    /// nobody waits for and which may be written without an fsync.
+    pub ack: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
 /// Set once, by the writer, when a commit fails: the reason every later request is refused
@@ -61,6 +76,9 @@ impl Writer {
     /// Runs until every sender is dropped and the queue is empty, then closes the database
     /// (releasing its lock).
     pub fn run(self) {
+        // Since when lazy commits have been written without an fsync (None: everything
+        // written is durable).
+        let mut lazy_since: Option<Instant> = None;
         while let Ok(first) = self.queue.recv() {
             let mut batch = vec![first];
             let mut changes = batch[0].changes.len();
@@ -73,12 +91,22 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            self.commit(batch);
+            let durable = batch.iter().any(|c| c.ack.is_some())
+                || lazy_since.is_some_and(|t| t.elapsed() >= LAZY_WINDOW);
+            if self.commit(batch, durable) {
+                lazy_since = if durable {
+                    None
+                } else {
+                    lazy_since.or_else(|| Some(Instant::now()))
+                };
+            }
         }
         tracing::debug!(file = %self.file.display(), "embedded store writer stopped");
     }
 
-    fn commit(&self, batch: Vec<Commit>) {
+    /// Writes a batch, with an fsync if `durable`; answers and publishes. Returns whether it
+    /// was written.
+    fn commit(&self, batch: Vec<Commit>, durable: bool) -> bool {
         let mut changes = Vec::new();
         let mut waiting = Vec::with_capacity(batch.len());
         for c in batch {
@@ -87,7 +115,7 @@ impl Writer {
         }
         let result = match self.failure.get() {
             Some(reason) => Err(reason.clone()),
-            None => catch_unwind(AssertUnwindSafe(|| self.write(changes)))
+            None => catch_unwind(AssertUnwindSafe(|| self.write(changes, durable)))
                 .unwrap_or_else(|_| Err("redb panicked while writing (damaged file?)".into()))
                 .inspect_err(|reason| {
                     tracing::error!(
@@ -105,18 +133,23 @@ impl Writer {
                         let _ = self.events.send(ev);
                     }
                     // The caller may have gone away; the change is durable all the same.
-                    let _ = ack.send(Ok(()));
+                    if let Some(ack) = ack {
+                        let _ = ack.send(Ok(()));
+                    }
                 }
                 Err(reason) => {
-                    let _ = ack.send(Err(failed_error(reason)));
+                    if let Some(ack) = ack {
+                        let _ = ack.send(Err(failed_error(reason)));
+                    }
                 }
             }
         }
+        result.is_ok()
     }
 
-    /// Writes the changes in one transaction. Only the last change of each id matters, so a job
-    /// pushed and finished within one batch costs nothing on disk.
-    fn write(&self, changes: Vec<Change>) -> Result<(), String> {
+    /// Writes the changes in one transaction, fsynced if `durable`. Only the last change of
+    /// each id matters, so a job pushed and finished within one batch costs nothing on disk.
+    fn write(&self, changes: Vec<Change>, durable: bool) -> Result<(), String> {
         let mut last: HashMap<JobId, Option<Job>> = HashMap::with_capacity(changes.len());
         for change in changes {
             match change {
@@ -132,8 +165,12 @@ impl Writer {
             .db
             .begin_write()
             .map_err(|e| format!("cannot begin a write transaction on {file}: {e}"))?;
-        tx.set_durability(Durability::Immediate)
-            .map_err(|e| format!("cannot set durability on {file}: {e}"))?;
+        tx.set_durability(if durable {
+            Durability::Immediate
+        } else {
+            Durability::None
+        })
+        .map_err(|e| format!("cannot set durability on {file}: {e}"))?;
         {
             let mut table = tx
                 .open_table(JOBS)
