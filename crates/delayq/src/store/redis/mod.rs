@@ -105,6 +105,8 @@ const COALESCE_IN_FLIGHT: usize = 2;
 /// Most far windows per shard one tick looks at (and drains, if due); more due windows just
 /// make the tick report `next_due = now` and the timer go again.
 const TICK_WINDOWS: u64 = 16;
+/// On one shard, the longest a tick goes without looking for far windows to drain.
+const WINDOW_CHECK_MS: u64 = 1000;
 /// Most dead jobs one `kick_topic` round moves.
 const KICK_CHUNK: u64 = 1000;
 /// `reserve` gives up after this many rounds that found jobs in a peek but reserved none
@@ -138,6 +140,8 @@ struct Inner {
     last_seq: AtomicU64,
     /// Rotates which shard gets the odd units of a tick's limit (see [`share_out`]).
     tick_rotation: AtomicUsize,
+    /// On one shard: until when ticks skip the look at the far windows (see `tick`).
+    window_check_at: AtomicU64,
     /// The pub/sub forwarding task; stopped when the last clone of the store is dropped.
     subscriber: JoinHandle<()>,
     /// Concurrent pushes and removes joined into shared round trips (`coalesce.rs`).
@@ -323,6 +327,7 @@ impl RedisStore {
                 events: tx,
                 last_seq: AtomicU64::new(0),
                 tick_rotation: AtomicUsize::new(0),
+                window_check_at: AtomicU64::new(0),
                 subscriber,
                 pushes: Coalescer::spawn(
                     COALESCE_IN_FLIGHT,
@@ -592,6 +597,70 @@ impl RedisStore {
     }
 
     /// One reserve script call on `shard` for up to `max` jobs.
+    /// One shard's tick script call: `share` of the limit, the window lists `drains` to drain
+    /// (up to `drain_budget` ids), `seq` for burials.
+    fn tick_call(
+        &self,
+        shard: usize,
+        drains: &[u64],
+        now: UnixMillis,
+        share: u64,
+        seq: u64,
+        drain_budget: usize,
+    ) -> Eval {
+        let keys = &self.inner.shards[shard];
+        let window_keys: Vec<String> = drains.iter().map(|&w| keys.window(w)).collect();
+        let mut all_keys: Vec<&str> = keys.all().to_vec();
+        all_keys.extend(window_keys.iter().map(String::as_str));
+        let mut call = Eval::new(&SCRIPTS.tick, &all_keys)
+            .arg(&self.inner.channel)
+            .arg(now)
+            .arg(share)
+            .arg(seq)
+            .arg(drain_budget)
+            .arg(&self.inner.origin);
+        for &w in drains {
+            call = call.arg(w);
+        }
+        call
+    }
+
+    /// Runs tick script calls and adds what they did to `out`; wakes this instance's waiters
+    /// for the topics that gained ready jobs.
+    async fn run_ticks(&self, calls: &[Eval], mut out: TickOutcome) -> StoreResult<TickOutcome> {
+        let mut next_due = |t: UnixMillis| {
+            out.next_due = Some(out.next_due.map_or(t, |d| d.min(t)));
+        };
+        let (mut promoted, mut expired) = (0, 0);
+        let mut ready: Vec<Topic> = Vec::new();
+        for reply in self.inner.conn.eval(calls).await? {
+            let a = array(&reply)?;
+            let [p, e, next, topics @ ..] = a else {
+                return Err(unexpected(&reply));
+            };
+            for t in topics {
+                let t = Topic::parse(string(t)?).map_err(|_| unexpected(t))?;
+                if !ready.contains(&t) {
+                    ready.push(t);
+                }
+            }
+            promoted += int(p)?.max(0) as u64;
+            expired += int(e)?.max(0) as u64;
+            let next = int(next)?;
+            if next >= 0 {
+                next_due(next as u64);
+            }
+        }
+        out.promoted += promoted;
+        out.expired += expired;
+        // This instance's waiters hear of the new ready jobs now, not after the pub/sub echo
+        // (which events.rs drops); other instances hear the published event.
+        for t in ready {
+            let _ = self.inner.events.send(StoreEvent::Ready(t));
+        }
+        Ok(out)
+    }
+
     fn reserve_call(&self, shard: usize, topics: &[Topic], max: usize, now: UnixMillis) -> Eval {
         let mut call = self
             .eval(&SCRIPTS.reserve, &self.inner.shards[shard], now)
@@ -980,10 +1049,31 @@ impl Store for RedisStore {
     /// (one whose score is within [`WINDOW_MS`] of now), in one pipeline. An idle pass is one
     /// round trip. Ready events are published by the scripts themselves.
     ///
+    /// On one shard there is nothing to share out, so the look is only needed for the far
+    /// windows: it is made at most every [`WINDOW_CHECK_MS`] (and at once when a pass reports
+    /// due work it did not do), and the passes in between are the script alone, one round
+    /// trip. A window drained that much late delays no job: it is drained a whole
+    /// [`WINDOW_MS`] before its first job is due.
+    ///
     /// `next_due` is the earliest timeline deadline or window drain time (a window's score
     /// minus [`WINDOW_MS`]): the timer wakes a window ahead of a far job, drains it into the
     /// timeline, then wakes at its exact run_at.
-    async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
+    async fn tick(&self, now: UnixMillis, mut limit: usize) -> StoreResult<TickOutcome> {
+        let mut done = TickOutcome::default();
+        if self.inner.shards.len() == 1 && now < self.inner.window_check_at.load(Ordering::Relaxed)
+        {
+            // One shard, windows looked at recently: straight to the script, one round trip.
+            let call = self.tick_call(0, &[], now, limit as u64, self.stamp(now, 1), 0);
+            done = self.run_ticks(&[call], done).await?;
+            let used = (done.promoted + done.expired) as usize;
+            if done.next_due.is_none_or(|t| t > now) || used >= limit {
+                return Ok(done);
+            }
+            // Due work left though the limit was not reached: a far window is due to be
+            // drained, which only the full pass below does, with what is left of the limit.
+            limit -= used;
+            done.next_due = None;
+        }
         let mut pipe = redis::pipe();
         for k in &self.inner.shards {
             pipe.cmd("ZCOUNT").arg(&k.timeline).arg("-inf").arg(now);
@@ -1040,7 +1130,7 @@ impl Store for RedisStore {
         let draining = drains.iter().filter(|d| !d.is_empty()).count().max(1);
         let drain_budget = (limit / draining).max(1);
 
-        let mut out = TickOutcome::default();
+        let mut out = done;
         let mut next_due = |t: UnixMillis| {
             out.next_due = Some(out.next_due.map_or(t, |d| d.min(t)));
         };
@@ -1053,60 +1143,23 @@ impl Store for RedisStore {
                 }
                 continue;
             }
-            let keys = &self.inner.shards[shard];
-            let window_keys: Vec<String> = drains[shard].iter().map(|&w| keys.window(w)).collect();
-            let mut all_keys: Vec<&str> = keys.all().to_vec();
-            all_keys.extend(window_keys.iter().map(String::as_str));
-            calls.push((
-                Eval::new(&SCRIPTS.tick, &all_keys)
-                    .arg(&self.inner.channel)
-                    .arg(now)
-                    .arg(share),
-                shard,
-            ));
+            calls.push((shard, share));
         }
+        // The windows are looked at again at the latest this much later (see `tick`).
+        self.inner
+            .window_check_at
+            .store(now.saturating_add(WINDOW_CHECK_MS), Ordering::Relaxed);
         if calls.is_empty() {
             return Ok(out);
         }
         let seq = self.stamp(now, 1);
         let calls: Vec<Eval> = calls
             .into_iter()
-            .map(|(c, shard)| {
-                let mut c = c.arg(seq).arg(drain_budget).arg(&self.inner.origin);
-                for &w in &drains[shard] {
-                    c = c.arg(w);
-                }
-                c
+            .map(|(shard, share)| {
+                self.tick_call(shard, &drains[shard], now, share, seq, drain_budget)
             })
             .collect();
-        let (mut promoted, mut expired) = (0, 0);
-        let mut ready: Vec<Topic> = Vec::new();
-        for reply in self.inner.conn.eval(&calls).await? {
-            let a = array(&reply)?;
-            let [p, e, next, topics @ ..] = a else {
-                return Err(unexpected(&reply));
-            };
-            for t in topics {
-                let t = Topic::parse(string(t)?).map_err(|_| unexpected(t))?;
-                if !ready.contains(&t) {
-                    ready.push(t);
-                }
-            }
-            promoted += int(p)?.max(0) as u64;
-            expired += int(e)?.max(0) as u64;
-            let next = int(next)?;
-            if next >= 0 {
-                next_due(next as u64);
-            }
-        }
-        out.promoted = promoted;
-        out.expired = expired;
-        // This instance's waiters hear of the new ready jobs now, not after the pub/sub echo
-        // (which events.rs drops); other instances hear the published event.
-        for t in ready {
-            let _ = self.inner.events.send(StoreEvent::Ready(t));
-        }
-        Ok(out)
+        self.run_ticks(&calls, out).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
