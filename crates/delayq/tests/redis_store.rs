@@ -443,6 +443,30 @@ async fn tick_reports_now_when_its_limit_is_hit() {
     assert_eq!((out.promoted, out.next_due), (2, None));
 }
 
+/// On one shard a tick skips the look at the far windows for a second after making one; a
+/// window whose drain time comes within that second is drained all the same, on time.
+#[tokio::test]
+async fn a_window_due_right_after_a_full_tick_is_still_drained_on_time() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    let run_at = NOW + 10 * 60_000 + 500;
+    s.push(job("t", "far", "", run_at), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    // A window is drained a window (60 s) ahead of its earliest job.
+    let drain_at = run_at - 60_000;
+    let t = s.tick(drain_at - 1, 100).await.unwrap();
+    assert_eq!(t.next_due, Some(drain_at));
+    let t = s.tick(drain_at, 100).await.unwrap();
+    assert_eq!(
+        t.next_due,
+        Some(run_at),
+        "the window was not drained into the timeline at its drain time"
+    );
+    assert_eq!(s.tick(run_at - 1, 100).await.unwrap().promoted, 0);
+    assert_eq!(s.tick(run_at, 100).await.unwrap().promoted, 1);
+}
+
 #[tokio::test]
 async fn replace_drops_every_trace_of_the_old_version() {
     let server = RedisServer::start();
