@@ -16,6 +16,7 @@ BIN="$ROOT/target/release"
 OUT="$ROOT/bench/measured/targets-$(date -u +%Y%m%dT%H%M%SZ)"
 [ "${1:-}" = "--out" ] && OUT="$2"
 mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"  # redis-server opens its log file after changing to --dir
 for b in delayq delayq-bench; do
   [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: run cargo build --release --workspace" >&2; exit 1; }
 done
