@@ -399,7 +399,22 @@ impl RedisStore {
 
     /// A transition script call on one shard: KEYS and the common ARGV (channel, now).
     fn eval(&self, script: &'static redis::Script, keys: &ShardKeys, now: UnixMillis) -> Eval {
-        Eval::new(script, &keys.all())
+        self.eval_windows(script, keys, &[], now)
+    }
+
+    /// [`RedisStore::eval`] with far window lists `windows` after the shard's keys (push,
+    /// tick: KEYS[7..]).
+    fn eval_windows(
+        &self,
+        script: &'static redis::Script,
+        keys: &ShardKeys,
+        windows: &[u64],
+        now: UnixMillis,
+    ) -> Eval {
+        let window_keys: Vec<String> = windows.iter().map(|&w| keys.window(w)).collect();
+        let mut all_keys: Vec<&str> = keys.all().to_vec();
+        all_keys.extend(window_keys.iter().map(String::as_str));
+        Eval::new(script, &all_keys)
             .arg(&self.inner.channel)
             .arg(now)
     }
@@ -447,12 +462,8 @@ impl RedisStore {
                         },
                     })
                     .collect();
-                let window_keys: Vec<String> = windows.iter().map(|&w| keys.window(w)).collect();
-                let mut all_keys: Vec<&str> = keys.all().to_vec();
-                all_keys.extend(window_keys.iter().map(String::as_str));
-                let mut call = Eval::new(&SCRIPTS.push, &all_keys)
-                    .arg(&self.inner.channel)
-                    .arg(now)
+                let mut call = self
+                    .eval_windows(&SCRIPTS.push, keys, &windows, now)
                     .arg(if *replace { "replace" } else { "reject" })
                     .arg(windows.len());
                 for w in &windows {
@@ -608,13 +619,8 @@ impl RedisStore {
         seq: u64,
         drain_budget: usize,
     ) -> Eval {
-        let keys = &self.inner.shards[shard];
-        let window_keys: Vec<String> = drains.iter().map(|&w| keys.window(w)).collect();
-        let mut all_keys: Vec<&str> = keys.all().to_vec();
-        all_keys.extend(window_keys.iter().map(String::as_str));
-        let mut call = Eval::new(&SCRIPTS.tick, &all_keys)
-            .arg(&self.inner.channel)
-            .arg(now)
+        let mut call = self
+            .eval_windows(&SCRIPTS.tick, &self.inner.shards[shard], drains, now)
             .arg(share)
             .arg(seq)
             .arg(drain_budget)
