@@ -12,9 +12,10 @@
 //! written with [`Durability::None`]: no fsync; redb makes it durable with the next
 //! [`Durability::Immediate`] commit, which every acknowledged transition is. So an
 //! acknowledged transition still never depends on an unwritten one, and a crash loses at most
-//! timer work that is redone. A lazy-only stretch lasts at most [`LAZY_WINDOW`]; closing the
-//! database (redb, when this thread ends) makes a pending lazy commit durable, so a graceful
-//! stop leaves nothing to redo (`embedded_store.rs` checks that).
+//! timer work that is redone. A lazy commit stays without an fsync for at most [`LAZY_WINDOW`]
+//! (then the thread makes an empty durable commit); closing the database (redb, when this
+//! thread ends) makes a pending lazy commit durable too, so a graceful stop leaves nothing to
+//! redo (`embedded_store.rs` checks that).
 //!
 //! After a failed commit the thread never writes again: later commits may depend on the lost
 //! one (a finish whose push was not written, or a push whose earlier removal was not), so it
@@ -30,6 +31,7 @@ use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, oneshot};
@@ -44,7 +46,7 @@ pub const FORMAT_VERSION_KEY: &str = "format_version";
 /// latency of everyone in it) stays bounded under a flood of batch pushes.
 const MAX_CHANGES_PER_COMMIT: usize = 50_000;
 
-/// Longest a lazy-only stretch goes without a durable commit (see the module docs).
+/// Longest a lazy commit goes without a durable commit after it (see the module docs).
 const LAZY_WINDOW: Duration = Duration::from_secs(1);
 
 /// One transition's changes, queued for the writer.
@@ -79,7 +81,27 @@ impl Writer {
         // Since when lazy commits have been written without an fsync (None: everything
         // written is durable).
         let mut lazy_since: Option<Instant> = None;
-        while let Ok(first) = self.queue.recv() {
+        loop {
+            let next = match lazy_since {
+                None => self
+                    .queue
+                    .recv()
+                    .map_err(|_| RecvTimeoutError::Disconnected),
+                Some(t) => self
+                    .queue
+                    .recv_timeout(LAZY_WINDOW.saturating_sub(t.elapsed())),
+            };
+            let first = match next {
+                Ok(c) => c,
+                Err(RecvTimeoutError::Timeout) => {
+                    // Lazy commits have waited long enough: an empty durable commit keeps them.
+                    // (On failure the store has stopped; nothing more is waited for.)
+                    self.commit(Vec::new(), true);
+                    lazy_since = None;
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
             let mut batch = vec![first];
             let mut changes = batch[0].changes.len();
             while changes < MAX_CHANGES_PER_COMMIT {
@@ -91,8 +113,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let durable = batch.iter().any(|c| c.ack.is_some())
-                || lazy_since.is_some_and(|t| t.elapsed() >= LAZY_WINDOW);
+            let durable = batch.iter().any(|c| c.ack.is_some());
             if self.commit(batch, durable) {
                 lazy_since = if durable {
                     None

@@ -607,7 +607,6 @@ impl RedisStore {
         by_id_reply(id, &v).map(|(job, _)| job)
     }
 
-    /// One reserve script call on `shard` for up to `max` jobs.
     /// One shard's tick script call: `share` of the limit, the window lists `drains` to drain
     /// (up to `drain_budget` ids), `seq` for burials.
     fn tick_call(
@@ -667,6 +666,7 @@ impl RedisStore {
         Ok(out)
     }
 
+    /// One reserve script call on `shard` for up to `max` jobs.
     fn reserve_call(&self, shard: usize, topics: &[Topic], max: usize, now: UnixMillis) -> Eval {
         let mut call = self
             .eval(&SCRIPTS.reserve, &self.inner.shards[shard], now)
