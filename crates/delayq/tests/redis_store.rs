@@ -649,6 +649,58 @@ async fn concurrent_instances_never_hand_out_a_job_twice() {
     assert_eq!(all.len(), 600);
 }
 
+/// On one shard, concurrent reserves are joined into shared script calls, one per distinct
+/// topic list (mod.rs `reserve_now`): each caller still gets at most its `max`, only jobs of its
+/// topics in its order of preference, and no job goes to two callers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joined_reserves_on_one_shard_each_get_their_own_jobs() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    let mut jobs: Vec<JobSpec> = Vec::new();
+    for i in 0..400 {
+        jobs.push(job("a", &format!("a{i}"), "", NOW));
+        jobs.push(job("b", &format!("b{i}"), "", NOW));
+    }
+    for out in s.push_batch(jobs, PushMode::Reject, NOW).await.unwrap() {
+        assert_eq!(out, Ok(PushOutcome::Created));
+    }
+    let lists: [&[&str]; 4] = [&["a"], &["b"], &["a", "b"], &["b", "a"]];
+    let mut tasks = Vec::new();
+    for k in 0..12usize {
+        let s = s.clone();
+        let wanted: Vec<Topic> = lists[k % 4].iter().map(|t| topic(t)).collect();
+        let max = 1 + k % 3;
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let r = s.reserve(&wanted, max, NOW).await.unwrap();
+                if r.is_empty() {
+                    return got;
+                }
+                assert!(r.len() <= max, "asked for {max}, got {}", r.len());
+                let rank: Vec<usize> = r
+                    .iter()
+                    .map(|j| {
+                        wanted
+                            .iter()
+                            .position(|t| *t == j.spec.topic)
+                            .expect("a topic not asked for")
+                    })
+                    .collect();
+                assert!(rank.is_sorted(), "topics out of preference order: {rank:?}");
+                got.extend(ids(&r));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let unique: HashSet<&String> = all.iter().collect();
+    assert_eq!(unique.len(), all.len(), "a job was reserved twice");
+    assert_eq!(all.len(), 800);
+}
+
 /// Two instances run their timers and consumers at once over far-future jobs: both drain the
 /// same windows (in small batches), yet each job is handed out once, never before its run_at.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

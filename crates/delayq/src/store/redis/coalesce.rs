@@ -1,4 +1,5 @@
-//! Group commit for Redis round trips: concurrent calls of one kind (push, remove) are joined
+//! Group commit for Redis round trips: concurrent calls of one kind (push, remove, and reserve
+//! on a one-shard server) are joined
 //! into one pipeline of script calls, one call per shard.
 //!
 //! Why: on a busy server most of the cost of a one-job push or finish is per round trip, not

@@ -97,7 +97,7 @@ pub struct RedisOptions {
 
 /// Most jobs one push script call carries: bounds how long one script blocks Redis.
 const PUSH_CHUNK: usize = 256;
-/// Group commit of pushes and removes (`coalesce.rs`): most jobs joined into one batch, and
+/// Group commit of pushes, removes and reserves (`coalesce.rs`): most jobs joined into one batch, and
 /// most batches of one kind on the wire at once. Two in flight keep Redis busy while the next
 /// batch forms; more would only make batches smaller.
 const COALESCE_MAX_JOBS: usize = 1000;
@@ -147,6 +147,34 @@ struct Inner {
     /// Concurrent pushes and removes joined into shared round trips (`coalesce.rs`).
     pushes: Coalescer<PushRequest, PushReply>,
     removes: Coalescer<Vec<JobId>, StoreResult<Vec<StoreResult<JobState>>>>,
+    /// Concurrent reserves on a one-shard server, joined the same way.
+    reserves: Coalescer<ReserveRequest, StoreResult<Vec<Job>>>,
+    /// Reserves in progress on a one-shard server: a lone one skips the coalescer's task hop.
+    reserving: AtomicUsize,
+}
+
+/// Counts a reserve in progress for as long as it lives.
+struct InProgress<'a>(&'a AtomicUsize);
+
+impl InProgress<'_> {
+    /// Counts one more; returns it and whether another was already in progress.
+    fn enter(count: &AtomicUsize) -> (InProgress<'_>, bool) {
+        let others = count.fetch_add(1, Ordering::SeqCst);
+        (InProgress(count), others > 0)
+    }
+}
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One caller's `reserve` (one-shard servers: see [`RedisStore::reserve_now`]).
+struct ReserveRequest {
+    topics: Vec<Topic>,
+    max: usize,
+    now: UnixMillis,
 }
 
 /// One caller's `push_batch`: its jobs, stamped `seq..seq + len`.
@@ -318,7 +346,7 @@ impl RedisStore {
             first,
         );
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
-            let (w1, w2) = (weak.clone(), weak.clone());
+            let (w1, w2, w3) = (weak.clone(), weak.clone(), weak.clone());
             Inner {
                 conn,
                 shards,
@@ -352,6 +380,21 @@ impl RedisStore {
                         async move {
                             match store {
                                 Some(s) => s.remove_now(&batch).await,
+                                None => batch.iter().map(|_| Err(gone())).collect(),
+                            }
+                        }
+                    },
+                ),
+                reserving: AtomicUsize::new(0),
+                reserves: Coalescer::spawn(
+                    COALESCE_IN_FLIGHT,
+                    COALESCE_MAX_JOBS,
+                    |r: &ReserveRequest| r.max,
+                    move |batch| {
+                        let store = upgrade(&w3);
+                        async move {
+                            match store {
+                                Some(s) => s.reserve_now(&batch).await,
                                 None => batch.iter().map(|_| Err(gone())).collect(),
                             }
                         }
@@ -666,6 +709,53 @@ impl RedisStore {
         Ok(out)
     }
 
+    /// Reserves for a batch of requests (from concurrent callers) on a one-shard server, in
+    /// one pipeline: one reserve script call per distinct topic list, for the sum of its
+    /// requests' `max`, its jobs handed out in arrival order (as the calls one after another
+    /// would have). The batch runs at the latest of the requests' `now`s.
+    async fn reserve_now(&self, requests: &[ReserveRequest]) -> Vec<StoreResult<Vec<Job>>> {
+        let now = requests.iter().map(|r| r.now).max().unwrap_or(0);
+        let mut groups: Vec<(&[Topic], Vec<usize>)> = Vec::new();
+        for (i, r) in requests.iter().enumerate() {
+            match groups.iter_mut().find(|(t, _)| *t == r.topics.as_slice()) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((&r.topics, vec![i])),
+            }
+        }
+        let calls: Vec<Eval> = groups
+            .iter()
+            .map(|(topics, members)| {
+                let max = members.iter().map(|&i| requests[i].max).sum();
+                self.reserve_call(0, topics, max, now)
+            })
+            .collect();
+        let replies = match self.inner.conn.eval_each(&calls).await {
+            Ok(r) => r,
+            Err(e) => return vec![Err(e); requests.len()],
+        };
+        let mut out: Vec<StoreResult<Vec<Job>>> = vec![Ok(Vec::new()); requests.len()];
+        for (reply, (_, members)) in replies.iter().zip(&groups) {
+            match reply
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(decode_reserved)
+            {
+                Ok(jobs) => {
+                    let mut jobs = jobs.into_iter();
+                    for &i in members {
+                        out[i] = Ok(jobs.by_ref().take(requests[i].max).collect());
+                    }
+                }
+                Err(e) => {
+                    for &i in members {
+                        out[i] = Err(e.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// One reserve script call on `shard` for up to `max` jobs.
     fn reserve_call(&self, shard: usize, topics: &[Topic], max: usize, now: UnixMillis) -> Eval {
         let mut call = self
@@ -796,10 +886,26 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         if self.inner.shards.len() == 1 {
-            let v = self
-                .eval_one(self.reserve_call(0, topics, max, now))
-                .await?;
-            return decode_reserved(&v);
+            // Alone (e.g. the dispatcher serving its waiters, which batches by itself): one
+            // round trip, no task hop. With company: joined with the others (group commit).
+            let (_counted, company) = InProgress::enter(&self.inner.reserving);
+            if !company {
+                let v = self
+                    .eval_one(self.reserve_call(0, topics, max, now))
+                    .await?;
+                return decode_reserved(&v);
+            }
+            let request = ReserveRequest {
+                topics: topics.to_vec(),
+                max,
+                now,
+            };
+            return self
+                .inner
+                .reserves
+                .call(request)
+                .await
+                .unwrap_or_else(|| Err(gone()));
         }
         let mut out: Vec<Job> = Vec::new();
         let mut idle = 0;
