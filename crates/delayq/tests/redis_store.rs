@@ -94,6 +94,17 @@ async fn expect_event(rx: &mut broadcast::Receiver<StoreEvent>, want: StoreEvent
     panic!("did not see {want:?}");
 }
 
+/// Joins consumer tasks (each returning the ids it reserved): `n` ids in all, none twice.
+async fn each_once(tasks: Vec<tokio::task::JoinHandle<Vec<String>>>, n: usize) {
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let unique: HashSet<&String> = all.iter().collect();
+    assert_eq!(unique.len(), all.len(), "a job was reserved twice");
+    assert_eq!(all.len(), n);
+}
+
 fn ids(jobs: &[delayq::job::Job]) -> Vec<String> {
     jobs.iter().map(|j| j.spec.id.to_string()).collect()
 }
@@ -640,13 +651,7 @@ async fn concurrent_instances_never_hand_out_a_job_twice() {
             }
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    let unique: HashSet<&String> = all.iter().collect();
-    assert_eq!(unique.len(), all.len(), "a job was reserved twice");
-    assert_eq!(all.len(), 600);
+    each_once(tasks, 600).await;
 }
 
 /// On one shard, concurrent reserves are joined into shared script calls, one per distinct
@@ -692,13 +697,7 @@ async fn joined_reserves_on_one_shard_each_get_their_own_jobs() {
             }
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    let unique: HashSet<&String> = all.iter().collect();
-    assert_eq!(unique.len(), all.len(), "a job was reserved twice");
-    assert_eq!(all.len(), 800);
+    each_once(tasks, 800).await;
 }
 
 /// Two instances run their timers and consumers at once over far-future jobs: both drain the

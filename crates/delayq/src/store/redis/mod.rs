@@ -192,6 +192,37 @@ fn upgrade(weak: &Weak<Inner>) -> Option<RedisStore> {
     weak.upgrade().map(|inner| RedisStore { inner })
 }
 
+/// A [`Coalescer`] whose batches `run` on the store, or are answered "shutting down" once the
+/// store is gone (the coalescer's task holds only `weak`).
+fn joined<R, T, F, Fut>(
+    weak: &Weak<Inner>,
+    units: fn(&R) -> usize,
+    run: F,
+) -> Coalescer<R, StoreResult<T>>
+where
+    R: Send + 'static,
+    T: Send + 'static,
+    F: Fn(RedisStore, Vec<R>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Vec<StoreResult<T>>> + Send + 'static,
+{
+    let weak = weak.clone();
+    Coalescer::spawn(
+        COALESCE_IN_FLIGHT,
+        COALESCE_MAX_JOBS,
+        units,
+        move |batch: Vec<R>| {
+            let n = batch.len();
+            let running = upgrade(&weak).map(|s| run(s, batch));
+            async move {
+                match running {
+                    Some(f) => f.await,
+                    None => (0..n).map(|_| Err(gone())).collect(),
+                }
+            }
+        },
+    )
+}
+
 /// Records this instance's layout under the prefix if none is, and fails if a different one
 /// is: a second instance (or a restart) with another `shards` or deployment kind would strand
 /// the jobs laid out the other way.
@@ -345,62 +376,32 @@ impl RedisStore {
             tx.clone(),
             first,
         );
-        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
-            let (w1, w2, w3) = (weak.clone(), weak.clone(), weak.clone());
-            Inner {
-                conn,
-                shards,
-                channel,
-                origin,
-                events: tx,
-                last_seq: AtomicU64::new(0),
-                tick_rotation: AtomicUsize::new(0),
-                window_check_at: AtomicU64::new(0),
-                subscriber,
-                pushes: Coalescer::spawn(
-                    COALESCE_IN_FLIGHT,
-                    COALESCE_MAX_JOBS,
-                    |r: &PushRequest| r.jobs.len(),
-                    move |batch| {
-                        let store = upgrade(&w1);
-                        async move {
-                            match store {
-                                Some(s) => s.push_now(&batch).await,
-                                None => batch.iter().map(|_| Err(gone())).collect(),
-                            }
-                        }
-                    },
-                ),
-                removes: Coalescer::spawn(
-                    COALESCE_IN_FLIGHT,
-                    COALESCE_MAX_JOBS,
-                    |ids: &Vec<JobId>| ids.len(),
-                    move |batch| {
-                        let store = upgrade(&w2);
-                        async move {
-                            match store {
-                                Some(s) => s.remove_now(&batch).await,
-                                None => batch.iter().map(|_| Err(gone())).collect(),
-                            }
-                        }
-                    },
-                ),
-                reserving: AtomicUsize::new(0),
-                reserves: Coalescer::spawn(
-                    COALESCE_IN_FLIGHT,
-                    COALESCE_MAX_JOBS,
-                    |r: &ReserveRequest| r.max,
-                    move |batch| {
-                        let store = upgrade(&w3);
-                        async move {
-                            match store {
-                                Some(s) => s.reserve_now(&batch).await,
-                                None => batch.iter().map(|_| Err(gone())).collect(),
-                            }
-                        }
-                    },
-                ),
-            }
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
+            conn,
+            shards,
+            channel,
+            origin,
+            events: tx,
+            last_seq: AtomicU64::new(0),
+            tick_rotation: AtomicUsize::new(0),
+            window_check_at: AtomicU64::new(0),
+            subscriber,
+            pushes: joined(
+                weak,
+                |r: &PushRequest| r.jobs.len(),
+                |s, b| async move { s.push_now(&b).await },
+            ),
+            removes: joined(
+                weak,
+                |ids: &Vec<JobId>| ids.len(),
+                |s, b| async move { s.remove_now(&b).await },
+            ),
+            reserving: AtomicUsize::new(0),
+            reserves: joined(
+                weak,
+                |r: &ReserveRequest| r.max,
+                |s, b| async move { s.reserve_now(&b).await },
+            ),
         });
         Ok(RedisStore { inner })
     }
