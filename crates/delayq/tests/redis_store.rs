@@ -64,6 +64,15 @@ async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// Runs one raw command whose reply does not matter (setting up a case behind the store's back).
+async fn command(c: &mut redis::aio::MultiplexedConnection, args: &[&str]) {
+    let _: redis::Value = redis::cmd(args[0])
+        .arg(&args[1..])
+        .query_async(c)
+        .await
+        .unwrap();
+}
+
 async fn all_keys(server: &RedisServer) -> Vec<String> {
     let mut c = raw(server).await;
     let mut keys: Vec<String> = redis::cmd("KEYS")
@@ -852,11 +861,7 @@ async fn scripts_are_reloaded_after_a_script_flush() {
     let server = RedisServer::start();
     let s = store(&server, "dq", 2).await;
     let mut c = raw(&server).await;
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    command(&mut c, &["SCRIPT", "FLUSH"]).await;
     let jobs: Vec<JobSpec> = (0..10)
         .map(|i| job("t", &format!("j{i}"), "", NOW))
         .collect();
@@ -898,11 +903,7 @@ async fn jobs_written_before_the_layout_was_recorded_are_not_stranded_by_fewer_s
     drop(old);
     // As a build before the layout key left it.
     let mut c = raw(&server).await;
-    let _: () = redis::cmd("DEL")
-        .arg("{dq:layout}")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    command(&mut c, &["DEL", "{dq:layout}"]).await;
     let refused = refused(&server, "dq", 1, "jobs in shards 1..7 stranded by 1 shard").await;
     assert!(refused.to_string().contains("--shards"), "{refused}");
     // With the shard count they were written with, every job is there.
@@ -915,13 +916,7 @@ async fn a_foreign_value_in_a_job_field_is_reported_as_corrupt() {
     let server = RedisServer::start();
     let s = store(&server, "dq", 1).await;
     let mut c = raw(&server).await;
-    let _: () = redis::cmd("HSET")
-        .arg("{dq:0}:jobs")
-        .arg("junk")
-        .arg("not msgpack")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    command(&mut c, &["HSET", "{dq:0}:jobs", "junk", "not msgpack"]).await;
     assert!(matches!(
         s.get(&id("junk")).await,
         Err(StoreError::Corrupt(_))

@@ -172,41 +172,33 @@ impl EmbeddedStore {
         let mut locked = self.lock()?;
         let mut fx = Effects::default();
         let out = f(&mut locked.engine, &mut fx);
-        if fx.changes.is_empty() {
-            for ev in fx.events {
-                let _ = self.events.send(ev);
-            }
-            return Ok((out, None));
-        }
-        let (commit, acked) = if lazy {
+        let mut acked = None;
+        if !fx.changes.is_empty() {
+            // A lazy commit has no acknowledgement and leaves its events to go out now.
+            let (ack, events) = if lazy {
+                (None, Vec::new())
+            } else {
+                let (ack, rx) = oneshot::channel();
+                acked = Some(rx);
+                (Some(ack), std::mem::take(&mut fx.events))
+            };
             let commit = Commit {
                 changes: fx.changes,
-                events: Vec::new(),
-                ack: None,
+                events,
+                ack,
             };
-            (commit, None)
-        } else {
-            let (ack, acked) = oneshot::channel();
-            let commit = Commit {
-                changes: fx.changes,
-                events: std::mem::take(&mut fx.events),
-                ack: Some(ack),
-            };
-            (commit, Some(acked))
-        };
-        match locked.queue.as_ref().map(|q| q.send(commit)) {
-            Some(Ok(())) => {
-                // A lazy commit's events go out now, still under the lock: a transition they
-                // prompt queues its commit after this one.
-                for ev in fx.events {
-                    let _ = self.events.send(ev);
-                }
-                Ok((out, acked))
+            if !matches!(locked.queue.as_ref().map(|q| q.send(commit)), Some(Ok(()))) {
+                return Err(StoreError::Unavailable(
+                    "the embedded store writer has stopped".into(),
+                ));
             }
-            _ => Err(StoreError::Unavailable(
-                "the embedded store writer has stopped".into(),
-            )),
         }
+        // Events not held back for a commit go out now, still under the lock: a transition
+        // they prompt queues its commit after this one.
+        for ev in fx.events {
+            let _ = self.events.send(ev);
+        }
+        Ok((out, acked))
     }
 
     /// Runs one transition and waits until it is durable.

@@ -868,7 +868,8 @@ impl Store for RedisStore {
             .unwrap_or_else(|| Err(gone()))
     }
 
-    /// With one shard: one script call. With several: a pipelined peek at every shard's first
+    /// With one shard: one script call, shared with the reserves running at the same moment
+    /// ([`RedisStore::reserve_now`]; a lone one goes straight). With several: a pipelined peek at every shard's first
     /// ready entries (read-only), a merge into the global order, then one pipelined reserve
     /// call per shard that holds some of the best `max` (each takes its own shard's best, so a
     /// race lost to another consumer just leaves a gap that the next round fills); repeated
