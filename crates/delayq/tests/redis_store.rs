@@ -258,8 +258,10 @@ async fn bodies_round_trip_byte_for_byte() {
 async fn pushed_records_are_what_the_scripts_would_write() {
     let server = RedisServer::start();
     let s = store(&server, "dq", 1).await;
+    // lib.lua run as a plain script: its own `ARGV` (bound per call by `begin`) shadows the
+    // script's, so the record is taken before it.
     let repack = format!(
-        "{}\nreturn encode(decode(cmsgpack.unpack(ARGV[1])))",
+        "local record = ARGV[1]\n{}\nreturn encode(decode(cmsgpack.unpack(record)))",
         include_str!("../src/store/redis/lib.lua")
     );
     let mut specs = Vec::new();
@@ -840,7 +842,8 @@ async fn store_fails_fast_while_redis_is_down_and_recovers_after_restart() {
         assert!(Instant::now() < deadline, "store did not recover");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // A fresh Redis (no persistence here): scripts are reloaded on NOSCRIPT.
+    // A fresh Redis (no persistence here): the function library is loaded again when a call
+    // finds it missing.
     s.push(job("t", "after", "", NOW), PushMode::Reject, NOW)
         .await
         .unwrap();
@@ -857,11 +860,11 @@ async fn store_fails_fast_while_redis_is_down_and_recovers_after_restart() {
 }
 
 #[tokio::test]
-async fn scripts_are_reloaded_after_a_script_flush() {
+async fn the_function_library_is_reloaded_after_a_function_flush() {
     let server = RedisServer::start();
     let s = store(&server, "dq", 2).await;
     let mut c = raw(&server).await;
-    command(&mut c, &["SCRIPT", "FLUSH"]).await;
+    command(&mut c, &["FUNCTION", "FLUSH"]).await;
     let jobs: Vec<JobSpec> = (0..10)
         .map(|i| job("t", &format!("j{i}"), "", NOW))
         .collect();

@@ -1,9 +1,9 @@
 //! Group commit for Redis round trips: concurrent calls of one kind (push, remove, and reserve
 //! on a one-shard server) are joined
-//! into one pipeline of script calls, one call per shard.
+//! into one pipeline of function calls, one call per shard.
 //!
 //! Why: on a busy server most of the cost of a one-job push or finish is per round trip, not
-//! per job, on both sides: a Redis `EVALSHA` costs a few µs before the script does anything,
+//! per job, on both sides: a Redis `FCALL` costs a few µs before the function does anything,
 //! plus a read, a write and a wake-up each in Redis and in delayq. Eight producers pushing one
 //! job each then cost eight round trips where one would do.
 //!

@@ -1,7 +1,8 @@
 //! The connection to Redis behind one small internal handle, [`Conn`]: a multiplexed
 //! connection shared by every caller (a long-polling consumer holds none), deadlines on every
-//! call, error mapping to [`StoreError`], and script calls by EVALSHA with a reload on
-//! NOSCRIPT (after a Redis restart or `SCRIPT FLUSH`).
+//! call, error mapping to [`StoreError`], and calls of delayq's function library (FCALL) with
+//! a reload when Redis does not have it (a Redis restart without persistence, `FUNCTION
+//! FLUSH`, a new cluster node).
 //!
 //! Two variants: one server ([`Conn::Single`]) and a Redis Cluster ([`Conn::Cluster`]).
 //! Callers build pipelines the same way for both. On one server a pipeline is one round trip;
@@ -9,15 +10,16 @@
 //! stay within one slot, so each command is sent on its own, all concurrently (the cluster
 //! connection routes each by its key, follows MOVED/ASK and multiplexes them per node, so
 //! that is still about one round trip per node). Not atomic across commands on either: every
-//! caller's atomic unit is one script call on one shard.
+//! caller's atomic unit is one function call on one shard.
 //!
-//! It does not know the key layout or what the scripts do.
+//! It does not know the key layout or what the functions do.
 
+use super::scripts::LIBRARY;
 use crate::store::{StoreError, StoreResult};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, Cmd, Pipeline, RedisError, Script, ToRedisArgs, Value};
+use redis::{Client, Cmd, Pipeline, RedisError, ToRedisArgs, Value};
 use std::time::Duration;
 
 /// How long one connection attempt may take.
@@ -41,7 +43,7 @@ pub enum Conn {
     ///
     /// Caveat: the cluster client resends a command whose connection dropped (up to
     /// [`CLUSTER_RETRIES`] times, within [`CALL_TIMEOUT`]). If the first send had run, the
-    /// script runs twice; every script is safe to repeat in effect (a repeated push reports
+    /// call runs twice; every transition is safe to repeat in effect (a repeated push reports
     /// `Exists`, a repeated finish `NotFound`, a repeated reserve leaves jobs reserved until
     /// their TTR), but the caller's answer can be wrong in that rare case.
     Cluster(ClusterConnection),
@@ -64,23 +66,23 @@ pub fn cluster_client(seeds: &[String]) -> Result<ClusterClient, RedisError> {
         .build()
 }
 
-/// One EVALSHA call, built before it is sent (alone or in a pipeline).
-pub struct Eval {
-    script: &'static Script,
+/// One call of a library function (FCALL), built before it is sent (alone or in a pipeline).
+pub struct Call {
     cmd: Cmd,
 }
 
-impl Eval {
-    pub fn new(script: &'static Script, keys: &[&str]) -> Eval {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(keys.len());
+impl Call {
+    /// A call of `function` (a name from [`LIBRARY`]) on `keys`.
+    pub fn new(function: &str, keys: &[&str]) -> Call {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(function).arg(keys.len());
         for k in keys {
             cmd.arg(*k);
         }
-        Eval { script, cmd }
+        Call { cmd }
     }
 
-    pub fn arg(mut self, a: impl ToRedisArgs) -> Eval {
+    pub fn arg(mut self, a: impl ToRedisArgs) -> Call {
         self.cmd.arg(a);
         self
     }
@@ -121,16 +123,16 @@ impl Conn {
         Ok(values)
     }
 
-    /// Runs script calls in one pipeline and returns their replies in order; an error reply
+    /// Runs function calls in one pipeline and returns their replies in order; an error reply
     /// in any of them fails the whole call (see [`Conn::eval_each`]).
-    pub async fn eval(&self, calls: &[Eval]) -> StoreResult<Vec<Value>> {
+    pub async fn eval(&self, calls: &[Call]) -> StoreResult<Vec<Value>> {
         self.eval_each(calls).await?.into_iter().collect()
     }
 
-    /// Runs script calls in one pipeline and returns each one's reply or error reply, in
-    /// order; `Err` only when Redis could not be asked. Calls refused with NOSCRIPT (they did
-    /// not run) are retried once after loading every script.
-    pub async fn eval_each(&self, calls: &[Eval]) -> StoreResult<Vec<StoreResult<Value>>> {
+    /// Runs function calls in one pipeline and returns each one's reply or error reply, in
+    /// order; `Err` only when Redis could not be asked. Calls refused because the library is
+    /// missing (they did not run) are retried once after loading it.
+    pub async fn eval_each(&self, calls: &[Call]) -> StoreResult<Vec<StoreResult<Value>>> {
         let mut pipe = redis::pipe();
         for c in calls {
             pipe.add_command(c.cmd.clone());
@@ -139,15 +141,11 @@ impl Conn {
         let missing: Vec<usize> = values
             .iter()
             .enumerate()
-            .filter(|(_, v)| is_noscript(v))
+            .filter(|(_, v)| is_function_missing(v))
             .map(|(i, _)| i)
             .collect();
         if !missing.is_empty() {
-            let mut scripts: Vec<&'static Script> =
-                missing.iter().map(|&i| calls[i].script).collect();
-            scripts.sort_by_key(|s| s.get_hash().to_owned());
-            scripts.dedup_by_key(|s| s.get_hash().to_owned());
-            self.load(&scripts).await?;
+            self.load().await?;
             let mut retry = redis::pipe();
             for &i in &missing {
                 retry.add_command(calls[i].cmd.clone());
@@ -166,33 +164,16 @@ impl Conn {
             .collect())
     }
 
-    /// Loads scripts into the script cache (SCRIPT LOAD). On a cluster SCRIPT LOAD goes to
-    /// every node, replicas included (a promoted replica then has them; the cache is not
-    /// replicated), and a node that lost its cache (restart, new node) answers NOSCRIPT,
-    /// which [`Conn::eval`] repairs by loading again.
-    pub async fn load(&self, scripts: &[&Script]) -> StoreResult<()> {
-        match self {
-            Conn::Single(m) => {
-                let mut m = m.clone();
-                deadline(async {
-                    for s in scripts {
-                        s.load_async(&mut m).await?;
-                    }
-                    Ok(())
-                })
-                .await
-            }
-            Conn::Cluster(c) => {
-                let mut c = c.clone();
-                deadline(async {
-                    for s in scripts {
-                        s.load_async(&mut c).await?;
-                    }
-                    Ok(())
-                })
-                .await
-            }
-        }
+    /// Loads delayq's function library (`FUNCTION LOAD REPLACE`: the same text again changes
+    /// nothing). On a cluster it goes to every master (the client routes it so) and replicas
+    /// get it by replication, so a promoted replica has it; a node that lacks it (a restart
+    /// without persistence, a new node) makes [`Conn::eval_each`] load it again.
+    pub async fn load(&self) -> StoreResult<()> {
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(&LIBRARY.text);
+        let mut pipe = redis::pipe();
+        pipe.add_command(load);
+        self.query(&pipe).await.map(drop)
     }
 
     async fn send(&self, pipe: &Pipeline) -> StoreResult<Vec<Value>> {
@@ -238,8 +219,10 @@ async fn deadline<T>(f: impl Future<Output = Result<T, RedisError>>) -> StoreRes
     }
 }
 
-fn is_noscript(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+/// Redis's answer to FCALL of a function it does not have (`ERR Function not found`).
+fn is_function_missing(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e)
+        if e.code() == "ERR" && e.details().is_some_and(|d| d.starts_with("Function not found")))
 }
 
 /// A client-side failure: Redis could not be asked, or its answer did not arrive.

@@ -1,12 +1,13 @@
 //! The Redis store: delayq's production backend, safe for several delayq instances running
 //! against one Redis at once (active-active).
 //!
-//! Every state transition is one Lua script (`*.lua` here, one file per transition), so each
-//! is atomic on the Redis side: no locks, no read-modify-write across round trips, and a job is
-//! never handed to two consumers within its TTR however many instances race. The scripts
-//! implement job.rs's rules (see `lib.lua` for the record format and index upkeep); this file
-//! only routes calls to shards, batches them into pipelines, merges shards for `reserve`, and
-//! decodes replies. It does not decide transitions and never reads the clock.
+//! Every state transition is one Lua function (`*.lua` here, one file per transition, loaded
+//! as one Redis function library by `scripts.rs`), so each is atomic on the Redis side: no
+//! locks, no read-modify-write across round trips, and a job is never handed to two consumers
+//! within its TTR however many instances race. The functions implement job.rs's rules (see
+//! `lib.lua` for the record format and index upkeep); this file only routes calls to shards,
+//! batches them into pipelines, merges shards for `reserve`, and decodes replies. It does not
+//! decide transitions and never reads the clock.
 //!
 //! Layout (`keys.rs`): jobs are spread over `shards` shards by FNV-1a of the id; each shard is
 //! one hash tag `{<prefix>:<s>}` (one Redis Cluster slot) holding a jobs HASH (one field per
@@ -32,7 +33,7 @@
 //! list until that window is drained. Going lower would take listpack-sized buckets for the
 //! jobs HASH (the dict entry and sds headers are most of what is left).
 //!
-//! Redis Cluster ([`RedisTarget::Cluster`]): the same scripts and layout, each shard's keys
+//! Redis Cluster ([`RedisTarget::Cluster`]): the same functions and layout, each shard's keys
 //! on one slot with tags chosen to spread the shards evenly over the slot space
 //! ([`keys::cluster_tag`]), so one busy topic's jobs are spread over every master. Calls that
 //! cover several shards (reserve's peek, stats, tick) send one command per shard concurrently
@@ -59,12 +60,12 @@ use crate::store::{
 };
 use async_trait::async_trait;
 use coalesce::Coalescer;
-use conn::{Conn, Eval};
+use conn::{Call, Conn};
 use record::{
     array, by_id_reply, bytes, decode_job, encode_new, int, state_from_code, string, unexpected,
 };
 use redis::Value;
-use scripts::SCRIPTS;
+use scripts::LIBRARY;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -95,7 +96,7 @@ pub struct RedisOptions {
     pub shards: u16,
 }
 
-/// Most jobs one push script call carries: bounds how long one script blocks Redis.
+/// Most jobs one push function call carries: bounds how long one call blocks Redis.
 const PUSH_CHUNK: usize = 256;
 /// Group commit of pushes, removes and reserves (`coalesce.rs`): most jobs joined into one batch, and
 /// most batches of one kind on the wire at once. Two in flight keep Redis busy while the next
@@ -130,7 +131,7 @@ struct Inner {
     conn: Conn,
     /// Keys of each shard, indexed by shard number.
     shards: Vec<ShardKeys>,
-    /// Pub/sub channel the scripts publish events on.
+    /// Pub/sub channel the functions publish events on.
     channel: String,
     /// This instance's id in the events its ticks publish (events.rs drops their echo).
     origin: String,
@@ -289,7 +290,7 @@ async fn refuse_unrecorded_shards(conn: &Conn, prefix: &str, shards: u16) -> Sto
     Ok(())
 }
 
-/// A batch script's reply (or its error) as one value per item sent, `n` of them.
+/// A batch call's reply (or its error) as one value per item sent, `n` of them.
 fn per_item(reply: &StoreResult<Value>, n: usize) -> StoreResult<&[Value]> {
     let v = reply.as_ref().map_err(Clone::clone)?;
     let a = array(v)?;
@@ -315,7 +316,7 @@ impl Drop for Inner {
 }
 
 impl RedisStore {
-    /// Connects, loads the scripts and subscribes to events. Fails with
+    /// Connects, loads the function library and subscribes to events. Fails with
     /// [`StoreError::Unavailable`] (within about 2 s) if Redis cannot be reached or the options
     /// are unusable; the caller may retry.
     pub async fn connect(opts: RedisOptions) -> StoreResult<RedisStore> {
@@ -354,7 +355,6 @@ impl RedisStore {
                 (conn, clients, shards)
             }
         };
-        conn.load(&SCRIPTS.all()).await?;
         let cluster = matches!(opts.target, RedisTarget::Cluster(_));
         check_layout(
             &conn,
@@ -364,6 +364,9 @@ impl RedisStore {
             cluster,
         )
         .await?;
+        // After a first small command: Redis answers an unauthenticated client's large
+        // argument (the library is ~30 KB) with a protocol error, not with NOAUTH.
+        conn.load().await?;
         let channel = keys::event_channel(&opts.prefix);
         let (used, first) = events::subscribe_any(&clients, 0, &channel).await?;
         let (tx, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);
@@ -441,35 +444,36 @@ impl RedisStore {
         self.inner.shards.len() as u16
     }
 
-    /// A transition script call on one shard: KEYS and the common ARGV (channel, now).
-    fn eval(&self, script: &'static redis::Script, keys: &ShardKeys, now: UnixMillis) -> Eval {
-        self.eval_windows(script, keys, &[], now)
+    /// A transition's call on one shard (`function`, a name from [`LIBRARY`]): KEYS and the
+    /// common ARGV (channel, now).
+    fn eval(&self, function: &str, keys: &ShardKeys, now: UnixMillis) -> Call {
+        self.eval_windows(function, keys, &[], now)
     }
 
     /// [`RedisStore::eval`] with far window lists `windows` after the shard's keys (push,
     /// tick: KEYS[7..]).
     fn eval_windows(
         &self,
-        script: &'static redis::Script,
+        function: &str,
         keys: &ShardKeys,
         windows: &[u64],
         now: UnixMillis,
-    ) -> Eval {
+    ) -> Call {
         let window_keys: Vec<String> = windows.iter().map(|&w| keys.window(w)).collect();
         let mut all_keys: Vec<&str> = keys.all().to_vec();
         all_keys.extend(window_keys.iter().map(String::as_str));
-        Eval::new(script, &all_keys)
+        Call::new(function, &all_keys)
             .arg(&self.inner.channel)
             .arg(now)
     }
 
-    async fn eval_one(&self, call: Eval) -> StoreResult<Value> {
+    async fn eval_one(&self, call: Call) -> StoreResult<Value> {
         let mut out = self.inner.conn.eval(&[call]).await?;
         out.pop().ok_or_else(|| unexpected(&Value::Nil))
     }
 
     /// Pushes a batch of requests (from concurrent callers) in one pipeline: per shard and
-    /// mode, one script call per [`PUSH_CHUNK`] jobs, in request order. The batch runs at the
+    /// mode, one function call per [`PUSH_CHUNK`] jobs, in request order. The batch runs at the
     /// latest of the requests' `now`s (all of them past, so no job is ready early). A request
     /// fails as a whole if a call carrying some of its jobs failed (as a lone call would).
     async fn push_now(&self, requests: &[PushRequest]) -> Vec<PushReply> {
@@ -507,7 +511,7 @@ impl RedisStore {
                     })
                     .collect();
                 let mut call = self
-                    .eval_windows(&SCRIPTS.push, keys, &windows, now)
+                    .eval_windows(&LIBRARY.push, keys, &windows, now)
                     .arg(if *replace { "replace" } else { "reject" })
                     .arg(windows.len());
                 for w in &windows {
@@ -577,7 +581,7 @@ impl RedisStore {
     }
 
     /// Removes the ids of a batch of requests (from concurrent callers) in one pipeline: one
-    /// remove script call per shard with its ids in order; one answer per id.
+    /// remove function call per shard with its ids in order; one answer per id.
     async fn remove_now(
         &self,
         requests: &[Vec<JobId>],
@@ -610,11 +614,11 @@ impl RedisStore {
                 .or_default()
                 .push(i);
         }
-        let calls: Vec<Eval> = by_shard
+        let calls: Vec<Call> = by_shard
             .iter()
             .map(|(&shard, idxs)| {
                 let mut call =
-                    self.eval(&SCRIPTS.remove, &self.inner.shards[usize::from(shard)], 0);
+                    self.eval(&LIBRARY.remove, &self.inner.shards[usize::from(shard)], 0);
                 for &i in idxs {
                     call = call.arg(ids[i].as_str());
                 }
@@ -645,13 +649,13 @@ impl RedisStore {
         out
     }
 
-    /// Runs a by-id script (`{'ok', record} | {'nf'} | {'ws', code}` reply) and decodes it.
-    async fn by_id(&self, id: &JobId, call: Eval) -> StoreResult<Job> {
+    /// Runs a by-id function (`{'ok', record} | {'nf'} | {'ws', code}` reply) and decodes it.
+    async fn by_id(&self, id: &JobId, call: Call) -> StoreResult<Job> {
         let v = self.eval_one(call).await?;
         by_id_reply(id, &v).map(|(job, _)| job)
     }
 
-    /// One shard's tick script call: `share` of the limit, the window lists `drains` to drain
+    /// One shard's tick function call: `share` of the limit, the window lists `drains` to drain
     /// (up to `drain_budget` ids), `seq` for burials.
     fn tick_call(
         &self,
@@ -661,9 +665,9 @@ impl RedisStore {
         share: u64,
         seq: u64,
         drain_budget: usize,
-    ) -> Eval {
+    ) -> Call {
         let mut call = self
-            .eval_windows(&SCRIPTS.tick, &self.inner.shards[shard], drains, now)
+            .eval_windows(&LIBRARY.tick, &self.inner.shards[shard], drains, now)
             .arg(share)
             .arg(seq)
             .arg(drain_budget)
@@ -674,9 +678,9 @@ impl RedisStore {
         call
     }
 
-    /// Runs tick script calls and adds what they did to `out`; wakes this instance's waiters
+    /// Runs tick function calls and adds what they did to `out`; wakes this instance's waiters
     /// for the topics that gained ready jobs.
-    async fn run_ticks(&self, calls: &[Eval], mut out: TickOutcome) -> StoreResult<TickOutcome> {
+    async fn run_ticks(&self, calls: &[Call], mut out: TickOutcome) -> StoreResult<TickOutcome> {
         let mut next_due = |t: UnixMillis| {
             out.next_due = Some(out.next_due.map_or(t, |d| d.min(t)));
         };
@@ -711,7 +715,7 @@ impl RedisStore {
     }
 
     /// Reserves for a batch of requests (from concurrent callers) on a one-shard server, in
-    /// one pipeline: one reserve script call per distinct topic list, for the sum of its
+    /// one pipeline: one reserve function call per distinct topic list, for the sum of its
     /// requests' `max`, its jobs handed out in arrival order (as the calls one after another
     /// would have). The batch runs at the latest of the requests' `now`s.
     async fn reserve_now(&self, requests: &[ReserveRequest]) -> Vec<StoreResult<Vec<Job>>> {
@@ -723,7 +727,7 @@ impl RedisStore {
                 None => groups.push((&r.topics, vec![i])),
             }
         }
-        let calls: Vec<Eval> = groups
+        let calls: Vec<Call> = groups
             .iter()
             .map(|(topics, members)| {
                 let max = members.iter().map(|&i| requests[i].max).sum();
@@ -757,10 +761,10 @@ impl RedisStore {
         out
     }
 
-    /// One reserve script call on `shard` for up to `max` jobs.
-    fn reserve_call(&self, shard: usize, topics: &[Topic], max: usize, now: UnixMillis) -> Eval {
+    /// One reserve function call on `shard` for up to `max` jobs.
+    fn reserve_call(&self, shard: usize, topics: &[Topic], max: usize, now: UnixMillis) -> Call {
         let mut call = self
-            .eval(&SCRIPTS.reserve, &self.inner.shards[shard], now)
+            .eval(&LIBRARY.reserve, &self.inner.shards[shard], now)
             .arg(max);
         for t in topics {
             call = call.arg(t.as_str());
@@ -770,7 +774,7 @@ impl RedisStore {
 
     /// Each shard's first `want` ready entries for `topics`: (topic position, member, shard),
     /// merged into global delivery order. Plain ZRANGEBYLEX reads, one per shard and topic, in
-    /// one pipeline: a read needs no script, and a script call costs Redis several times more.
+    /// one pipeline: a read needs no function, and a function call costs Redis several times more.
     async fn peek_ready(
         &self,
         topics: &[Topic],
@@ -803,7 +807,7 @@ impl RedisStore {
     }
 }
 
-/// Decodes a reserve script's `{id, record, ...}` reply.
+/// Decodes a reserve call's `{id, record, ...}` reply.
 fn decode_reserved(v: &Value) -> StoreResult<Vec<Job>> {
     array(v)?
         .chunks(2)
@@ -868,7 +872,7 @@ impl Store for RedisStore {
             .unwrap_or_else(|| Err(gone()))
     }
 
-    /// With one shard: one script call, shared with the reserves running at the same moment
+    /// With one shard: one function call, shared with the reserves running at the same moment
     /// ([`RedisStore::reserve_now`]; a lone one goes straight). With several: a pipelined peek at every shard's first
     /// ready entries (read-only), a merge into the global order, then one pipelined reserve
     /// call per shard that holds some of the best `max` (each takes its own shard's best, so a
@@ -921,7 +925,7 @@ impl Store for RedisStore {
             for (_, _, shard) in &heads {
                 *per_shard.entry(*shard).or_default() += 1;
             }
-            let calls: Vec<Eval> = per_shard
+            let calls: Vec<Call> = per_shard
                 .iter()
                 .map(|(&shard, &n)| self.reserve_call(shard, topics, n, now))
                 .collect();
@@ -968,7 +972,7 @@ impl Store for RedisStore {
             .map(|d| d.min(MAX_RUN_AT).to_string())
             .unwrap_or_default();
         let call = self
-            .eval(&SCRIPTS.release, self.shard(id), now)
+            .eval(&LIBRARY.release, self.shard(id), now)
             .arg(id.as_str())
             .arg(delay)
             .arg(self.stamp(now, 1));
@@ -977,14 +981,14 @@ impl Store for RedisStore {
 
     async fn touch(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
         let call = self
-            .eval(&SCRIPTS.touch, self.shard(id), now)
+            .eval(&LIBRARY.touch, self.shard(id), now)
             .arg(id.as_str());
         self.by_id(id, call).await
     }
 
     async fn bury(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
         let call = self
-            .eval(&SCRIPTS.bury, self.shard(id), now)
+            .eval(&LIBRARY.bury, self.shard(id), now)
             .arg(id.as_str())
             .arg(self.stamp(now, 1));
         self.by_id(id, call).await
@@ -992,7 +996,7 @@ impl Store for RedisStore {
 
     async fn kick(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
         let call = self
-            .eval(&SCRIPTS.kick, self.shard(id), now)
+            .eval(&LIBRARY.kick, self.shard(id), now)
             .arg(id.as_str());
         self.by_id(id, call).await
     }
@@ -1035,10 +1039,10 @@ impl Store for RedisStore {
             if per_shard.is_empty() {
                 break;
             }
-            let calls: Vec<Eval> = per_shard
+            let calls: Vec<Call> = per_shard
                 .iter()
                 .map(|&(shard, n)| {
-                    self.eval(&SCRIPTS.kick_topic, &self.inner.shards[shard], now)
+                    self.eval(&LIBRARY.kick_topic, &self.inner.shards[shard], now)
                         .arg(topic.as_str())
                         .arg(n)
                 })
@@ -1067,7 +1071,7 @@ impl Store for RedisStore {
         let window_key = far.map(|w| keys.window(w));
         let mut all_keys: Vec<&str> = keys.all().to_vec();
         all_keys.extend(window_key.as_deref());
-        let call = Eval::new(&SCRIPTS.reschedule, &all_keys)
+        let call = Call::new(&LIBRARY.reschedule, &all_keys)
             .arg(&self.inner.channel)
             .arg(now)
             .arg(id.as_str())
@@ -1158,14 +1162,14 @@ impl Store for RedisStore {
     /// `limit` bounds the whole pass, across shards (promotions and expiries; and separately
     /// the ids drained from far window lists). Two round trips when work is due: a pipelined
     /// look at every shard's due count, timeline head and first far windows, then the tick
-    /// scripts of the shards that get a share of `limit` (shared out by what each has due,
+    /// functions of the shards that get a share of `limit` (shared out by what each has due,
     /// the remainder rotating between passes so no shard starves) or have a window to drain
     /// (one whose score is within [`WINDOW_MS`] of now), in one pipeline. An idle pass is one
-    /// round trip. Ready events are published by the scripts themselves.
+    /// round trip. Ready events are published by the functions themselves.
     ///
     /// On one shard there is nothing to share out, so the look is only needed for the far
     /// windows: it is made at most every [`WINDOW_CHECK_MS`] (and at once when a pass reports
-    /// due work it did not do), and the passes in between are the script alone, one round
+    /// due work it did not do), and the passes in between are the function alone, one round
     /// trip. A window drained that much late delays no job: it is drained a whole
     /// [`WINDOW_MS`] before its first job is due.
     ///
@@ -1176,7 +1180,7 @@ impl Store for RedisStore {
         let mut done = TickOutcome::default();
         if self.inner.shards.len() == 1 && now < self.inner.window_check_at.load(Ordering::Relaxed)
         {
-            // One shard, windows looked at recently: straight to the script, one round trip.
+            // One shard, windows looked at recently: straight to the function, one round trip.
             let call = self.tick_call(0, &[], now, limit as u64, self.stamp(now, 1), 0);
             done = self.run_ticks(&[call], done).await?;
             let used = (done.promoted + done.expired) as usize;
@@ -1267,7 +1271,7 @@ impl Store for RedisStore {
             return Ok(out);
         }
         let seq = self.stamp(now, 1);
-        let calls: Vec<Eval> = calls
+        let calls: Vec<Call> = calls
             .into_iter()
             .map(|(shard, share)| {
                 self.tick_call(shard, &drains[shard], now, share, seq, drain_budget)
