@@ -589,6 +589,72 @@ async fn reschedule_bury_and_kick_topic_across_shards() {
     assert_eq!(s.kick_topic(&topic("t"), 100, NOW + 100).await.unwrap(), 0);
 }
 
+/// A deadline is announced (`Due`) exactly when it comes before every timer the shard had: the
+/// timeline's head and the far windows' drain times. Each step that must announce nothing is
+/// followed by one that must, and the next event is checked to be that one.
+#[tokio::test]
+async fn a_deadline_is_announced_only_when_it_is_the_shard_s_earliest() {
+    let server = RedisServer::start();
+    let a = store(&server, "dq", 1).await;
+    let b = store(&server, "dq", 1).await;
+    let mut rx = b.subscribe();
+    let ready = |i: &str, ttr_ms: u64| {
+        let mut j = job("t", i, "", NOW);
+        j.ttr_ms = ttr_ms;
+        j
+    };
+    let minute = 60_000;
+
+    // A far job alone: its window's drain time (a minute before it) is the earliest.
+    let far = NOW + 10 * minute;
+    a.push(job("f", "far", "", far), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut rx).await, StoreEvent::Due(far - minute));
+
+    // Timeline empty: a reservation due after that drain time announces nothing...
+    a.push(ready("r1", 9 * minute + 30_000), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut rx).await, StoreEvent::Ready(topic("t")));
+    assert_eq!(
+        ids(&a.reserve(&[topic("t")], 1, NOW).await.unwrap()),
+        ["r1"]
+    );
+    // ...and a near job before it does.
+    a.push(job("d", "d1", "", NOW + minute), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut rx).await, StoreEvent::Due(NOW + minute));
+
+    // After the head: nothing. Before it: announced.
+    a.push(job("d", "d2", "", NOW + 90_000), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    a.push(ready("r2", 30_000), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut rx).await, StoreEvent::Ready(topic("t")));
+    assert_eq!(
+        ids(&a.reserve(&[topic("t")], 1, NOW).await.unwrap()),
+        ["r2"]
+    );
+    assert_eq!(next_event(&mut rx).await, StoreEvent::Due(NOW + 30_000));
+
+    a.push(ready("r3", 45_000), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut rx).await, StoreEvent::Ready(topic("t")));
+    assert_eq!(
+        ids(&a.reserve(&[topic("t")], 1, NOW).await.unwrap()),
+        ["r3"]
+    );
+    a.push(job("d", "d3", "", NOW + 10_000), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut rx).await, StoreEvent::Due(NOW + 10_000));
+}
+
 #[tokio::test]
 async fn events_reach_every_instance_sharing_the_redis() {
     let server = RedisServer::start();

@@ -78,11 +78,14 @@ local function decode(r)
     r[10] or 0, r[11] or 0, r[5], r[9] or {}}
 end
 
+-- Stored positions whose default `encode` omits at the end (9, backoff, is omitted when empty).
+local ENCODE_DEFAULTS = {[6] = DEFAULT_TTR, [7] = DEFAULT_PRIO, [8] = 0, [10] = 0, [11] = 0}
+
 -- A working table packed in the stored layout, trailing defaults omitted.
 local function encode(j)
   local r = {j[S], j[TOPIC], j[BODY], j[RUN_AT], j[SEQ], j[TTR], j[PRIO], j[MAXATT], j[BACKOFF],
     j[ATT], j[RU]}
-  local defaults = {[6] = DEFAULT_TTR, [7] = DEFAULT_PRIO, [8] = 0, [10] = 0, [11] = 0}
+  local defaults = ENCODE_DEFAULTS
   local n = 11
   while n > 5 do
     if n == 9 then
@@ -224,13 +227,16 @@ local function flush_events()
   end
 end
 
--- The earliest time this shard's timer must wake for: the timeline head or the first window's
--- drain time (its score - WINDOW_MS), or nil.
-local function earliest_timer()
+-- The timeline's head score, or nil (pending additions flushed first).
+local function timeline_head()
   flush_index()
-  local t = nil
   local head = redis.call('ZRANGE', TIMELINE, 0, 0, 'WITHSCORES')
-  if head[1] then t = tonumber(head[2]) end
+  if head[1] then return tonumber(head[2]) end
+  return nil
+end
+
+-- The earlier of `t` (or nil) and the first window's drain time (its score - WINDOW_MS).
+local function with_windows(t)
   local win = redis.call('ZRANGE', WINDOWS, 0, 0, 'WITHSCORES')
   if win[1] then
     local d = tonumber(win[2]) - WINDOW_MS
@@ -239,16 +245,31 @@ local function earliest_timer()
   return t
 end
 
+-- The earliest time this shard's timer must wake for: the timeline head or the first window's
+-- drain time, or nil.
+local function earliest_timer()
+  return with_windows(timeline_head())
+end
+
 -- The earliest timer as this call knows it: read once (false: none), then lowered by
 -- every deadline the run adds. Removals in the run do not raise it, so it may be lower than
 -- the truth, never higher: a deadline it hides was preceded by one the timers already wake
 -- for, and the tick at that earlier time sees the new one.
 local known_first
+-- Until known_first is read: the timeline head as first read (false: empty). Every deadline
+-- noted since was at or after it (an earlier one reads known_first), so it is still the head.
+local known_head
 
 -- Announces deadline `t` (a timer deadline or a window's drain time) if it is before every
 -- timer the shard had, so timers sleeping until a later time wake up.
 local function note_timer(t)
-  if known_first == nil then known_first = earliest_timer() or false end
+  if known_first == nil then
+    if known_head == nil then known_head = timeline_head() or false end
+    -- A timeline head at or before t already wakes the timers by t: nothing to announce,
+    -- and the windows need not be read (a reserve among pending jobs: one read, not two).
+    if known_head and known_head <= t then return end
+    known_first = with_windows(known_head or nil) or false
+  end
   if known_first == false or t < known_first then
     known_first = t
     if ev_due == nil or t < ev_due then ev_due = t end
@@ -375,5 +396,5 @@ local function begin(keys, args)
   ev_seen, ev_ready, ev_due, ev_origin = {}, {}, nil, nil
   add_timeline, add_ready, add_dead, touched = {}, {}, {}, {}
   add_lists, list_keys, list_first = {}, {}, {}
-  known_first = nil
+  known_first, known_head = nil, nil
 end
