@@ -7,26 +7,44 @@
 //! plus a read, a write and a wake-up each in Redis and in delayq. Eight producers pushing one
 //! job each then cost eight round trips where one would do.
 //!
-//! How: callers hand their request to a [`Coalescer`] and await the answer. One task per
-//! coalescer takes the first waiting request, then every other one already queued (up to
-//! `max_units` jobs), and runs them as one batch; at most `in_flight` batches run at once,
-//! and requests arriving meanwhile queue for the next. Nothing ever waits for company: an
-//! idle server sends a lone request at once, so batching costs nothing at low load (one task
-//! hop) and grows by itself with load. A request is never split over two batches, so the jobs
-//! of one request keep their order.
+//! How: callers hand their request to a [`Coalescer`] and await the answer. A request that
+//! finds the coalescer idle (nothing queued, nothing running) runs at once in its caller's
+//! task, as a batch of one: no task hop, so batching costs nothing at low load. Any other is
+//! queued: one task per coalescer takes the first waiting request, then every other one
+//! already queued (up to `max_units` jobs), and runs them as one batch; at most `in_flight`
+//! batches (an inline one included) run at once, and requests arriving meanwhile queue for
+//! the next. Nothing ever waits for company, and batches grow by themselves with load. A
+//! request is never split over two batches, so the jobs of one request keep their order.
 //!
 //! The task holds no reference to the store: it ends when the store (the last sender) is
 //! dropped.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 type Queued<R, O> = (R, oneshot::Sender<O>);
+type Run<R, O> = Arc<dyn Fn(Vec<R>) -> Pin<Box<dyn Future<Output = Vec<O>> + Send>> + Send + Sync>;
 
 /// Joins concurrent requests `R` into batches run by one function; each request gets its `O`.
 pub struct Coalescer<R, O> {
     tx: mpsc::UnboundedSender<Queued<R, O>>,
+    run: Run<R, O>,
+    /// One per batch that may run at once.
+    slots: Arc<Semaphore>,
+    /// Requests accepted and not yet answered: queued, in a batch, or running inline.
+    busy: Arc<AtomicUsize>,
+}
+
+/// Counts requests in `busy` until dropped (a caller that goes away mid-call included).
+struct Busy(Arc<AtomicUsize>, usize);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::SeqCst);
+    }
 }
 
 impl<R: Send + 'static, O: Send + 'static> Coalescer<R, O> {
@@ -38,16 +56,18 @@ impl<R: Send + 'static, O: Send + 'static> Coalescer<R, O> {
         Fut: Future<Output = Vec<O>> + Send + 'static,
     {
         let (tx, mut rx) = mpsc::unbounded_channel::<Queued<R, O>>();
-        let run = Arc::new(run);
+        let run: Run<R, O> = Arc::new(move |batch| Box::pin(run(batch)));
+        let busy = Arc::new(AtomicUsize::new(0));
         let slots = Arc::new(Semaphore::new(in_flight.max(1)));
+        let (task_run, task_busy, task_slots) = (run.clone(), busy.clone(), slots.clone());
         tokio::spawn(async move {
             loop {
-                // Take a slot before taking requests: while every slot is busy, requests pile
-                // up in the channel and form the next batch.
-                let Ok(slot) = slots.clone().acquire_owned().await else {
+                let Some(first) = rx.recv().await else {
                     return;
                 };
-                let Some(first) = rx.recv().await else {
+                // Take a slot before taking the others: while every slot is busy, requests
+                // pile up in the channel and form the batch.
+                let Ok(slot) = task_slots.clone().acquire_owned().await else {
                     return;
                 };
                 let mut size = units(&first.0);
@@ -61,28 +81,46 @@ impl<R: Send + 'static, O: Send + 'static> Coalescer<R, O> {
                         Err(_) => break,
                     }
                 }
-                let run = run.clone();
+                let running = Busy(task_busy.clone(), batch.len());
+                let (requests, replies): (Vec<R>, Vec<oneshot::Sender<O>>) =
+                    batch.into_iter().unzip();
+                let outputs = task_run(requests);
                 tokio::spawn(async move {
-                    let (requests, replies): (Vec<R>, Vec<oneshot::Sender<O>>) =
-                        batch.into_iter().unzip();
-                    let outputs = run(requests).await;
+                    let outputs = outputs.await;
                     debug_assert_eq!(outputs.len(), replies.len());
                     for (reply, out) in replies.into_iter().zip(outputs) {
                         // A caller that went away does not want its answer.
                         let _ = reply.send(out);
                     }
+                    drop(running);
                     drop(slot);
                 });
             }
         });
-        Coalescer { tx }
+        Coalescer {
+            tx,
+            run,
+            slots,
+            busy,
+        }
     }
 
-    /// Queues `request` and waits for its output; `None` if the batch it was in was dropped
-    /// without an answer (the runtime is shutting down).
+    /// Runs `request` (inline when the coalescer is idle, else queued) and waits for its
+    /// output; `None` if the batch it was in was dropped without an answer (the runtime is
+    /// shutting down).
     pub async fn call(&self, request: R) -> Option<O> {
+        // From here the request is counted in `busy` until it is answered (by the batch that
+        // runs it, when queued).
+        let idle = self.busy.fetch_add(1, Ordering::SeqCst) == 0;
+        if idle && let Ok(_slot) = self.slots.clone().try_acquire_owned() {
+            let _busy = Busy(self.busy.clone(), 1);
+            return (self.run)(vec![request]).await.into_iter().next();
+        }
         let (reply, answer) = oneshot::channel();
-        self.tx.send((request, reply)).ok()?;
+        if self.tx.send((request, reply)).is_err() {
+            self.busy.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
         answer.await.ok()
     }
 }
@@ -102,6 +140,58 @@ mod tests {
         );
         assert_eq!(c.call(4).await, Some(40));
         assert_eq!(c.call(5).await, Some(50));
+    }
+
+    /// Idle: the request runs in its caller's task (no hop). Busy: it is queued and run by the
+    /// coalescer's task once the slot is free. Each batch answers with the task its function
+    /// was called in.
+    #[tokio::test]
+    async fn only_a_request_that_finds_the_coalescer_idle_runs_in_its_caller_s_task() {
+        let (gate, gate_rx) = tokio::sync::watch::channel(false);
+        let started = Arc::new(AtomicUsize::new(0));
+        let count = started.clone();
+        let c = Arc::new(Coalescer::spawn(
+            1,
+            100,
+            |_: &bool| 1,
+            move |batch: Vec<bool>| {
+                count.fetch_add(1, Ordering::SeqCst);
+                let task = tokio::task::try_id();
+                let mut gate = gate_rx.clone();
+                async move {
+                    if batch.contains(&true) {
+                        let _ = gate.wait_for(|open| *open).await;
+                    }
+                    batch.iter().map(|_| task).collect::<Vec<_>>()
+                }
+            },
+        ));
+        let caller = tokio::task::try_id();
+        assert_eq!(c.call(false).await, Some(caller));
+
+        // A first request holds the coalescer busy until the gate opens.
+        let held = tokio::spawn({
+            let c = c.clone();
+            async move { (tokio::task::try_id(), c.call(true).await) }
+        });
+        while c.busy.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let queued = tokio::spawn({
+            let c = c.clone();
+            async move { c.call(false).await }
+        });
+        settle().await;
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            2,
+            "ran beside the held batch"
+        );
+        gate.send(true).unwrap();
+        let (held_caller, held_ran_in) = held.await.unwrap();
+        assert_eq!(held_ran_in, Some(held_caller));
+        let ran_in = queued.await.unwrap().flatten();
+        assert!(ran_in.is_some() && ran_in != held_caller && ran_in != caller);
     }
 
     /// A coalescer (one batch in flight, `max_units`) whose batches echo their requests and

@@ -150,25 +150,6 @@ struct Inner {
     removes: Coalescer<Vec<JobId>, StoreResult<Vec<StoreResult<JobState>>>>,
     /// Concurrent reserves on a one-shard server, joined the same way.
     reserves: Coalescer<ReserveRequest, StoreResult<Vec<Job>>>,
-    /// Reserves in progress on a one-shard server: a lone one skips the coalescer's task hop.
-    reserving: AtomicUsize,
-}
-
-/// Counts a reserve in progress for as long as it lives.
-struct InProgress<'a>(&'a AtomicUsize);
-
-impl InProgress<'_> {
-    /// Counts one more; returns it and whether another was already in progress.
-    fn enter(count: &AtomicUsize) -> (InProgress<'_>, bool) {
-        let others = count.fetch_add(1, Ordering::SeqCst);
-        (InProgress(count), others > 0)
-    }
-}
-
-impl Drop for InProgress<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// One caller's `reserve` (one-shard servers: see [`RedisStore::reserve_now`]).
@@ -399,7 +380,6 @@ impl RedisStore {
                 |ids: &Vec<JobId>| ids.len(),
                 |s, b| async move { s.remove_now(&b).await },
             ),
-            reserving: AtomicUsize::new(0),
             reserves: joined(
                 weak,
                 |r: &ReserveRequest| r.max,
@@ -873,7 +853,7 @@ impl Store for RedisStore {
     }
 
     /// With one shard: one function call, shared with the reserves running at the same moment
-    /// ([`RedisStore::reserve_now`]; a lone one goes straight). With several: a pipelined peek at every shard's first
+    /// ([`RedisStore::reserve_now`]). With several: a pipelined peek at every shard's first
     /// ready entries (read-only), a merge into the global order, then one pipelined reserve
     /// call per shard that holds some of the best `max` (each takes its own shard's best, so a
     /// race lost to another consumer just leaves a gap that the next round fills); repeated
@@ -892,15 +872,8 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         if self.inner.shards.len() == 1 {
-            // Alone (e.g. the dispatcher serving its waiters, which batches by itself): one
-            // round trip, no task hop. With company: joined with the others (group commit).
-            let (_counted, company) = InProgress::enter(&self.inner.reserving);
-            if !company {
-                let v = self
-                    .eval_one(self.reserve_call(0, topics, max, now))
-                    .await?;
-                return decode_reserved(&v);
-            }
+            // Joined with the reserves running at the same moment (group commit); a lone one
+            // (e.g. the dispatcher serving its waiters, which batches by itself) runs at once.
             let request = ReserveRequest {
                 topics: topics.to_vec(),
                 max,
