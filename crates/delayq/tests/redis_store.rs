@@ -589,6 +589,21 @@ async fn reschedule_bury_and_kick_topic_across_shards() {
     assert_eq!(s.kick_topic(&topic("t"), 100, NOW + 100).await.unwrap(), 0);
 }
 
+/// Pushes job `i` of topic `t`, ready at NOW with TTR `ttr_ms`, sees its `Ready` event next,
+/// and reserves it at NOW.
+async fn reserve_new(
+    s: &RedisStore,
+    rx: &mut broadcast::Receiver<StoreEvent>,
+    i: &str,
+    ttr_ms: u64,
+) {
+    let mut spec = job("t", i, "", NOW);
+    spec.ttr_ms = ttr_ms;
+    s.push(spec, PushMode::Reject, NOW).await.unwrap();
+    assert_eq!(next_event(rx).await, StoreEvent::Ready(topic("t")));
+    assert_eq!(ids(&s.reserve(&[topic("t")], 1, NOW).await.unwrap()), [i]);
+}
+
 /// A deadline is announced (`Due`) exactly when it comes before every timer the shard had: the
 /// timeline's head and the far windows' drain times. Each step that must announce nothing is
 /// followed by one that must, and the next event is checked to be that one.
@@ -598,11 +613,6 @@ async fn a_deadline_is_announced_only_when_it_is_the_shard_s_earliest() {
     let a = store(&server, "dq", 1).await;
     let b = store(&server, "dq", 1).await;
     let mut rx = b.subscribe();
-    let ready = |i: &str, ttr_ms: u64| {
-        let mut j = job("t", i, "", NOW);
-        j.ttr_ms = ttr_ms;
-        j
-    };
     let minute = 60_000;
 
     // A far job alone: its window's drain time (a minute before it) is the earliest.
@@ -613,14 +623,7 @@ async fn a_deadline_is_announced_only_when_it_is_the_shard_s_earliest() {
     assert_eq!(next_event(&mut rx).await, StoreEvent::Due(far - minute));
 
     // Timeline empty: a reservation due after that drain time announces nothing...
-    a.push(ready("r1", 9 * minute + 30_000), PushMode::Reject, NOW)
-        .await
-        .unwrap();
-    assert_eq!(next_event(&mut rx).await, StoreEvent::Ready(topic("t")));
-    assert_eq!(
-        ids(&a.reserve(&[topic("t")], 1, NOW).await.unwrap()),
-        ["r1"]
-    );
+    reserve_new(&a, &mut rx, "r1", 9 * minute + 30_000).await;
     // ...and a near job before it does.
     a.push(job("d", "d1", "", NOW + minute), PushMode::Reject, NOW)
         .await
@@ -631,24 +634,10 @@ async fn a_deadline_is_announced_only_when_it_is_the_shard_s_earliest() {
     a.push(job("d", "d2", "", NOW + 90_000), PushMode::Reject, NOW)
         .await
         .unwrap();
-    a.push(ready("r2", 30_000), PushMode::Reject, NOW)
-        .await
-        .unwrap();
-    assert_eq!(next_event(&mut rx).await, StoreEvent::Ready(topic("t")));
-    assert_eq!(
-        ids(&a.reserve(&[topic("t")], 1, NOW).await.unwrap()),
-        ["r2"]
-    );
+    reserve_new(&a, &mut rx, "r2", 30_000).await;
     assert_eq!(next_event(&mut rx).await, StoreEvent::Due(NOW + 30_000));
 
-    a.push(ready("r3", 45_000), PushMode::Reject, NOW)
-        .await
-        .unwrap();
-    assert_eq!(next_event(&mut rx).await, StoreEvent::Ready(topic("t")));
-    assert_eq!(
-        ids(&a.reserve(&[topic("t")], 1, NOW).await.unwrap()),
-        ["r3"]
-    );
+    reserve_new(&a, &mut rx, "r3", 45_000).await;
     a.push(job("d", "d3", "", NOW + 10_000), PushMode::Reject, NOW)
         .await
         .unwrap();
