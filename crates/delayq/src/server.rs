@@ -184,6 +184,11 @@ async fn serve_http(
             conn = axum::serve::Listener::accept(&mut listener) => conn,
             _ = &mut shutdown => break,
         };
+        // Each response goes out as soon as it is written, not held back by Nagle's algorithm
+        // until the previous segment is acknowledged.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
         let service = TowerToHyperService::new(app.clone());
         let builder = builder.clone();
         let watcher = graceful.watcher();
