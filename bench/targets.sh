@@ -7,7 +7,7 @@
 # with 10,000,000 pending x1 (/v1 batches of 100; ~2 GB of Redis), W3 over 10,000,000 pending
 # x2 (backlog filled 100 per request, stream one job per request), W2 1,000,000 over /v1
 # batches of 100 x2 (the batch-push figure). Needs a release build (cargo build --release
-# --workspace). 15–35 minutes on a 2-core machine (14 min in the third session).
+# --workspace). 10–35 minutes on a 2-core machine (10 min in the fourth session, 14 in the third).
 #
 # Usage: bench/targets.sh [--out DIR]    (default: bench/measured/targets-<date>)
 set -euo pipefail
