@@ -43,7 +43,7 @@ async fn push(store: &EmbeddedStore, s: JobSpec) {
     );
 }
 
-/// Total size of the files in a directory (the redb file is the only one).
+/// Total size of the files in a directory (the redb file and the write-ahead logs).
 fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .unwrap()
@@ -220,6 +220,40 @@ async fn timer_passes_are_written_without_waiting_and_kept_on_close() {
     for j in ["a", "b", "c"] {
         assert_eq!(store.get(&id(j)).await.unwrap().state, JobState::Reserved);
     }
+}
+
+/// Names of the files in a directory, sorted.
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// While the store runs, acknowledged changes are in a write-ahead log beside the redb file; a
+/// graceful stop checkpoints them into redb and removes the log, and they are all there again.
+#[tokio::test]
+async fn a_graceful_stop_checkpoints_the_log_into_the_redb_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path()).await.unwrap();
+    push(&store, spec("a", NOW)).await;
+    push(&store, spec("b", NOW + 60_000)).await;
+    store.delete(&id("a")).await.unwrap();
+    let running = file_names(tmp.path());
+    assert!(
+        running
+            .iter()
+            .any(|n| n.starts_with("wal-") && n.ends_with(".log")),
+        "{running:?}"
+    );
+    drop(store);
+    assert_eq!(file_names(tmp.path()), [DB_FILE_NAME]);
+
+    let store = open(tmp.path()).await.unwrap();
+    assert!(store.get(&id("a")).await.is_err());
+    assert_eq!(store.get(&id("b")).await.unwrap().state, JobState::Delayed);
 }
 
 #[tokio::test]

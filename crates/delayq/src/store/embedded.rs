@@ -1,12 +1,14 @@
 //! The embedded store: delayq's zero-setup default, durable on local disk in one redb file
-//! (`<data_dir>/delayq.redb`).
+//! (`<data_dir>/delayq.redb`) and the write-ahead logs beside it (`wal-<generation>.log`).
 //!
-//! State lives in memory in a [`memory::Engine`] behind a mutex; every job record is also in
-//! redb's `jobs` table, and [`EmbeddedStore::open`] rebuilds the engine from it. A transition
-//! runs under the lock and queues its changes to the single writer thread (`writer.rs`) before
-//! the lock is released, so disk order is engine order; the caller then waits for the writer's
-//! acknowledgement. The writer commits everything queued in one fsynced transaction, so
-//! concurrent callers share one fsync. A transition that changed nothing (a refusal, a reserve
+//! State lives in memory in a [`memory::Engine`] behind a mutex; every job record is also on
+//! disk, in redb's `jobs` table as of the last checkpoint and in the logs since, and
+//! [`EmbeddedStore::open`] replays the logs into redb and rebuilds the engine from it. A
+//! transition runs under the lock and queues its changes to the single writer thread
+//! (`writer.rs`) before the lock is released, so disk order is engine order; the caller then
+//! waits for the writer's acknowledgement. The writer appends everything queued to the log as
+//! one frame and fsyncs it, so concurrent callers share one fsync; a checkpoint thread moves
+//! the logged changes into redb every second. A transition that changed nothing (a refusal, a reserve
 //! that found no job, a tick with nothing due) answers at once. The timer's passes (`tick`)
 //! do not wait at all: their changes are lazy commits (`writer.rs`), made durable by the next
 //! acknowledged transition, since a restart redoes a lost promotion or expiry by itself.
@@ -18,10 +20,11 @@
 //! (memory may then hold changes the disk does not; restarting reloads the last commit).
 //!
 //! Not here: the state machine (job.rs, memory.rs), the timer (dispatch.rs), the record layout
-//! (`embedded/record.rs`), the redb writes (`embedded/writer.rs`). One process per data
+//! (`embedded/record.rs`), the log and redb writes (`embedded/writer.rs`, `embedded/wal.rs`). One process per data
 //! directory: redb's file lock refuses a second opener, in this process or another.
 
 mod record;
+mod wal;
 mod writer;
 
 use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
@@ -101,10 +104,11 @@ impl EmbeddedStore {
         // redb checks what it can and reports corruption as errors, but a damaged page can
         // still make it panic: that must be a clear error too, never a crash.
         let started = std::time::Instant::now();
-        let (db, jobs) = catch_unwind(AssertUnwindSafe(|| {
+        let (db, jobs, generation) = catch_unwind(AssertUnwindSafe(|| {
             let db = open_db(dir, &file)?;
+            let generation = replay_logs(&db, dir, &file)?;
             let jobs = load(&db, &file)?;
-            Ok::<_, StoreError>((db, jobs))
+            Ok::<_, StoreError>((db, jobs, generation))
         }))
         .map_err(|panic| {
             let msg = panic
@@ -122,8 +126,10 @@ impl EmbeddedStore {
         let inject_failure = Arc::new(AtomicBool::new(false));
         let (queue, rx) = mpsc::channel();
         let writer = Writer {
-            db,
+            db: Some(db),
             file: file.clone(),
+            dir: dir.clone(),
+            generation,
             queue: rx,
             events: events.clone(),
             failure: failure.clone(),
@@ -286,6 +292,26 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
     }
     tx.commit().map_err(|e| corrupt(&e))?;
     Ok(db)
+}
+
+/// Applies the write-ahead logs left in `dir` (by a crash, or a checkpoint that did not
+/// finish) to redb, oldest first, each in one durable transaction, and deletes them. Returns
+/// the generation the next log takes (above every one seen).
+fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
+    let logs = wal::existing(dir).map_err(|e| {
+        StoreError::Unavailable(format!("cannot list the logs in {}: {e}", dir.display()))
+    })?;
+    for (_, log) in &logs {
+        let entries = wal::read(log)
+            .map_err(|e| StoreError::Unavailable(format!("cannot read {}: {e}", log.display())))?;
+        let n = entries.len();
+        writer::apply(db, file, entries).map_err(StoreError::Corrupt)?;
+        std::fs::remove_file(log).map_err(|e| {
+            StoreError::Unavailable(format!("cannot delete {}: {e}", log.display()))
+        })?;
+        tracing::info!(log = %log.display(), changes = n, "replayed a write-ahead log");
+    }
+    Ok(logs.last().map_or(0, |(g, _)| g + 1))
 }
 
 /// Reads and decodes every job record.

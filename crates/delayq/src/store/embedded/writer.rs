@@ -1,35 +1,41 @@
-//! The embedded store's single writer: a thread that owns the redb [`Database`] and turns queued
-//! job changes into durable commits, many callers per fsync (group commit).
+//! The embedded store's single writer: a thread that turns queued job changes into durable
+//! commits, many callers per fsync (group commit), and the checkpoint thread behind it that
+//! owns the redb [`Database`].
 //!
 //! Callers queue a [`Commit`] (while holding the engine lock, so the queue is in engine order)
-//! and wait for its acknowledgement. The thread takes everything queued, writes it in one redb
-//! write transaction with [`Durability::Immediate`], and only then acknowledges each commit and
-//! publishes its events. It decides nothing about jobs; it does not read (the store loads at
-//! open, before this thread starts).
+//! and wait for its acknowledgement. The writer takes everything queued, appends the last state
+//! of each job it touches to the write-ahead log as one frame (`wal.rs`), `fdatasync`s it, and
+//! only then acknowledges each commit and publishes its events. It decides nothing about jobs;
+//! it does not read (the store loads at open, before this thread starts).
+//!
+//! **Checkpoints.** Every [`CHECKPOINT_EVERY`] (or [`CHECKPOINT_BYTES`] of log), the writer
+//! starts a new log and hands the changes logged since the last checkpoint to the checkpoint
+//! thread, which writes them to redb in one durable transaction and then deletes the old log.
+//! Appending a frame is one small sequential write; the redb commit it replaces rewrote ~14
+//! pages per group of requests, and took half of the embedded store's CPU in W1
+//! (docs/benchmarks.md). Opening the store replays whatever logs are left (`embedded.rs`).
 //!
 //! **Lazy commits** (the timer's passes: promotions and TTR expiries, which a restart redoes by
 //! itself) have no acknowledgement and no events to hold back. A batch of only lazy commits is
-//! written with [`Durability::None`]: no fsync; redb makes it durable with the next
-//! [`Durability::Immediate`] commit, which every acknowledged transition is. So an
-//! acknowledged transition still never depends on an unwritten one, and a crash loses at most
-//! timer work that is redone. A lazy commit stays without an fsync for at most [`LAZY_WINDOW`]
-//! (then the thread makes an empty durable commit); closing the database (redb, when this
-//! thread ends) makes a pending lazy commit durable too, so a graceful stop leaves nothing to
-//! redo (`embedded_store.rs` checks that).
+//! appended without an fsync; the next acknowledged commit's fsync covers it, as every frame
+//! before it. So an acknowledged transition still never depends on an unwritten one, and a
+//! crash loses at most timer work that is redone. A lazy commit stays without an fsync for at
+//! most [`LAZY_WINDOW`] (then the thread syncs the log); stopping the store checkpoints
+//! everything, so a graceful stop leaves nothing to redo (`embedded_store.rs` checks that).
 //!
-//! After a failed commit the thread never writes again: later commits may depend on the lost
-//! one (a finish whose push was not written, or a push whose earlier removal was not), so it
-//! refuses them all and records why in [`Failure`]; the store then refuses every request until
-//! a restart reloads the last committed state.
+//! After a failed commit or checkpoint the store never writes again: later commits may depend
+//! on the lost one (a finish whose push was not written, or a push whose earlier removal was
+//! not), so it refuses them all and records why in [`Failure`]; the store then refuses every
+//! request until a restart reloads the last durable state (redb, then the logs).
 
-use super::record;
+use super::{record, wal};
 use crate::job::{Job, JobId};
 use crate::store::memory::Change;
 use crate::store::{StoreError, StoreEvent};
 use redb::{Database, Durability, TableDefinition};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, OnceLock, mpsc};
@@ -42,12 +48,17 @@ pub const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 
-/// Stop draining the queue into one transaction past this many changes, so one commit (and the
+/// Stop draining the queue into one commit past this many changes, so one commit (and the
 /// latency of everyone in it) stays bounded under a flood of batch pushes.
 const MAX_CHANGES_PER_COMMIT: usize = 50_000;
 
-/// Longest a lazy commit goes without a durable commit after it (see the module docs).
+/// Longest a lazy commit goes without an fsync after it (see the module docs).
 const LAZY_WINDOW: Duration = Duration::from_secs(1);
+
+/// How often the log is checkpointed into redb, at most; and after how many bytes of log.
+/// Bounds the log's size and the memory holding its changes until their checkpoint.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+const CHECKPOINT_BYTES: u64 = 16 << 20;
 
 /// One transition's changes, queued for the writer.
 pub struct Commit {
@@ -60,13 +71,21 @@ pub struct Commit {
     pub ack: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
-/// Set once, by the writer, when a commit fails: the reason every later request is refused
-/// with.
+/// Set once, by the writer or the checkpoint thread, when a write fails: the reason every
+/// later request is refused with.
 pub type Failure = Arc<OnceLock<String>>;
 
+/// Changes logged since the last checkpoint: each job's last state (`None`: removed).
+type Changes = HashMap<String, Option<Vec<u8>>>;
+
 pub struct Writer {
-    pub db: Database,
+    /// Handed to the checkpoint thread when the writer starts.
+    pub db: Option<Database>,
+    /// The redb file (for messages) and the data directory (for the logs).
     pub file: PathBuf,
+    pub dir: PathBuf,
+    /// The generation of the first log this writer creates (above every existing one).
+    pub generation: u64,
     pub queue: mpsc::Receiver<Commit>,
     pub events: broadcast::Sender<StoreEvent>,
     pub failure: Failure,
@@ -74,12 +93,51 @@ pub struct Writer {
     pub inject_failure: Arc<AtomicBool>,
 }
 
+/// The writer thread's own state.
+struct Logging {
+    log: Option<wal::Log>,
+    /// Changes in the logs not yet handed to a checkpoint.
+    changes: Changes,
+    since: Instant,
+    checkpoints: mpsc::Sender<(Changes, PathBuf)>,
+}
+
 impl Writer {
-    /// Runs until every sender is dropped and the queue is empty, then closes the database
-    /// (releasing its lock).
-    pub fn run(self) {
-        // Since when lazy commits have been written without an fsync (None: everything
-        // written is durable).
+    /// Runs until every sender is dropped and the queue is empty, then checkpoints everything
+    /// and closes the database (releasing its lock).
+    pub fn run(mut self) {
+        let (checkpoints, to_apply) = mpsc::channel::<(Changes, PathBuf)>();
+        let checkpointer = self.db.take().map(|db| {
+            let (file, failure) = (self.file.clone(), self.failure.clone());
+            std::thread::Builder::new()
+                .name("delayq-embedded-checkpoint".into())
+                .spawn(move || checkpoint_loop(db, &file, &failure, to_apply))
+        });
+        let checkpointer = match checkpointer {
+            Some(Ok(handle)) => Some(handle),
+            None => None,
+            Some(Err(e)) => {
+                self.fail(format!("cannot start the checkpoint thread: {e}"));
+                None
+            }
+        };
+        let log = match wal::Log::create(&self.dir, self.generation) {
+            Ok(log) => Some(log),
+            Err(e) => {
+                self.fail(format!(
+                    "cannot create a log in {}: {e}",
+                    self.dir.display()
+                ));
+                None
+            }
+        };
+        let mut state = Logging {
+            log,
+            changes: Changes::new(),
+            since: Instant::now(),
+            checkpoints,
+        };
+        // Since when lazy commits have been logged without an fsync (None: all synced).
         let mut lazy_since: Option<Instant> = None;
         loop {
             let next = match lazy_since {
@@ -94,9 +152,12 @@ impl Writer {
             let first = match next {
                 Ok(c) => c,
                 Err(RecvTimeoutError::Timeout) => {
-                    // Lazy commits have waited long enough: an empty durable commit keeps them.
-                    // (On failure the store has stopped; nothing more is waited for.)
-                    self.commit(Vec::new(), true);
+                    // Lazy commits have waited long enough for their fsync.
+                    if let Some(log) = state.log.as_mut()
+                        && let Err(e) = log.sync()
+                    {
+                        self.fail(format!("cannot sync {}: {e}", log.path.display()));
+                    }
                     lazy_since = None;
                     continue;
                 }
@@ -114,20 +175,73 @@ impl Writer {
                 }
             }
             let durable = batch.iter().any(|c| c.ack.is_some());
-            if self.commit(batch, durable) {
+            if self.commit(&mut state, batch, durable) {
                 lazy_since = if durable {
                     None
                 } else {
                     lazy_since.or_else(|| Some(Instant::now()))
                 };
+                let full = state
+                    .log
+                    .as_ref()
+                    .is_some_and(|l| l.bytes >= CHECKPOINT_BYTES);
+                if full || state.since.elapsed() >= CHECKPOINT_EVERY {
+                    self.rotate(&mut state, true);
+                }
             }
+        }
+        // Stopping: everything logged goes to redb now, then the database closes.
+        if self.failure.get().is_none() {
+            self.rotate(&mut state, false);
+        }
+        drop(state);
+        if let Some(handle) = checkpointer {
+            let _ = handle.join();
         }
         tracing::debug!(file = %self.file.display(), "embedded store writer stopped");
     }
 
-    /// Writes a batch, with an fsync if `durable`; answers and publishes. Returns whether it
+    fn fail(&self, reason: String) {
+        tracing::error!(
+            file = %self.file.display(),
+            %reason,
+            "embedded store write failed; refusing all further requests"
+        );
+        let _ = self.failure.set(reason);
+    }
+
+    /// Hands the changes logged so far to the checkpoint thread, with the log that holds them
+    /// (deleted once they are in redb), and starts a new log if `more` are to come.
+    fn rotate(&self, state: &mut Logging, more: bool) {
+        state.since = Instant::now();
+        if state.changes.is_empty() {
+            // Nothing logged since the last checkpoint: a last log can go (it is empty).
+            if !more && let Some(log) = state.log.take() {
+                let _ = std::fs::remove_file(&log.path);
+            }
+            return;
+        }
+        let next = match (more, state.log.as_ref()) {
+            (true, Some(log)) => match wal::Log::create(&self.dir, log.generation + 1) {
+                Ok(next) => Some(next),
+                Err(e) => {
+                    // Keep logging to the current one; the next rotation tries again.
+                    tracing::warn!(error = %e, dir = %self.dir.display(), "cannot start a new log");
+                    return;
+                }
+            },
+            _ => None,
+        };
+        let Some(old) = std::mem::replace(&mut state.log, next) else {
+            return;
+        };
+        let changes = std::mem::take(&mut state.changes);
+        let _ = state.checkpoints.send((changes, old.path.clone()));
+    }
+
+    /// Logs a batch, with an fsync if `durable`; answers and publishes. Returns whether it
     /// was written.
-    fn commit(&self, batch: Vec<Commit>, durable: bool) -> bool {
+    fn commit(&self, state: &mut Logging, batch: Vec<Commit>, durable: bool) -> bool {
         let mut changes = Vec::new();
         let mut waiting = Vec::with_capacity(batch.len());
         for c in batch {
@@ -136,16 +250,9 @@ impl Writer {
         }
         let result = match self.failure.get() {
             Some(reason) => Err(reason.clone()),
-            None => catch_unwind(AssertUnwindSafe(|| self.write(changes, durable)))
-                .unwrap_or_else(|_| Err("redb panicked while writing (damaged file?)".into()))
-                .inspect_err(|reason| {
-                    tracing::error!(
-                        file = %self.file.display(),
-                        %reason,
-                        "embedded store commit failed; refusing all further requests"
-                    );
-                    let _ = self.failure.set(reason.clone());
-                }),
+            None => self
+                .write(state, changes, durable)
+                .inspect_err(|reason| self.fail(reason.clone())),
         };
         for (events, ack) in waiting {
             match &result {
@@ -168,9 +275,15 @@ impl Writer {
         result.is_ok()
     }
 
-    /// Writes the changes in one transaction, fsynced if `durable`. Only the last change of
-    /// each id matters, so a job pushed and finished within one batch costs nothing on disk.
-    fn write(&self, changes: Vec<Change>, durable: bool) -> Result<(), String> {
+    /// Appends the changes to the log as one frame, synced if `durable`, and keeps them for
+    /// the next checkpoint. Only the last change of each id matters, so a job pushed and
+    /// finished within one batch costs nothing on disk.
+    fn write(
+        &self,
+        state: &mut Logging,
+        changes: Vec<Change>,
+        durable: bool,
+    ) -> Result<(), String> {
         let mut last: HashMap<JobId, Option<Job>> = HashMap::with_capacity(changes.len());
         for change in changes {
             match change {
@@ -181,34 +294,82 @@ impl Writer {
         if self.inject_failure.swap(false, Ordering::SeqCst) {
             return Err("injected commit failure".into());
         }
-        let file = self.file.display();
-        let mut tx = self
-            .db
+        let Some(log) = state.log.as_mut() else {
+            return Err(format!("no log to write in {}", self.dir.display()));
+        };
+        let entries: Vec<wal::Entry> = last
+            .into_iter()
+            .map(|(id, job)| (id.as_str().to_owned(), job.map(record::encode)))
+            .collect();
+        let shown = log.path.display().to_string();
+        log.append(&wal::frame(&entries))
+            .map_err(|e| format!("cannot append to {shown}: {e}"))?;
+        if durable {
+            log.sync()
+                .map_err(|e| format!("cannot sync {shown}: {e}"))?;
+        }
+        state.changes.extend(entries);
+        Ok(())
+    }
+}
+
+/// The checkpoint thread: writes each handed-over set of changes to redb durably, then
+/// deletes the log that held them. Owns the database; closes it when the writer is done.
+fn checkpoint_loop(
+    db: Database,
+    file: &Path,
+    failure: &Failure,
+    to_apply: mpsc::Receiver<(Changes, PathBuf)>,
+) {
+    for (changes, log) in to_apply {
+        if failure.get().is_some() {
+            continue;
+        }
+        match apply(&db, file, changes) {
+            Ok(()) => {
+                // A log left behind is only replayed again (same final state) at the next open.
+                if let Err(e) = std::fs::remove_file(&log) {
+                    tracing::warn!(error = %e, log = %log.display(), "cannot delete a checkpointed log");
+                }
+            }
+            Err(reason) => {
+                tracing::error!(file = %file.display(), %reason, "embedded store checkpoint failed; refusing all further requests");
+                let _ = failure.set(reason);
+            }
+        }
+    }
+}
+
+/// Writes jobs' last states to redb in one durable transaction. Used by checkpoints and by
+/// the replay of leftover logs at open.
+pub fn apply(
+    db: &Database,
+    file: &Path,
+    changes: impl IntoIterator<Item = (String, Option<Vec<u8>>)>,
+) -> Result<(), String> {
+    let shown = file.display();
+    catch_unwind(AssertUnwindSafe(|| {
+        let mut tx = db
             .begin_write()
-            .map_err(|e| format!("cannot begin a write transaction on {file}: {e}"))?;
-        tx.set_durability(if durable {
-            Durability::Immediate
-        } else {
-            Durability::None
-        })
-        .map_err(|e| format!("cannot set durability on {file}: {e}"))?;
+            .map_err(|e| format!("cannot begin a write transaction on {shown}: {e}"))?;
+        tx.set_durability(Durability::Immediate)
+            .map_err(|e| format!("cannot set durability on {shown}: {e}"))?;
         {
             let mut table = tx
                 .open_table(JOBS)
-                .map_err(|e| format!("cannot open the jobs table of {file}: {e}"))?;
-            for (id, job) in last {
-                let written = match job {
-                    Some(j) => table
-                        .insert(id.as_str(), record::encode(j).as_slice())
-                        .map(drop),
+                .map_err(|e| format!("cannot open the jobs table of {shown}: {e}"))?;
+            for (id, rec) in changes {
+                let written = match rec {
+                    Some(r) => table.insert(id.as_str(), r.as_slice()).map(drop),
                     None => table.remove(id.as_str()).map(drop),
                 };
-                written.map_err(|e| format!("cannot write job {id:?} to {file}: {e}"))?;
+                written.map_err(|e| format!("cannot write job {id:?} to {shown}: {e}"))?;
             }
         }
         tx.commit()
-            .map_err(|e| format!("commit to {file} failed: {e}"))
-    }
+            .map_err(|e| format!("commit to {shown} failed: {e}"))
+    }))
+    .unwrap_or_else(|_| Err("redb panicked while writing (damaged file?)".into()))
 }
 
 /// The error of every request after a failed commit.
