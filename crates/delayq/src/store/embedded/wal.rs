@@ -12,7 +12,9 @@
 //! of `kind` (1 put, 0 remove, one byte), the id's length (u32 LE) and bytes, and for a put the
 //! record's length (u32 LE) and bytes (`record::encode`). A frame that is cut short or fails
 //! its CRC ends the log: its writer never had an fsync returned for it, so nothing in it or
-//! after it was acknowledged.
+//! after it was acknowledged. A commit over [`MAX_FRAME`] bytes is written as several frames;
+//! a crash between them can keep part of it, which, unacknowledged, is as in doubt as any
+//! request a crash interrupts.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -22,6 +24,10 @@ use std::path::{Path, PathBuf};
 pub type Entry = (String, Option<Vec<u8>>);
 
 const HEADER: usize = 8;
+
+/// Largest payload [`frames`] puts in one frame, far below the `u32` length field's limit: a
+/// commit of many large bodies (batches of 1,000 jobs of up to 64 MiB) is written as several.
+pub const MAX_FRAME: usize = 256 << 20;
 
 /// The log file of `generation` in `dir`.
 pub fn path(dir: &Path, generation: u64) -> PathBuf {
@@ -49,12 +55,33 @@ pub fn existing(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(logs)
 }
 
+/// Bytes an entry takes in a payload.
+fn entry_size((id, rec): &Entry) -> usize {
+    9 + id.len() + rec.as_ref().map_or(0, Vec::len)
+}
+
+/// `entries` as frames of at most `max` payload bytes each (an entry larger than `max` gets a
+/// frame of its own), in order.
+pub fn frames(entries: &[Entry], max: usize) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let (mut start, mut size) = (0, 0);
+    for (i, e) in entries.iter().enumerate() {
+        let n = entry_size(e);
+        if i > start && size + n > max {
+            out.push(frame(&entries[start..i]));
+            (start, size) = (i, 0);
+        }
+        size += n;
+    }
+    if start < entries.len() || out.is_empty() {
+        out.push(frame(&entries[start..]));
+    }
+    out
+}
+
 /// One frame holding `entries`.
 pub fn frame(entries: &[Entry]) -> Vec<u8> {
-    let size: usize = entries
-        .iter()
-        .map(|(id, rec)| 9 + id.len() + rec.as_ref().map_or(0, Vec::len))
-        .sum();
+    let size: usize = entries.iter().map(entry_size).sum();
     let mut out = Vec::with_capacity(HEADER + size);
     out.extend_from_slice(&[0; HEADER]);
     for (id, rec) in entries {
@@ -189,6 +216,24 @@ mod tests {
         want.push(("a".into(), None));
         assert_eq!(read(&log.path).unwrap(), want);
         assert_eq!(existing(dir.path()).unwrap(), vec![(7, log.path.clone())]);
+    }
+
+    #[test]
+    fn a_commit_over_the_frame_limit_is_split_in_order() {
+        let entries: Vec<Entry> = (0..10)
+            .map(|i| (format!("j{i}"), Some(vec![b'x'; 100])))
+            .collect();
+        let split = frames(&entries, 250);
+        // 111 bytes per entry: two per frame.
+        assert_eq!(split.len(), 5);
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::create(dir.path(), 1).unwrap();
+        for f in &split {
+            log.append(f).unwrap();
+        }
+        assert_eq!(read(&log.path).unwrap(), entries);
+        assert_eq!(frames(&entries, usize::MAX).len(), 1);
+        assert_eq!(frames(&[], 250).len(), 1);
     }
 
     #[test]

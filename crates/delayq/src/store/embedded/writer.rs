@@ -302,8 +302,10 @@ impl Writer {
             .map(|(id, job)| (id.as_str().to_owned(), job.map(record::encode)))
             .collect();
         let shown = log.path.display().to_string();
-        log.append(&wal::frame(&entries))
-            .map_err(|e| format!("cannot append to {shown}: {e}"))?;
+        for frame in wal::frames(&entries, wal::MAX_FRAME) {
+            log.append(&frame)
+                .map_err(|e| format!("cannot append to {shown}: {e}"))?;
+        }
         if durable {
             log.sync()
                 .map_err(|e| format!("cannot sync {shown}: {e}"))?;
