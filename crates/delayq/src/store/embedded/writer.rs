@@ -59,6 +59,9 @@ const LAZY_WINDOW: Duration = Duration::from_secs(1);
 /// Bounds the log's size and the memory holding its changes until their checkpoint.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 const CHECKPOINT_BYTES: u64 = 16 << 20;
+/// Checkpoints handed over and not yet written to redb before the writer waits for one: if
+/// redb ever fell behind, commits slow down instead of logs and memory piling up.
+const CHECKPOINTS_PENDING: usize = 2;
 
 /// One transition's changes, queued for the writer.
 pub struct Commit {
@@ -99,14 +102,14 @@ struct Logging {
     /// Changes in the logs not yet handed to a checkpoint.
     changes: Changes,
     since: Instant,
-    checkpoints: mpsc::Sender<(Changes, PathBuf)>,
+    checkpoints: mpsc::SyncSender<(Changes, PathBuf)>,
 }
 
 impl Writer {
     /// Runs until every sender is dropped and the queue is empty, then checkpoints everything
     /// and closes the database (releasing its lock).
     pub fn run(mut self) {
-        let (checkpoints, to_apply) = mpsc::channel::<(Changes, PathBuf)>();
+        let (checkpoints, to_apply) = mpsc::sync_channel::<(Changes, PathBuf)>(CHECKPOINTS_PENDING);
         let checkpointer = self.db.take().map(|db| {
             let (file, failure) = (self.file.clone(), self.failure.clone());
             std::thread::Builder::new()
