@@ -109,6 +109,11 @@ impl fmt::Display for Topic {
 pub struct JobId(String);
 
 impl JobId {
+    /// The id as an owned string, without copying it.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
     pub fn parse(s: impl Into<String>) -> Result<JobId, InvalidField> {
         let s = s.into();
         let n = s.chars().count();

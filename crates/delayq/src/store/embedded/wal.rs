@@ -180,16 +180,20 @@ impl Log {
         })
     }
 
-    /// Appends one frame (not yet synced).
-    pub fn append(&mut self, frame: &[u8]) -> io::Result<()> {
-        self.file.write_all(frame)?;
+    /// Appends one frame (not yet synced). An error names the file.
+    pub fn append(&mut self, frame: &[u8]) -> Result<(), String> {
+        self.file
+            .write_all(frame)
+            .map_err(|e| format!("cannot append to {}: {e}", self.path.display()))?;
         self.bytes += frame.len() as u64;
         Ok(())
     }
 
-    /// Makes everything appended durable.
-    pub fn sync(&mut self) -> io::Result<()> {
-        self.file.sync_data()
+    /// Makes everything appended durable. An error names the file.
+    pub fn sync(&mut self) -> Result<(), String> {
+        self.file
+            .sync_data()
+            .map_err(|e| format!("cannot sync {}: {e}", self.path.display()))
     }
 }
 

@@ -156,10 +156,8 @@ impl Writer {
                 Ok(c) => c,
                 Err(RecvTimeoutError::Timeout) => {
                     // Lazy commits have waited long enough for their fsync.
-                    if let Some(log) = state.log.as_mut()
-                        && let Err(e) = log.sync()
-                    {
-                        self.fail(format!("cannot sync {}: {e}", log.path.display()));
+                    if let Some(Err(reason)) = state.log.as_mut().map(wal::Log::sync) {
+                        self.fail(reason);
                     }
                     lazy_since = None;
                     continue;
@@ -205,12 +203,7 @@ impl Writer {
     }
 
     fn fail(&self, reason: String) {
-        tracing::error!(
-            file = %self.file.display(),
-            %reason,
-            "embedded store write failed; refusing all further requests"
-        );
-        let _ = self.failure.set(reason);
+        fail(&self.failure, &self.file, reason);
     }
 
     /// Hands the changes logged so far to the checkpoint thread, with the log that holds them
@@ -302,16 +295,13 @@ impl Writer {
         };
         let entries: Vec<wal::Entry> = last
             .into_iter()
-            .map(|(id, job)| (id.as_str().to_owned(), job.map(record::encode)))
+            .map(|(id, job)| (id.into_string(), job.map(record::encode)))
             .collect();
-        let shown = log.path.display().to_string();
         for frame in wal::frames(&entries, wal::MAX_FRAME) {
-            log.append(&frame)
-                .map_err(|e| format!("cannot append to {shown}: {e}"))?;
+            log.append(&frame)?;
         }
         if durable {
-            log.sync()
-                .map_err(|e| format!("cannot sync {shown}: {e}"))?;
+            log.sync()?;
         }
         state.changes.extend(entries);
         Ok(())
@@ -337,12 +327,20 @@ fn checkpoint_loop(
                     tracing::warn!(error = %e, log = %log.display(), "cannot delete a checkpointed log");
                 }
             }
-            Err(reason) => {
-                tracing::error!(file = %file.display(), %reason, "embedded store checkpoint failed; refusing all further requests");
-                let _ = failure.set(reason);
-            }
+            Err(reason) => fail(failure, file, reason),
         }
     }
+}
+
+/// Records why the store stopped (a failed log write or checkpoint): every later request is
+/// refused with it.
+fn fail(failure: &Failure, file: &Path, reason: String) {
+    tracing::error!(
+        file = %file.display(),
+        %reason,
+        "embedded store write failed; refusing all further requests"
+    );
+    let _ = failure.set(reason);
 }
 
 /// Writes jobs' last states to redb in one durable transaction. Used by checkpoints and by
