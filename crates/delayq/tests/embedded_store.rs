@@ -249,7 +249,9 @@ async fn a_graceful_stop_checkpoints_the_log_into_the_redb_file() {
         "{running:?}"
     );
     drop(store);
-    assert_eq!(file_names(tmp.path()), [DB_FILE_NAME]);
+    // Every change is in redb; the last log is kept only as the spare the next one is
+    // written over, and is never read.
+    assert_eq!(file_names(tmp.path()), [DB_FILE_NAME, "wal-spare.log"]);
 
     let store = open(tmp.path()).await.unwrap();
     assert!(store.get(&id("a")).await.is_err());
@@ -448,18 +450,21 @@ async fn concurrent_writers_all_become_durable() {
     assert_eq!(counts.ready, 1_000);
 }
 
-/// 20 rounds of 2,000 push+finish cycles (50 concurrent workers, so commits are shared): the
-/// file grows to its working size in the first rounds, then freed pages are reused.
+/// 20 rounds, each pushing 2,000 jobs and finishing the previous round's 2,000 (50 concurrent
+/// workers, so commits are shared), each ended by a graceful stop, which checkpoints
+/// everything into redb: the data directory grows to its working size in the first rounds,
+/// then redb reuses the pages of finished jobs and the log kept as the spare stays the size
+/// of one round's log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn space_stays_flat_over_push_finish_cycles() {
     const ROUNDS: usize = 20;
     const CYCLES: usize = 2_000;
     const WORKERS: usize = 50;
     let tmp = tempfile::tempdir().unwrap();
-    let store = Arc::new(open(tmp.path()).await.unwrap());
     let topic = Topic::parse("orders").unwrap();
     let mut sizes = Vec::new();
     for round in 0..ROUNDS {
+        let store = Arc::new(open(tmp.path()).await.unwrap());
         let tasks: Vec<_> = (0..WORKERS)
             .map(|w| {
                 let store = store.clone();
@@ -469,9 +474,11 @@ async fn space_stays_flat_over_push_finish_cycles() {
                         let mut s = spec(&format!("r{round}-w{w}-{i}"), NOW);
                         s.topic = topic.clone();
                         s.body = "x".repeat(200);
-                        let jid = s.id.clone();
                         store.push(s, PushMode::Reject, NOW).await.unwrap();
-                        store.finish(&jid).await.unwrap();
+                        if round > 0 {
+                            let previous = id(&format!("r{}-w{w}-{i}", round - 1));
+                            store.finish(&previous).await.unwrap();
+                        }
                     }
                 })
             })
@@ -479,14 +486,20 @@ async fn space_stays_flat_over_push_finish_cycles() {
         for t in tasks {
             t.await.unwrap();
         }
+        let counts = store.stats().await.unwrap().topics[&topic];
+        assert_eq!(counts.ready, CYCLES as u64);
+        drop(Arc::into_inner(store).expect("no other handle"));
         sizes.push(dir_bytes(tmp.path()));
     }
-    println!("data dir bytes after each round of {CYCLES} push+finish: {sizes:?}");
-    let (r5, r20) = (sizes[4], sizes[ROUNDS - 1]);
-    println!("after round 5: {r5} bytes; after round 20: {r20} bytes");
-    assert!(store.stats().await.unwrap().topics.is_empty());
+    println!("data dir bytes after each round of {CYCLES} pushes and finishes: {sizes:?}");
+    // redb's file swings between about 2.1 and 3.8 MB from round to round as it reorganises
+    // (60 rounds stayed in that band); without page reuse it would gain ~0.6 MB per round.
+    // So: the largest of the last five rounds against twice the largest of the first five.
+    let early = *sizes[..5].iter().max().unwrap();
+    let late = *sizes[ROUNDS - 5..].iter().max().unwrap();
+    println!("largest in rounds 1-5: {early} bytes; in rounds 16-20: {late} bytes");
     assert!(
-        r20 <= r5 + r5 / 4 + (256 << 10),
-        "data dir grew from {r5} to {r20} bytes"
+        late <= 2 * early,
+        "data dir grew from {early} to {late} bytes"
     );
 }

@@ -295,18 +295,19 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
 }
 
 /// Applies the write-ahead logs left in `dir` (by a crash, or a checkpoint that did not
-/// finish) to redb, oldest first, each in one durable transaction, and deletes them. Returns
-/// the generation the next log takes (above every one seen).
+/// finish) to redb, oldest first, each in one durable transaction, and retires them (the last
+/// is kept as the spare, `wal.rs`). Returns the generation the next log takes (above every one
+/// seen).
 fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
     let logs = wal::existing(dir).map_err(|e| {
         StoreError::Unavailable(format!("cannot list the logs in {}: {e}", dir.display()))
     })?;
-    for (_, log) in &logs {
-        let entries = wal::read(log)
+    for (generation, log) in &logs {
+        let entries = wal::read(log, *generation)
             .map_err(|e| StoreError::Unavailable(format!("cannot read {}: {e}", log.display())))?;
         let n = entries.len();
         writer::apply(db, file, entries).map_err(StoreError::Corrupt)?;
-        std::fs::remove_file(log).map_err(|e| {
+        wal::retire(dir, log).map_err(|e| {
             StoreError::Unavailable(format!("cannot delete {}: {e}", log.display()))
         })?;
         tracing::info!(log = %log.display(), changes = n, "replayed a write-ahead log");

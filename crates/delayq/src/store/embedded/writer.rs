@@ -10,7 +10,8 @@
 //!
 //! **Checkpoints.** Every [`CHECKPOINT_EVERY`] (or [`CHECKPOINT_BYTES`] of log), the writer
 //! starts a new log and hands the changes logged since the last checkpoint to the checkpoint
-//! thread, which writes them to redb in one durable transaction and then deletes the old log.
+//! thread, which writes them to redb in one durable transaction and then retires the old log
+//! (kept as the spare the next new log is written over, `wal.rs`).
 //! Appending a frame is one small sequential write; the redb commit it replaces rewrote ~14
 //! pages per group of requests, and took half of the embedded store's CPU in W1
 //! (docs/benchmarks.md). Opening the store replays whatever logs are left (`embedded.rs`).
@@ -111,10 +112,10 @@ impl Writer {
     pub fn run(mut self) {
         let (checkpoints, to_apply) = mpsc::sync_channel::<(Changes, PathBuf)>(CHECKPOINTS_PENDING);
         let checkpointer = self.db.take().map(|db| {
-            let (file, failure) = (self.file.clone(), self.failure.clone());
+            let (file, dir, failure) = (self.file.clone(), self.dir.clone(), self.failure.clone());
             std::thread::Builder::new()
                 .name("delayq-embedded-checkpoint".into())
-                .spawn(move || checkpoint_loop(db, &file, &failure, to_apply))
+                .spawn(move || checkpoint_loop(db, &file, &dir, &failure, to_apply))
         });
         let checkpointer = match checkpointer {
             Some(Ok(handle)) => Some(handle),
@@ -207,7 +208,7 @@ impl Writer {
     }
 
     /// Hands the changes logged so far to the checkpoint thread, with the log that holds them
-    /// (deleted once they are in redb), and starts a new log if `more` are to come.
+    /// (retired once they are in redb), and starts a new log if `more` are to come.
     fn rotate(&self, state: &mut Logging, more: bool) {
         state.since = Instant::now();
         if state.changes.is_empty() {
@@ -231,6 +232,10 @@ impl Writer {
         let Some(old) = std::mem::replace(&mut state.log, next) else {
             return;
         };
+        if let Err(e) = old.trim() {
+            // Only space: the file stays as large as the largest log it held.
+            tracing::warn!(error = %e, log = %old.path.display(), "cannot trim a log");
+        }
         let changes = std::mem::take(&mut state.changes);
         let _ = state.checkpoints.send((changes, old.path.clone()));
     }
@@ -297,7 +302,7 @@ impl Writer {
             .into_iter()
             .map(|(id, job)| (id.into_string(), job.map(record::encode)))
             .collect();
-        for frame in wal::frames(&entries, wal::MAX_FRAME) {
+        for frame in wal::frames(&entries, wal::MAX_FRAME, log.generation) {
             log.append(&frame)?;
         }
         if durable {
@@ -309,10 +314,11 @@ impl Writer {
 }
 
 /// The checkpoint thread: writes each handed-over set of changes to redb durably, then
-/// deletes the log that held them. Owns the database; closes it when the writer is done.
+/// retires the log that held them (`wal::retire`). Owns the database; closes it when the writer is done.
 fn checkpoint_loop(
     db: Database,
     file: &Path,
+    dir: &Path,
     failure: &Failure,
     to_apply: mpsc::Receiver<(Changes, PathBuf)>,
 ) {
@@ -323,8 +329,8 @@ fn checkpoint_loop(
         match apply(&db, file, changes) {
             Ok(()) => {
                 // A log left behind is only replayed again (same final state) at the next open.
-                if let Err(e) = std::fs::remove_file(&log) {
-                    tracing::warn!(error = %e, log = %log.display(), "cannot delete a checkpointed log");
+                if let Err(e) = wal::retire(dir, &log) {
+                    tracing::warn!(error = %e, log = %log.display(), "cannot retire a checkpointed log");
                 }
             }
             Err(reason) => fail(failure, file, reason),
