@@ -1045,6 +1045,23 @@ mod tests {
         joined(task).await;
     }
 
+    /// The fallback used when the alarm thread cannot start: it wakes at the time last set
+    /// (a later setting replaces an earlier one), never before it.
+    #[tokio::test]
+    async fn the_tokio_sleeper_wakes_at_the_time_last_set_never_before() {
+        let hour = Duration::from_secs(3600);
+        let mut sleeper = Sleeper::Tokio(Box::pin(tokio::time::sleep(hour)));
+        for ms in [0u64, 1, 20] {
+            sleeper.set(Instant::now() + hour);
+            let at = Instant::now() + Duration::from_millis(ms);
+            sleeper.set(at);
+            tokio::time::timeout(PROMPT, sleeper.wait())
+                .await
+                .expect("the sleeper wakes at the later setting, the hour-long one is gone");
+            assert!(Instant::now() >= at, "woke before its time");
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn idle_timer_does_not_spin() {
         let store = Arc::new(FlakyTicks {
