@@ -929,6 +929,45 @@ async fn the_function_library_is_reloaded_after_a_function_flush() {
     assert_eq!(s.reserve(&[topic("t")], 20, NOW).await.unwrap().len(), 10);
 }
 
+/// A Redis at its `maxmemory` (noeviction) refuses every transition: each request gets
+/// `Unavailable` naming the cause, nothing changes, and the store needs no restart once memory
+/// is freed. The function library, if missing meanwhile, cannot be loaded while memory is full
+/// (`FUNCTION LOAD` is refused like any write) and is loaded by the first call after.
+#[tokio::test]
+async fn a_full_redis_refuses_clearly_changes_nothing_and_recovers() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    s.push(job("t", "before", "", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    // A limit below what Redis already holds: every write is refused from now on.
+    let mut c = raw(&server).await;
+    command(&mut c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
+    command(&mut c, &["CONFIG", "SET", "maxmemory", "100000"]).await;
+
+    let oom = |r: StoreError| match r {
+        StoreError::Unavailable(m) if m.contains("OOM") => {}
+        other => panic!("expected Unavailable naming OOM, got {other:?}"),
+    };
+    oom(s
+        .push(job("t", "during", "", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap_err());
+    oom(s.reserve(&[topic("t")], 10, NOW).await.unwrap_err());
+    command(&mut c, &["FUNCTION", "FLUSH"]).await;
+    oom(s
+        .push(job("t", "during", "", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap_err());
+
+    command(&mut c, &["CONFIG", "SET", "maxmemory", "0"]).await;
+    s.push(job("t", "after", "", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    let got = s.reserve(&[topic("t")], 10, NOW).await.unwrap();
+    assert_eq!(ids(&got), ["before", "after"], "nothing pushed while full");
+}
+
 #[tokio::test]
 async fn an_instance_with_another_shard_count_is_refused_and_strands_nothing() {
     let server = RedisServer::start();
