@@ -929,18 +929,21 @@ async fn the_function_library_is_reloaded_after_a_function_flush() {
     assert_eq!(s.reserve(&[topic("t")], 20, NOW).await.unwrap().len(), 10);
 }
 
-/// A Redis at its `maxmemory` (noeviction) refuses every transition: each request gets
-/// `Unavailable` naming the cause, nothing changes, and the store needs no restart once memory
-/// is freed. The function library, if missing meanwhile, cannot be loaded while memory is full
-/// (`FUNCTION LOAD` is refused like any write) and is loaded by the first call after.
+/// A Redis at its `maxmemory` (noeviction) refuses what adds memory (a push, the timer's tick)
+/// with `Unavailable` naming the cause, and nothing changes; consumers still reserve and finish,
+/// and deletes still work, which is how a full Redis gets drained. The function library, if
+/// missing meanwhile, cannot be loaded while memory is full (`FUNCTION LOAD` is refused like
+/// any write). Once memory is free everything works again, with no restart.
 #[tokio::test]
-async fn a_full_redis_refuses_clearly_changes_nothing_and_recovers() {
+async fn a_full_redis_refuses_what_adds_memory_and_serves_finish_reserve_and_delete() {
     let server = RedisServer::start();
     let s = store(&server, "dq", 1).await;
-    s.push(job("t", "before", "", NOW), PushMode::Reject, NOW)
-        .await
-        .unwrap();
-    // A limit below what Redis already holds: every write is refused from now on.
+    for (i, run_at) in [("a", NOW), ("b", NOW), ("c", NOW), ("later", NOW + 1_000)] {
+        s.push(job("t", i, "", run_at), PushMode::Reject, NOW)
+            .await
+            .unwrap();
+    }
+    // A limit below what Redis already holds: every write that may add memory is refused.
     let mut c = raw(&server).await;
     command(&mut c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
     command(&mut c, &["CONFIG", "SET", "maxmemory", "100000"]).await;
@@ -953,19 +956,25 @@ async fn a_full_redis_refuses_clearly_changes_nothing_and_recovers() {
         .push(job("t", "during", "", NOW), PushMode::Reject, NOW)
         .await
         .unwrap_err());
-    oom(s.reserve(&[topic("t")], 10, NOW).await.unwrap_err());
+    oom(s.tick(NOW + 2_000, 100).await.unwrap_err());
+    let got = s.reserve(&[topic("t")], 1, NOW).await.unwrap();
+    assert_eq!(ids(&got), ["a"]);
+    assert_eq!(s.finish(&id("a")).await.unwrap(), JobState::Reserved);
+    assert_eq!(s.delete(&id("b")).await.unwrap(), JobState::Ready);
     command(&mut c, &["FUNCTION", "FLUSH"]).await;
-    oom(s
-        .push(job("t", "during", "", NOW), PushMode::Reject, NOW)
-        .await
-        .unwrap_err());
+    oom(s.reserve(&[topic("t")], 1, NOW).await.unwrap_err());
 
     command(&mut c, &["CONFIG", "SET", "maxmemory", "0"]).await;
     s.push(job("t", "after", "", NOW), PushMode::Reject, NOW)
         .await
         .unwrap();
-    let got = s.reserve(&[topic("t")], 10, NOW).await.unwrap();
-    assert_eq!(ids(&got), ["before", "after"], "nothing pushed while full");
+    s.tick(NOW + 2_000, 100).await.unwrap();
+    let got = s.reserve(&[topic("t")], 10, NOW + 2_000).await.unwrap();
+    assert_eq!(
+        ids(&got),
+        ["c", "after", "later"],
+        "nothing pushed while full"
+    );
 }
 
 #[tokio::test]

@@ -15,6 +15,15 @@
 //! builds sharing one Redis (a rolling upgrade) each call their own code; loading is
 //! `FUNCTION LOAD REPLACE`, which is idempotent for identical text. A library stays in Redis
 //! after its last instance is gone (a few tens of KB; `FUNCTION DELETE` removes it).
+//!
+//! **When Redis is full.** Redis refuses a function at its `maxmemory` (with `noeviction`)
+//! unless it is registered `allow-oom`. `remove` (finish, delete) only frees memory and
+//! `reserve` leaves it about the same (a ready entry becomes a timeline entry, the record gains
+//! its attempt count and deadline), so both are: consumers can drain the ready jobs and finish
+//! them, and an operator can delete jobs, which frees Redis. Everything that can add memory
+//! (push, and the timer's tick, whose window drains turn list entries into timeline entries)
+//! is refused until memory is free again (`redis_store.rs`
+//! `a_full_redis_refuses_what_adds_memory_and_serves_finish_reserve_and_delete`).
 
 use std::sync::LazyLock;
 
@@ -34,15 +43,24 @@ const SOURCES: [(&str, &str); 10] = [
     ("tick", include_str!("tick.lua")),
 ];
 
+/// The transitions Redis runs even at its `maxmemory` (see the module docs).
+const ALLOW_OOM: [&str; 2] = ["reserve", "remove"];
+
 /// The library's Lua after its `#!lua` header line: lib, then one `register_function` per
-/// transition, named `<prefix>_<name>`. Each body starts with `begin`, which binds the call's
+/// transition, named `<prefix>_<name>`, with its flags (`allow-oom` or none). Each body starts with `begin`, which binds the call's
 /// keys and arguments to the names lib and the bodies use (`KEYS`, `ARGV`, `JOBS`, `NOW`...).
 fn functions(prefix: &str) -> String {
     let mut out = String::with_capacity(LIB.len() + 16_384);
     out.push_str(LIB);
     for (name, body) in SOURCES {
+        let flags = if ALLOW_OOM.contains(&name) {
+            "{'allow-oom'}"
+        } else {
+            "{}"
+        };
         out.push_str(&format!(
-            "\nredis.register_function('{prefix}_{name}', function(keys, args)\nbegin(keys, args)\n{body}\nend)\n"
+            "\nredis.register_function{{function_name = '{prefix}_{name}', flags = {flags}, \
+             callback = function(keys, args)\nbegin(keys, args)\n{body}\nend}}\n"
         ));
     }
     out
@@ -107,7 +125,7 @@ mod tests {
             .unwrap();
         assert_eq!(prefix.len(), "delayq_".len() + 16);
         for (name, _) in SOURCES {
-            let registered = format!("redis.register_function('{prefix}_{name}',");
+            let registered = format!("function_name = '{prefix}_{name}',");
             assert_eq!(lib.text.matches(&registered).count(), 1, "{name}");
         }
         for f in [
