@@ -233,7 +233,7 @@ fn file_names(dir: &Path) -> Vec<String> {
 }
 
 /// While the store runs, acknowledged changes are in a write-ahead log beside the redb file; a
-/// graceful stop checkpoints them into redb and removes the log, and they are all there again.
+/// graceful stop checkpoints them into redb and retires the log, and they are all there again.
 #[tokio::test]
 async fn a_graceful_stop_checkpoints_the_log_into_the_redb_file() {
     let tmp = tempfile::tempdir().unwrap();
@@ -256,6 +256,38 @@ async fn a_graceful_stop_checkpoints_the_log_into_the_redb_file() {
     let store = open(tmp.path()).await.unwrap();
     assert!(store.get(&id("a")).await.is_err());
     assert_eq!(store.get(&id("b")).await.unwrap().state, JobState::Delayed);
+}
+
+/// The generations of the logs in `dir` (`wal-<hex>.log`; the spare is not one).
+fn log_generations(dir: &Path) -> Vec<u64> {
+    file_names(dir)
+        .iter()
+        .filter_map(|n| n.strip_prefix("wal-")?.strip_suffix(".log"))
+        .filter_map(|hex| u64::from_str_radix(hex, 16).ok())
+        .collect()
+}
+
+/// The next run writes its first log over the spare the last one left, so it must take a
+/// generation above the spare's: the spare's old frames carry theirs, and a log of the same
+/// generation could read them as its own.
+#[tokio::test]
+async fn after_a_restart_logs_take_generations_above_the_spare_s() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path()).await.unwrap();
+    push(&store, spec("a", NOW)).await;
+    drop(store);
+    // The spare's header: 8 bytes of magic, then the generation it was written as (u64 LE).
+    let spare = std::fs::read(tmp.path().join("wal-spare.log")).unwrap();
+    let spare_generation = u64::from_le_bytes(spare[8..16].try_into().unwrap());
+
+    let store = open(tmp.path()).await.unwrap();
+    push(&store, spec("b", NOW)).await;
+    let live = log_generations(tmp.path());
+    assert!(
+        !live.is_empty() && live.iter().all(|&g| g > spare_generation),
+        "logs {live:?}, spare written as generation {spare_generation}"
+    );
+    assert_eq!(store.get(&id("a")).await.unwrap().state, JobState::Ready);
 }
 
 #[tokio::test]

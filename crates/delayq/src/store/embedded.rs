@@ -296,8 +296,8 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
 
 /// Applies the write-ahead logs left in `dir` (by a crash, or a checkpoint that did not
 /// finish) to redb, oldest first, each in one durable transaction, and retires them (the last
-/// is kept as the spare, `wal.rs`). Returns the generation the next log takes (above every one
-/// seen).
+/// is kept as the spare, `wal.rs`). Returns the generation the next log takes: above every one
+/// seen, the spare's included, so no generation is ever written twice into one file.
 fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
     let logs = wal::existing(dir).map_err(|e| {
         StoreError::Unavailable(format!("cannot list the logs in {}: {e}", dir.display()))
@@ -312,7 +312,14 @@ fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
         })?;
         tracing::info!(log = %log.display(), changes = n, "replayed a write-ahead log");
     }
-    Ok(logs.last().map_or(0, |(g, _)| g + 1))
+    let spare = wal::spare_generation(dir).map_err(|e| {
+        StoreError::Unavailable(format!(
+            "cannot read the spare log in {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let last = logs.last().map(|(g, _)| *g).max(spare);
+    Ok(last.map_or(0, |g| g + 1))
 }
 
 /// Reads and decodes every job record.

@@ -15,7 +15,9 @@
 //! here (ext4 on a virtio disk): 125 against 175 µs per write-and-fdatasync, and in W1
 //! embedded 12–15% more jobs/s (docs/benchmarks.md). What the old contents leave past the new
 //! frames must never read as a frame of the new log, so every frame's CRC covers the log's
-//! generation, and the file starts with a header naming it.
+//! generation, and the file starts with a header naming it. Generations never repeat: opening
+//! the store starts above every log's and the spare's ([`spare_generation`]), so whatever a
+//! file held before is of older generations.
 //!
 //! File: [`MAGIC`] and the generation (u64 LE), then frames. Frame: `len` (u32 LE) and `crc`
 //! (CRC-32 of the generation, u64 LE, then the payload; u32 LE), then the payload: entries of
@@ -59,6 +61,26 @@ pub fn path(dir: &Path, generation: u64) -> PathBuf {
 /// (replacing an older spare), or deleted if it cannot be. Either way it is never read again.
 pub fn retire(dir: &Path, log: &Path) -> io::Result<()> {
     std::fs::rename(log, dir.join(SPARE)).or_else(|_| std::fs::remove_file(log))
+}
+
+/// The generation the spare in `dir` was last written as, if there is a spare with a header.
+/// A new log must take a higher one: the spare's old frames carry it (and older ones), and a
+/// log of the same generation written over it could read them as its own.
+pub fn spare_generation(dir: &Path) -> io::Result<Option<u64>> {
+    let mut header = [0u8; FILE_HEADER];
+    let read = match File::open(dir.join(SPARE)) {
+        Ok(mut f) => f.read_exact(&mut header),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    match read {
+        Ok(()) => Ok(header
+            .strip_prefix(MAGIC)
+            .and_then(|g| g.try_into().ok())
+            .map(u64::from_le_bytes)),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The logs in `dir`, oldest generation first (the spare is not one).
@@ -346,6 +368,7 @@ mod tests {
             existing(dir.path()).unwrap().is_empty(),
             "the spare is not a log"
         );
+        assert_eq!(spare_generation(dir.path()).unwrap(), Some(1));
 
         let mut new = Log::create(dir.path(), 2).unwrap();
         assert!(!dir.path().join(SPARE).exists(), "the spare was reused");
