@@ -929,13 +929,14 @@ async fn the_function_library_is_reloaded_after_a_function_flush() {
     assert_eq!(s.reserve(&[topic("t")], 20, NOW).await.unwrap().len(), 10);
 }
 
-/// A Redis at its `maxmemory` (noeviction) refuses what adds memory (a push, the timer's tick)
-/// with `Unavailable` naming the cause, and nothing changes; consumers still reserve and finish,
-/// and deletes still work, which is how a full Redis gets drained. The function library, if
-/// missing meanwhile, cannot be loaded while memory is full (`FUNCTION LOAD` is refused like
-/// any write). Once memory is free everything works again, with no restart.
+/// A Redis at its `maxmemory` (noeviction) refuses what adds memory (a push, a reschedule, the
+/// timer's tick) with `Unavailable` naming the cause, and nothing changes; what moves or
+/// removes the jobs it holds still works (reserve, touch, release, bury, kick, finish, delete),
+/// which is how a full Redis gets drained. The function library, if missing meanwhile, cannot
+/// be loaded while memory is full (`FUNCTION LOAD` is refused like any write). Once memory is
+/// free everything works again, with no restart.
 #[tokio::test]
-async fn a_full_redis_refuses_what_adds_memory_and_serves_finish_reserve_and_delete() {
+async fn a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds() {
     let server = RedisServer::start();
     let s = store(&server, "dq", 1).await;
     for (i, run_at) in [("a", NOW), ("b", NOW), ("c", NOW), ("later", NOW + 1_000)] {
@@ -956,10 +957,28 @@ async fn a_full_redis_refuses_what_adds_memory_and_serves_finish_reserve_and_del
         .push(job("t", "during", "", NOW), PushMode::Reject, NOW)
         .await
         .unwrap_err());
+    let later = Reschedule {
+        run_at: NOW + 500,
+        body: None,
+        priority: None,
+    };
+    oom(s.reschedule(&id("later"), later, NOW).await.unwrap_err());
     oom(s.tick(NOW + 2_000, 100).await.unwrap_err());
+
     let got = s.reserve(&[topic("t")], 1, NOW).await.unwrap();
     assert_eq!(ids(&got), ["a"]);
+    assert_eq!(
+        s.touch(&id("a"), NOW).await.unwrap().state,
+        JobState::Reserved
+    );
+    assert_eq!(
+        s.release(&id("a"), None, NOW).await.unwrap().state,
+        JobState::Ready
+    );
+    assert_eq!(ids(&s.reserve(&[topic("t")], 1, NOW).await.unwrap()), ["a"]);
     assert_eq!(s.finish(&id("a")).await.unwrap(), JobState::Reserved);
+    assert_eq!(s.bury(&id("c"), NOW).await.unwrap().state, JobState::Dead);
+    assert_eq!(s.kick(&id("c"), NOW).await.unwrap().state, JobState::Ready);
     assert_eq!(s.delete(&id("b")).await.unwrap(), JobState::Ready);
     command(&mut c, &["FUNCTION", "FLUSH"]).await;
     oom(s.reserve(&[topic("t")], 1, NOW).await.unwrap_err());

@@ -17,13 +17,16 @@
 //! after its last instance is gone (a few tens of KB; `FUNCTION DELETE` removes it).
 //!
 //! **When Redis is full.** Redis refuses a function at its `maxmemory` (with `noeviction`)
-//! unless it is registered `allow-oom`. `remove` (finish, delete) only frees memory and
-//! `reserve` leaves it about the same (a ready entry becomes a timeline entry, the record gains
-//! its attempt count and deadline), so both are: consumers can drain the ready jobs and finish
-//! them, and an operator can delete jobs, which frees Redis. Everything that can add memory
-//! (push, and the timer's tick, whose window drains turn list entries into timeline entries)
-//! is refused until memory is free again (`redis_store.rs`
-//! `a_full_redis_refuses_what_adds_memory_and_serves_finish_reserve_and_delete`).
+//! unless it is registered `allow-oom`. `remove` (finish, delete) only frees memory; the
+//! transitions that move one existing job between states (reserve, release, touch, bury, kick,
+//! kick_topic) leave it about the same: the job's index entry moves and its record is rewritten
+//! a few bytes longer or shorter. Those are `allow-oom`: consumers keep draining, finishing,
+//! extending and handing back the jobs they hold, and an operator can delete jobs, which frees
+//! Redis. What can add memory is refused until memory is free again: push, reschedule (a job
+//! moved out of a far window gains a timeline entry) and the timer's tick, whose window drains
+//! turn list entries (~10 bytes) into timeline entries (~140), so jobs falling due meanwhile
+//! wait (`redis_store.rs`
+//! `a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds`).
 
 use std::sync::LazyLock;
 
@@ -44,7 +47,15 @@ const SOURCES: [(&str, &str); 10] = [
 ];
 
 /// The transitions Redis runs even at its `maxmemory` (see the module docs).
-const ALLOW_OOM: [&str; 2] = ["reserve", "remove"];
+const ALLOW_OOM: [&str; 7] = [
+    "reserve",
+    "remove",
+    "release",
+    "touch",
+    "bury",
+    "kick",
+    "kick_topic",
+];
 
 /// The library's Lua after its `#!lua` header line: lib, then one `register_function` per
 /// transition, named `<prefix>_<name>`, with its flags (`allow-oom` or none). Each body starts with `begin`, which binds the call's
