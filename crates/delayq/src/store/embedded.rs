@@ -308,7 +308,7 @@ fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
         let n = entries.len();
         writer::apply(db, file, entries).map_err(StoreError::Corrupt)?;
         wal::retire(dir, log).map_err(|e| {
-            StoreError::Unavailable(format!("cannot delete {}: {e}", log.display()))
+            StoreError::Unavailable(format!("cannot retire {}: {e}", log.display()))
         })?;
         tracing::info!(log = %log.display(), changes = n, "replayed a write-ahead log");
     }

@@ -5,7 +5,7 @@
 //! write per group of requests, where a redb commit rewrote ~14 pages (measured with strace in
 //! W1). redb stays the checkpoint: `writer.rs` rotates to a new log every so often and a
 //! checkpoint thread applies the old one's changes to redb in one durable transaction, then
-//! deletes it. Opening the store replays every log left over (a crash, or a checkpoint that did
+//! retires it (below). Opening the store replays every log left over (a crash, or a checkpoint that did
 //! not finish) into redb before loading, oldest generation first.
 //!
 //! **Recycling.** A checkpointed log is not deleted but renamed to [`SPARE`], and the next
