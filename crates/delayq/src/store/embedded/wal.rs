@@ -5,8 +5,8 @@
 //! write per group of requests, where a redb commit rewrote ~14 pages (measured with strace in
 //! W1). redb stays the checkpoint: `writer.rs` rotates to a new log every so often and a
 //! checkpoint thread applies the old one's changes to redb in one durable transaction, then
-//! retires it (below). Opening the store replays every log left over (a crash, or a checkpoint that did
-//! not finish) into redb before loading, oldest generation first.
+//! retires it (below). Opening the store replays every log left over (a crash, or a checkpoint
+//! that did not finish) into redb before loading, oldest generation first.
 //!
 //! **Recycling.** A checkpointed log is not deleted but renamed to [`SPARE`], and the next
 //! new log is that file renamed again and written over from the start. Overwriting blocks a
@@ -246,8 +246,10 @@ impl Log {
                 .open(&path)?
         };
         File::open(dir)?.sync_all()?;
-        file.write_all(MAGIC)?;
-        file.write_all(&generation.to_le_bytes())?;
+        let mut header = [0u8; FILE_HEADER];
+        header[..MAGIC.len()].copy_from_slice(MAGIC);
+        header[MAGIC.len()..].copy_from_slice(&generation.to_le_bytes());
+        file.write_all(&header)?;
         Ok(Log {
             file,
             path,
