@@ -929,21 +929,34 @@ async fn the_function_library_is_reloaded_after_a_function_flush() {
     assert_eq!(s.reserve(&[topic("t")], 20, NOW).await.unwrap().len(), 10);
 }
 
-/// A Redis at its `maxmemory` (noeviction) refuses what adds memory (a push, a reschedule, the
-/// timer's tick) with `Unavailable` naming the cause, and nothing changes; what moves or
-/// removes the jobs it holds still works (reserve, touch, release, bury, kick, finish, delete),
-/// which is how a full Redis gets drained. The function library, if missing meanwhile, cannot
-/// be loaded while memory is full (`FUNCTION LOAD` is refused like any write). Once memory is
-/// free everything works again, with no restart.
+/// A Redis at its `maxmemory` (noeviction) refuses what adds memory (a push, a reschedule, a
+/// timer pass that drains a far window) with `Unavailable` naming the cause, and nothing
+/// changes; what moves or removes the jobs it holds still works (timer passes that promote,
+/// reserve, touch, release, bury, kick, finish, delete), which is how a full Redis keeps
+/// delivering and gets drained. The function library, if missing meanwhile, cannot be loaded
+/// while memory is full (`FUNCTION LOAD` is refused like any write). Once memory is free
+/// everything works again, with no restart.
 #[tokio::test]
 async fn a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds() {
+    // Ten minutes out: in a far window, drained into the timeline a minute before it is due.
+    const FAR: u64 = NOW + 600_000;
     let server = RedisServer::start();
     let s = store(&server, "dq", 1).await;
-    for (i, run_at) in [("a", NOW), ("b", NOW), ("c", NOW), ("later", NOW + 1_000)] {
+    let jobs = [
+        ("a", NOW),
+        ("b", NOW),
+        ("c", NOW),
+        ("later", NOW + 1_000),
+        ("far", FAR),
+    ];
+    for (i, run_at) in jobs {
         s.push(job("t", i, "", run_at), PushMode::Reject, NOW)
             .await
             .unwrap();
     }
+    // Due 10 ms before the far window's drain, pushed late enough to be in the timeline.
+    let mid = job("t", "mid", "", FAR - 60_010);
+    s.push(mid, PushMode::Reject, FAR - 70_000).await.unwrap();
     // A limit below what Redis already holds: every write that may add memory is refused.
     let mut c = raw(&server).await;
     command(&mut c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
@@ -957,13 +970,20 @@ async fn a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds() {
         .push(job("t", "during", "", NOW), PushMode::Reject, NOW)
         .await
         .unwrap_err());
-    let later = Reschedule {
+    let sooner = Reschedule {
         run_at: NOW + 500,
         body: None,
         priority: None,
     };
-    oom(s.reschedule(&id("later"), later, NOW).await.unwrap_err());
-    oom(s.tick(NOW + 2_000, 100).await.unwrap_err());
+    oom(s.reschedule(&id("later"), sooner, NOW).await.unwrap_err());
+    // Jobs keep falling due; a far window's drain waits. A pass that must drain fails (the
+    // timer retries after its backoff), but not before the timeline's due jobs are promoted.
+    assert_eq!(s.tick(NOW + 2_000, 100).await.unwrap().promoted, 1);
+    oom(s.tick(FAR - 60_000, 100).await.unwrap_err());
+    assert_eq!(s.get(&id("mid")).await.unwrap().state, JobState::Delayed);
+    oom(s.tick(FAR - 60_000, 100).await.unwrap_err());
+    assert_eq!(s.get(&id("mid")).await.unwrap().state, JobState::Ready);
+    assert_eq!(s.get(&id("far")).await.unwrap().state, JobState::Delayed);
 
     let got = s.reserve(&[topic("t")], 1, NOW).await.unwrap();
     assert_eq!(ids(&got), ["a"]);
@@ -987,11 +1007,11 @@ async fn a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds() {
     s.push(job("t", "after", "", NOW), PushMode::Reject, NOW)
         .await
         .unwrap();
-    s.tick(NOW + 2_000, 100).await.unwrap();
-    let got = s.reserve(&[topic("t")], 10, NOW + 2_000).await.unwrap();
+    s.tick(FAR, 100).await.unwrap();
+    let got = s.reserve(&[topic("t")], 10, FAR).await.unwrap();
     assert_eq!(
         ids(&got),
-        ["c", "after", "later"],
+        ["c", "after", "later", "mid", "far"],
         "nothing pushed while full"
     );
 }

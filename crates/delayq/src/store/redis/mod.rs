@@ -646,8 +646,15 @@ impl RedisStore {
         seq: u64,
         drain_budget: usize,
     ) -> Call {
+        // A pass that drains windows may add memory; one that does not is run even when Redis
+        // is full (scripts.rs).
+        let function = if drains.is_empty() {
+            &LIBRARY.tick
+        } else {
+            &LIBRARY.tick_drain
+        };
         let mut call = self
-            .eval_windows(&LIBRARY.tick, &self.inner.shards[shard], drains, now)
+            .eval_windows(function, &self.inner.shards[shard], drains, now)
             .arg(share)
             .arg(seq)
             .arg(drain_budget)

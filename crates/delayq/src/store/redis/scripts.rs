@@ -22,10 +22,12 @@
 //! kick_topic) leave it about the same: the job's index entry moves and its record is rewritten
 //! a few bytes longer or shorter. Those are `allow-oom`: consumers keep draining, finishing,
 //! extending and handing back the jobs they hold, and an operator can delete jobs, which frees
-//! Redis. What can add memory is refused until memory is free again: push, reschedule (a job
-//! moved out of a far window gains a timeline entry) and the timer's tick, whose window drains
-//! turn list entries (~10 bytes) into timeline entries (~140), so jobs falling due meanwhile
-//! wait (`redis_store.rs`
+//! Redis. The timer's pass is registered twice: `tick`, which promotes and expires (moves jobs)
+//! and is `allow-oom`, so jobs keep falling due on time, and `tick_drain`, the same code for
+//! the passes that also drain far windows, which turn list entries (~10 bytes) into timeline
+//! entries (~140) and so is not. What can add memory is refused until memory is free again:
+//! push, reschedule (a job moved out of a far window gains a timeline entry) and window
+//! drains, so the far-future jobs of a window due meanwhile wait (`redis_store.rs`
 //! `a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds`).
 
 use std::sync::LazyLock;
@@ -33,7 +35,7 @@ use std::sync::LazyLock;
 const LIB: &str = include_str!("lib.lua");
 
 /// Every transition's source, by name (`<name>.lua`).
-const SOURCES: [(&str, &str); 10] = [
+const SOURCES: [(&str, &str); 11] = [
     ("push", include_str!("push.lua")),
     ("reserve", include_str!("reserve.lua")),
     ("remove", include_str!("remove.lua")),
@@ -44,10 +46,13 @@ const SOURCES: [(&str, &str); 10] = [
     ("kick_topic", include_str!("kick_topic.lua")),
     ("reschedule", include_str!("reschedule.lua")),
     ("tick", include_str!("tick.lua")),
+    // The same pass registered again without `allow-oom`, for the calls that drain far
+    // windows (see the module docs).
+    ("tick_drain", include_str!("tick.lua")),
 ];
 
 /// The transitions Redis runs even at its `maxmemory` (see the module docs).
-const ALLOW_OOM: [&str; 7] = [
+const ALLOW_OOM: [&str; 8] = [
     "reserve",
     "remove",
     "release",
@@ -55,6 +60,7 @@ const ALLOW_OOM: [&str; 7] = [
     "bury",
     "kick",
     "kick_topic",
+    "tick",
 ];
 
 /// The library's Lua after its `#!lua` header line: lib, then one `register_function` per
@@ -92,6 +98,7 @@ pub struct Library {
     pub kick_topic: String,
     pub reschedule: String,
     pub tick: String,
+    pub tick_drain: String,
 }
 
 impl Library {
@@ -114,6 +121,7 @@ impl Library {
             kick_topic: name("kick_topic"),
             reschedule: name("reschedule"),
             tick: name("tick"),
+            tick_drain: name("tick_drain"),
         }
     }
 }
