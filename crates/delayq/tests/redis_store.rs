@@ -1016,6 +1016,46 @@ async fn a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds() {
     );
 }
 
+/// On several shards, a timer pass in which one shard's call fails (here: it must drain a far
+/// window while Redis is full) still does the other shards' work and wakes this instance's
+/// waiters for what they promoted, before it reports the failure.
+#[tokio::test]
+async fn a_pass_that_fails_on_one_shard_still_announces_the_others_promotions() {
+    const FAR: u64 = NOW + 600_000;
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 2).await;
+    let on_shard = |prefix: &str, shard: u16| {
+        (0..)
+            .map(|i| format!("{prefix}{i}"))
+            .find(|i| shard_of(i, 2) == shard)
+            .unwrap()
+    };
+    let (far, near) = (on_shard("far", 0), on_shard("near", 1));
+    s.push(job("far", &far, "", FAR), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    // Due 10 ms before the far window's drain, pushed late enough to be in the timeline.
+    s.push(
+        job("near", &near, "", FAR - 60_010),
+        PushMode::Reject,
+        FAR - 70_000,
+    )
+    .await
+    .unwrap();
+    let mut events = s.subscribe();
+    let mut c = raw(&server).await;
+    command(&mut c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
+    command(&mut c, &["CONFIG", "SET", "maxmemory", "100000"]).await;
+
+    match s.tick(FAR - 60_000, 100).await {
+        Err(StoreError::Unavailable(m)) if m.contains("OOM") => {}
+        other => panic!("expected the drain to be refused, got {other:?}"),
+    }
+    expect_event(&mut events, StoreEvent::Ready(topic("near"))).await;
+    assert_eq!(s.get(&id(&near)).await.unwrap().state, JobState::Ready);
+    assert_eq!(s.get(&id(&far)).await.unwrap().state, JobState::Delayed);
+}
+
 #[tokio::test]
 async fn an_instance_with_another_shard_count_is_refused_and_strands_nothing() {
     let server = RedisServer::start();

@@ -666,27 +666,42 @@ impl RedisStore {
     }
 
     /// Runs tick function calls and adds what they did to `out`; wakes this instance's waiters
-    /// for the topics that gained ready jobs.
+    /// for the topics that gained ready jobs. When some calls fail (a shard whose pass must
+    /// drain a window while Redis is full), the others' work is done all the same: their
+    /// waiters are woken before the first failure is returned.
     async fn run_ticks(&self, calls: &[Call], mut out: TickOutcome) -> StoreResult<TickOutcome> {
         let mut next_due = |t: UnixMillis| {
             out.next_due = Some(out.next_due.map_or(t, |d| d.min(t)));
         };
         let (mut promoted, mut expired) = (0, 0);
         let mut ready: Vec<Topic> = Vec::new();
-        for reply in self.inner.conn.eval(calls).await? {
-            let a = array(&reply)?;
-            let [p, e, next, topics @ ..] = a else {
-                return Err(unexpected(&reply));
+        let mut failed = None;
+        for reply in self.inner.conn.eval_each(calls).await? {
+            let parsed = reply.and_then(|reply| {
+                let a = array(&reply)?;
+                let [p, e, next, topics @ ..] = a else {
+                    return Err(unexpected(&reply));
+                };
+                let topics = topics
+                    .iter()
+                    .map(|t| Topic::parse(string(t)?).map_err(|_| unexpected(t)))
+                    .collect::<StoreResult<Vec<Topic>>>()?;
+                Ok((int(p)?, int(e)?, int(next)?, topics))
+            });
+            let (p, e, next, topics) = match parsed {
+                Ok(x) => x,
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    continue;
+                }
             };
             for t in topics {
-                let t = Topic::parse(string(t)?).map_err(|_| unexpected(t))?;
                 if !ready.contains(&t) {
                     ready.push(t);
                 }
             }
-            promoted += int(p)?.max(0) as u64;
-            expired += int(e)?.max(0) as u64;
-            let next = int(next)?;
+            promoted += p.max(0) as u64;
+            expired += e.max(0) as u64;
             if next >= 0 {
                 next_due(next as u64);
             }
@@ -698,7 +713,10 @@ impl RedisStore {
         for t in ready {
             let _ = self.inner.events.send(StoreEvent::Ready(t));
         }
-        Ok(out)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     }
 
     /// Reserves for a batch of requests (from concurrent callers) on a one-shard server, in
