@@ -929,6 +929,21 @@ async fn the_function_library_is_reloaded_after_a_function_flush() {
     assert_eq!(s.reserve(&[topic("t")], 20, NOW).await.unwrap().len(), 10);
 }
 
+/// Makes the Redis behind `c` full: a `maxmemory` below what it already holds, with
+/// `noeviction`, so every write that may add memory is refused.
+async fn fill(c: &mut redis::aio::MultiplexedConnection) {
+    command(c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
+    command(c, &["CONFIG", "SET", "maxmemory", "100000"]).await;
+}
+
+/// Asserts a refusal by a full Redis.
+fn oom(e: StoreError) {
+    match e {
+        StoreError::Unavailable(m) if m.contains("OOM") => {}
+        other => panic!("expected Unavailable naming OOM, got {other:?}"),
+    }
+}
+
 /// A Redis at its `maxmemory` (noeviction) refuses what adds memory (a push, a reschedule, a
 /// timer pass that drains a far window) with `Unavailable` naming the cause, and nothing
 /// changes; what moves or removes the jobs it holds still works (timer passes that promote,
@@ -957,15 +972,9 @@ async fn a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds() {
     // Due 10 ms before the far window's drain, pushed late enough to be in the timeline.
     let mid = job("t", "mid", "", FAR - 60_010);
     s.push(mid, PushMode::Reject, FAR - 70_000).await.unwrap();
-    // A limit below what Redis already holds: every write that may add memory is refused.
     let mut c = raw(&server).await;
-    command(&mut c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
-    command(&mut c, &["CONFIG", "SET", "maxmemory", "100000"]).await;
+    fill(&mut c).await;
 
-    let oom = |r: StoreError| match r {
-        StoreError::Unavailable(m) if m.contains("OOM") => {}
-        other => panic!("expected Unavailable naming OOM, got {other:?}"),
-    };
     oom(s
         .push(job("t", "during", "", NOW), PushMode::Reject, NOW)
         .await
@@ -1043,14 +1052,9 @@ async fn a_pass_that_fails_on_one_shard_still_announces_the_others_promotions() 
     .await
     .unwrap();
     let mut events = s.subscribe();
-    let mut c = raw(&server).await;
-    command(&mut c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
-    command(&mut c, &["CONFIG", "SET", "maxmemory", "100000"]).await;
+    fill(&mut raw(&server).await).await;
 
-    match s.tick(FAR - 60_000, 100).await {
-        Err(StoreError::Unavailable(m)) if m.contains("OOM") => {}
-        other => panic!("expected the drain to be refused, got {other:?}"),
-    }
+    oom(s.tick(FAR - 60_000, 100).await.unwrap_err());
     expect_event(&mut events, StoreEvent::Ready(topic("near"))).await;
     assert_eq!(s.get(&id(&near)).await.unwrap().state, JobState::Ready);
     assert_eq!(s.get(&id(&far)).await.unwrap().state, JobState::Delayed);

@@ -8,8 +8,8 @@
 //! (`writer.rs`) before the lock is released, so disk order is engine order; the caller then
 //! waits for the writer's acknowledgement. The writer appends everything queued to the log as
 //! one frame and fsyncs it, so concurrent callers share one fsync; a checkpoint thread moves
-//! the logged changes into redb every second. A transition that changed nothing (a refusal, a reserve
-//! that found no job, a tick with nothing due) answers at once. The timer's passes (`tick`)
+//! the logged changes into redb every second. A transition that changed nothing (a refusal, a
+//! reserve that found no job, a tick with nothing due) answers at once. The timer's passes (`tick`)
 //! do not wait at all: their changes are lazy commits (`writer.rs`), made durable by the next
 //! acknowledged transition, since a restart redoes a lost promotion or expiry by itself.
 //!
@@ -20,8 +20,9 @@
 //! (memory may then hold changes the disk does not; restarting reloads the last commit).
 //!
 //! Not here: the state machine (job.rs, memory.rs), the timer (dispatch.rs), the record layout
-//! (`embedded/record.rs`), the log and redb writes (`embedded/writer.rs`, `embedded/wal.rs`). One process per data
-//! directory: redb's file lock refuses a second opener, in this process or another.
+//! (`embedded/record.rs`), the log and redb writes (`embedded/writer.rs`, `embedded/wal.rs`).
+//! One process per data directory: redb's file lock refuses a second opener, in this process
+//! or another.
 
 mod record;
 mod wal;

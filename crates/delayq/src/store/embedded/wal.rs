@@ -50,7 +50,21 @@ pub const SPARE: &str = "wal-spare.log";
 
 /// Largest payload [`frames`] puts in one frame, far below the `u32` length field's limit: a
 /// commit of many large bodies (batches of 1,000 jobs of up to 64 MiB) is written as several.
-pub const MAX_FRAME: usize = 256 << 20;
+const MAX_FRAME: usize = 256 << 20;
+
+/// The first bytes of the log of `generation`.
+fn file_header(generation: u64) -> [u8; FILE_HEADER] {
+    let mut header = [0u8; FILE_HEADER];
+    header[..MAGIC.len()].copy_from_slice(MAGIC);
+    header[MAGIC.len()..].copy_from_slice(&generation.to_le_bytes());
+    header
+}
+
+/// The generation a log file's first bytes name; `None` when they hold no whole header.
+fn named_generation(bytes: &[u8]) -> Option<u64> {
+    let g = bytes.strip_prefix(MAGIC)?.get(..8)?;
+    Some(u64::from_le_bytes(g.try_into().ok()?))
+}
 
 /// The log file of `generation` in `dir`.
 pub fn path(dir: &Path, generation: u64) -> PathBuf {
@@ -74,10 +88,7 @@ pub fn spare_generation(dir: &Path) -> io::Result<Option<u64>> {
         Err(e) => return Err(e),
     };
     match read {
-        Ok(()) => Ok(header
-            .strip_prefix(MAGIC)
-            .and_then(|g| g.try_into().ok())
-            .map(u64::from_le_bytes)),
+        Ok(()) => Ok(named_generation(&header)),
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
         Err(e) => Err(e),
     }
@@ -122,7 +133,7 @@ fn checksum(generation: Option<u64>, payload: &[u8]) -> u32 {
 
 /// `entries` as frames of the log of `generation`, of at most `max` payload bytes each (an
 /// entry larger than `max` gets a frame of its own), in order.
-pub fn frames(entries: &[Entry], max: usize, generation: u64) -> Vec<Vec<u8>> {
+fn frames(entries: &[Entry], max: usize, generation: u64) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let (mut start, mut size) = (0, 0);
     for (i, e) in entries.iter().enumerate() {
@@ -140,7 +151,7 @@ pub fn frames(entries: &[Entry], max: usize, generation: u64) -> Vec<Vec<u8>> {
 }
 
 /// One frame of the log of `generation`, holding `entries`.
-pub fn frame(entries: &[Entry], generation: u64) -> Vec<u8> {
+fn frame(entries: &[Entry], generation: u64) -> Vec<u8> {
     let size: usize = entries.iter().map(entry_size).sum();
     let mut out = Vec::with_capacity(HEADER + size);
     out.extend_from_slice(&[0; HEADER]);
@@ -166,14 +177,12 @@ pub fn read(path: &Path, generation: u64) -> io::Result<Vec<Entry>> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
     let mut out = Vec::new();
-    let (mut at, seed) = match bytes.strip_prefix(MAGIC) {
-        Some(rest) => {
-            if rest.get(..8) != Some(&generation.to_le_bytes()[..]) {
-                return Ok(out);
-            }
-            (FILE_HEADER, Some(generation))
-        }
-        None => (0, None),
+    let (mut at, seed) = if !bytes.starts_with(MAGIC) {
+        (0, None)
+    } else if named_generation(&bytes) == Some(generation) {
+        (FILE_HEADER, Some(generation))
+    } else {
+        return Ok(out);
     };
     while let Some(header) = bytes.get(at..at + HEADER) {
         let len = u32::from_le_bytes(header[..4].try_into().unwrap_or_default()) as usize;
@@ -246,10 +255,7 @@ impl Log {
                 .open(&path)?
         };
         File::open(dir)?.sync_all()?;
-        let mut header = [0u8; FILE_HEADER];
-        header[..MAGIC.len()].copy_from_slice(MAGIC);
-        header[MAGIC.len()..].copy_from_slice(&generation.to_le_bytes());
-        file.write_all(&header)?;
+        file.write_all(&file_header(generation))?;
         Ok(Log {
             file,
             path,
@@ -258,8 +264,16 @@ impl Log {
         })
     }
 
-    /// Appends one frame (not yet synced). An error names the file.
-    pub fn append(&mut self, frame: &[u8]) -> Result<(), String> {
+    /// Appends a commit's entries (not yet synced): one frame, or several past [`MAX_FRAME`].
+    /// An error names the file.
+    pub fn append(&mut self, entries: &[Entry]) -> Result<(), String> {
+        for frame in frames(entries, MAX_FRAME, self.generation) {
+            self.append_frame(&frame)?;
+        }
+        Ok(())
+    }
+
+    fn append_frame(&mut self, frame: &[u8]) -> Result<(), String> {
         self.file
             .write_all(frame)
             .map_err(|e| format!("cannot append to {}: {e}", self.path.display()))?;
@@ -298,8 +312,8 @@ mod tests {
     fn frames_read_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = Log::create(dir.path(), 7).unwrap();
-        log.append(&frame(&sample(), 7)).unwrap();
-        log.append(&frame(&[("a".into(), None)], 7)).unwrap();
+        log.append(&sample()).unwrap();
+        log.append(&[("a".into(), None)]).unwrap();
         log.sync().unwrap();
         let mut want = sample();
         want.push(("a".into(), None));
@@ -318,7 +332,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut log = Log::create(dir.path(), 1).unwrap();
         for f in &split {
-            log.append(f).unwrap();
+            log.append_frame(f).unwrap();
         }
         assert_eq!(read(&log.path, 1).unwrap(), entries);
         assert_eq!(frames(&entries, usize::MAX, 1).len(), 1);
@@ -329,7 +343,7 @@ mod tests {
     fn a_torn_or_damaged_last_frame_ends_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = Log::create(dir.path(), 1).unwrap();
-        log.append(&frame(&sample(), 1)).unwrap();
+        log.append(&sample()).unwrap();
         let kept = FILE_HEADER + frame(&sample(), 1).len();
         let second = frame(&[("d".into(), Some(b"dd".to_vec()))], 1);
         for cut in 1..second.len() {
@@ -360,7 +374,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut old = Log::create(dir.path(), 1).unwrap();
         for batch in [jobs(10, 20), jobs(20, 30), jobs(30, 40)] {
-            old.append(&frame(&batch, 1)).unwrap();
+            old.append(&batch).unwrap();
         }
         old.sync().unwrap();
         let old_len = old.bytes;
@@ -375,7 +389,7 @@ mod tests {
         let mut new = Log::create(dir.path(), 2).unwrap();
         assert!(!dir.path().join(SPARE).exists(), "the spare was reused");
         // As long as the old first frame: the old second one starts right after it.
-        new.append(&frame(&jobs(40, 50), 2)).unwrap();
+        new.append(&jobs(40, 50)).unwrap();
         new.sync().unwrap();
         assert_eq!(std::fs::metadata(&new.path).unwrap().len(), old_len);
         assert_eq!(read(&new.path, 2).unwrap(), jobs(40, 50));
@@ -385,7 +399,7 @@ mod tests {
     fn a_recycled_log_whose_new_header_was_lost_holds_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let mut old = Log::create(dir.path(), 1).unwrap();
-        old.append(&frame(&jobs(0, 10), 1)).unwrap();
+        old.append(&jobs(0, 10)).unwrap();
         old.sync().unwrap();
         // Renamed for generation 2, and a crash before its new header reached the disk.
         std::fs::rename(&old.path, path(dir.path(), 2)).unwrap();

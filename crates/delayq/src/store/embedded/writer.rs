@@ -11,10 +11,9 @@
 //! **Checkpoints.** Every [`CHECKPOINT_EVERY`] (or [`CHECKPOINT_BYTES`] of log), the writer
 //! starts a new log and hands the changes logged since the last checkpoint to the checkpoint
 //! thread, which writes them to redb in one durable transaction and then retires the old log
-//! (kept as the spare the next new log is written over, `wal.rs`).
-//! Appending a frame is one small sequential write; the redb commit it replaces rewrote ~14
-//! pages per group of requests, and took half of the embedded store's CPU in W1
-//! (docs/benchmarks.md). Opening the store replays whatever logs are left (`embedded.rs`).
+//! (kept as the spare the next new log is written over, `wal.rs`). Appending a frame is one
+//! small sequential write; the redb commit it replaces rewrote ~14 pages per group of
+//! requests, and took half of the embedded store's CPU in W1 (docs/benchmarks.md). Opening the store replays whatever logs are left (`embedded.rs`).
 //!
 //! **Lazy commits** (the timer's passes: promotions and TTR expiries, which a restart redoes by
 //! itself) have no acknowledgement and no events to hold back. A batch of only lazy commits is
@@ -302,9 +301,7 @@ impl Writer {
             .into_iter()
             .map(|(id, job)| (id.into_string(), job.map(record::encode)))
             .collect();
-        for frame in wal::frames(&entries, wal::MAX_FRAME, log.generation) {
-            log.append(&frame)?;
-        }
+        log.append(&entries)?;
         if durable {
             log.sync()?;
         }
@@ -314,7 +311,8 @@ impl Writer {
 }
 
 /// The checkpoint thread: writes each handed-over set of changes to redb durably, then
-/// retires the log that held them (`wal::retire`). Owns the database; closes it when the writer is done.
+/// retires the log that held them (`wal::retire`). Owns the database; closes it when the
+/// writer is done.
 fn checkpoint_loop(
     db: Database,
     file: &Path,
@@ -354,7 +352,7 @@ fn fail(failure: &Failure, file: &Path, reason: String) {
 pub fn apply(
     db: &Database,
     file: &Path,
-    changes: impl IntoIterator<Item = (String, Option<Vec<u8>>)>,
+    changes: impl IntoIterator<Item = wal::Entry>,
 ) -> Result<(), String> {
     let shown = file.display();
     catch_unwind(AssertUnwindSafe(|| {

@@ -34,46 +34,47 @@ use std::sync::LazyLock;
 
 const LIB: &str = include_str!("lib.lua");
 
-/// Every transition's source, by name (`<name>.lua`).
-const SOURCES: [(&str, &str); 11] = [
-    ("push", include_str!("push.lua")),
-    ("reserve", include_str!("reserve.lua")),
-    ("remove", include_str!("remove.lua")),
-    ("release", include_str!("release.lua")),
-    ("touch", include_str!("touch.lua")),
-    ("bury", include_str!("bury.lua")),
-    ("kick", include_str!("kick.lua")),
-    ("kick_topic", include_str!("kick_topic.lua")),
-    ("reschedule", include_str!("reschedule.lua")),
-    ("tick", include_str!("tick.lua")),
-    // The same pass registered again without `allow-oom`, for the calls that drain far
-    // windows (see the module docs).
-    ("tick_drain", include_str!("tick.lua")),
-];
+/// Whether Redis runs a function even at its `maxmemory` (see the module docs).
+#[derive(Clone, Copy)]
+enum Memory {
+    /// May add memory: refused when Redis is full.
+    Adds,
+    /// Frees memory or leaves it about the same: registered `allow-oom`.
+    Neutral,
+}
 
-/// The transitions Redis runs even at its `maxmemory` (see the module docs).
-const ALLOW_OOM: [&str; 8] = [
-    "reserve",
-    "remove",
-    "release",
-    "touch",
-    "bury",
-    "kick",
-    "kick_topic",
-    "tick",
+/// Every transition: its name, its source (`<name>.lua`) and what it does to memory.
+const SOURCES: [(&str, &str, Memory); 11] = [
+    ("push", include_str!("push.lua"), Memory::Adds),
+    ("reserve", include_str!("reserve.lua"), Memory::Neutral),
+    ("remove", include_str!("remove.lua"), Memory::Neutral),
+    ("release", include_str!("release.lua"), Memory::Neutral),
+    ("touch", include_str!("touch.lua"), Memory::Neutral),
+    ("bury", include_str!("bury.lua"), Memory::Neutral),
+    ("kick", include_str!("kick.lua"), Memory::Neutral),
+    (
+        "kick_topic",
+        include_str!("kick_topic.lua"),
+        Memory::Neutral,
+    ),
+    ("reschedule", include_str!("reschedule.lua"), Memory::Adds),
+    ("tick", include_str!("tick.lua"), Memory::Neutral),
+    // The same pass registered again for the calls that drain far windows (see the module
+    // docs).
+    ("tick_drain", include_str!("tick.lua"), Memory::Adds),
 ];
 
 /// The library's Lua after its `#!lua` header line: lib, then one `register_function` per
-/// transition, named `<prefix>_<name>`, with its flags (`allow-oom` or none). Each body starts with `begin`, which binds the call's
-/// keys and arguments to the names lib and the bodies use (`KEYS`, `ARGV`, `JOBS`, `NOW`...).
+/// transition, named `<prefix>_<name>`, with its flags (`allow-oom` or none). Each body starts
+/// with `begin`, which binds the call's keys and arguments to the names lib and the bodies use
+/// (`KEYS`, `ARGV`, `JOBS`, `NOW`...).
 fn functions(prefix: &str) -> String {
     let mut out = String::with_capacity(LIB.len() + 16_384);
     out.push_str(LIB);
-    for (name, body) in SOURCES {
-        let flags = if ALLOW_OOM.contains(&name) {
-            "{'allow-oom'}"
-        } else {
-            "{}"
+    for (name, body, memory) in SOURCES {
+        let flags = match memory {
+            Memory::Neutral => "{'allow-oom'}",
+            Memory::Adds => "{}",
         };
         out.push_str(&format!(
             "\nredis.register_function{{function_name = '{prefix}_{name}', flags = {flags}, \
@@ -143,7 +144,7 @@ mod tests {
             .strip_prefix("#!lua name=")
             .unwrap();
         assert_eq!(prefix.len(), "delayq_".len() + 16);
-        for (name, _) in SOURCES {
+        for (name, _, _) in SOURCES {
             let registered = format!("function_name = '{prefix}_{name}',");
             assert_eq!(lib.text.matches(&registered).count(), 1, "{name}");
         }
@@ -175,7 +176,7 @@ mod tests {
 
     #[test]
     fn every_transition_that_changes_jobs_writes_its_counts_and_events() {
-        for (name, text) in SOURCES {
+        for (name, text, _) in SOURCES {
             if ["put(", "unindex(", "add_index("]
                 .iter()
                 .any(|f| text.contains(f))
