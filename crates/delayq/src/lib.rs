@@ -7,6 +7,7 @@
 //! - [`dispatch`]: the timer and the long-poll waiters, generic over any store ([`alarm`]: the
 //!   timer's precise sleep).
 //! - [`api`]: the HTTP APIs (seed-compatible and /v1). Only `api` knows HTTP.
+//! - [`metrics`]: what the server did and what the store holds, for `GET /metrics`.
 //! - [`config`], [`server`]: settings and wiring; `main.rs` is the CLI.
 
 pub mod alarm;
@@ -15,5 +16,6 @@ pub mod clock;
 pub mod config;
 pub mod dispatch;
 pub mod job;
+pub mod metrics;
 pub mod server;
 pub mod store;

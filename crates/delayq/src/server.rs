@@ -14,9 +14,8 @@
 //! does not answer. `axum::serve` has no such knob.
 
 use crate::api::{self, AppState};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::SystemClock;
 use crate::config::Config;
-use crate::dispatch::{DispatchOptions, Dispatcher};
 use crate::store::Store;
 use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::store::redis::{RedisOptions, RedisStore, RedisTarget};
@@ -40,15 +39,6 @@ const DISPATCH_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Runs `delayq serve` with these settings until SIGINT/SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let store = open_store(&config).await?;
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let dispatch = Dispatcher::with_options(
-        store.clone(),
-        clock.clone(),
-        DispatchOptions {
-            max_waiters: config.max_waiters,
-            ..DispatchOptions::default()
-        },
-    );
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -56,12 +46,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .local_addr()
         .with_context(|| format!("cannot read the address bound for {}", config.listen))?;
     tracing::info!(%addr, store = store.kind(), "delayq listening");
-    let state = AppState {
-        store,
-        dispatch,
-        clock,
-        config: Arc::new(config),
-    };
+    let state = AppState::new(store, Arc::new(SystemClock), config);
     run(listener, state, shutdown_signal()).await
 }
 

@@ -13,8 +13,8 @@
 
 use super::{AppState, request_body_limit};
 use crate::dispatch::DispatchError;
-use crate::job::{self, InvalidField, Job, JobId, JobSpec, Topic};
-use crate::store::{PushMode, StoreError};
+use crate::job::{self, InvalidField, Job, JobId, JobSpec, JobState, Topic};
+use crate::store::{PushMode, StoreError, StoreResult};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -53,8 +53,8 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/push", any(push))
         .route("/pop", any(pop))
-        .route("/finish", any(remove))
-        .route("/delete", any(remove))
+        .route("/finish", any(finish))
+        .route("/delete", any(delete))
         .route("/get", any(get))
 }
 
@@ -367,11 +367,22 @@ async fn pop(State(state): State<AppState>, body: Result<Bytes, BytesRejection>)
     Ok(success(MSG_OK, Some(popped)))
 }
 
-/// `/finish {"id"}` and `/delete {"id"}`: remove the job, whatever its state; succeed for an
-/// unknown id too (the original ran the same handler for both).
-async fn remove(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Answer {
+/// `/finish {"id"}`: remove the job, whatever its state; succeed for an unknown id too (the
+/// original ran the same handler as for `/delete`; only the metrics tell the two apart).
+async fn finish(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Answer {
     let id = job_id(parse(&state, body, ID_FIELDS)?.id)?;
-    match state.store.delete(&id).await {
+    removed(state.store.finish(&id).await)
+}
+
+/// `/delete {"id"}`: as `/finish`.
+async fn delete(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Answer {
+    let id = job_id(parse(&state, body, ID_FIELDS)?.id)?;
+    removed(state.store.delete(&id).await)
+}
+
+/// The answer to `/finish` and `/delete`: success whether or not the job existed.
+fn removed(r: StoreResult<JobState>) -> Answer {
+    match r {
         Ok(_) | Err(StoreError::NotFound) => Ok(success::<()>(MSG_OK, None)),
         Err(e) => Err(e.into()),
     }

@@ -1,5 +1,5 @@
 //! The HTTP layer: the seed-compatible API (`compat.rs`), the /v1 API (`v1.rs`, described by
-//! `openapi.rs`) and health checks (here). Only this module knows HTTP; it validates input,
+//! `openapi.rs`), health checks and Prometheus metrics (here). Only this module knows HTTP; it validates input,
 //! calls the store or the dispatcher, and maps results to responses.
 //!
 //! Cross-cutting layers are applied here, once, for every route: the request body limit
@@ -16,10 +16,11 @@ pub mod v1;
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{DispatchOptions, Dispatcher};
+use crate::metrics::{self, Metered, Metrics};
 use crate::store::Store;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -31,10 +32,33 @@ use tower_http::trace::TraceLayer;
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
+    /// The store, counted in `metrics` ([`Metered`]).
     pub store: Arc<dyn Store>,
     pub dispatch: Arc<Dispatcher>,
     pub clock: Arc<dyn Clock>,
     pub config: Arc<Config>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    /// The state of a server over `store`: the store wrapped in its metrics, and a dispatcher
+    /// (not started) over the wrapped store, so long polls and the timer are counted too.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: Config) -> AppState {
+        let metrics = Arc::new(Metrics::new(store.kind()));
+        let store: Arc<dyn Store> = Arc::new(Metered::new(store, metrics.clone()));
+        let options = DispatchOptions {
+            max_waiters: config.max_waiters,
+            ..DispatchOptions::default()
+        };
+        let dispatch = Dispatcher::with_options(store.clone(), clock.clone(), options);
+        AppState {
+            store,
+            dispatch,
+            clock,
+            config: Arc::new(config),
+            metrics,
+        }
+    }
 }
 
 /// How long `/readyz` waits for the store's answer before calling it unavailable.
@@ -64,6 +88,7 @@ pub fn router(state: AppState) -> Router {
         .merge(v1::routes())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(serve_metrics))
         .with_state(state)
         .layer(DefaultBodyLimit::max(limit));
     if let Some(tokens) = tokens {
@@ -178,4 +203,13 @@ async fn readyz(State(state): State<AppState>) -> Response {
         error: Some(error),
     };
     (StatusCode::SERVICE_UNAVAILABLE, Json(unavailable)).into_response()
+}
+
+/// `GET /metrics`: the Prometheus exposition (OpenMetrics text) of [`crate::metrics`].
+async fn serve_metrics(State(state): State<AppState>) -> Response {
+    let text = state
+        .metrics
+        .render(state.store.as_ref(), state.dispatch.waiters())
+        .await;
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }

@@ -7,9 +7,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use delayq::api::{self, AppState};
-use delayq::clock::{Clock, SystemClock};
+use delayq::clock::SystemClock;
 use delayq::config::Config;
-use delayq::dispatch::{DispatchOptions, Dispatcher};
+use delayq::dispatch::Dispatcher;
 use delayq::store::Store;
 use serde_json::Value;
 use std::sync::Arc;
@@ -50,18 +50,7 @@ impl TestApp {
 
     /// An app over any store (e.g. one that fails on purpose).
     pub fn with_store(store: Arc<dyn Store>, config: Config) -> TestApp {
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let options = DispatchOptions {
-            max_waiters: config.max_waiters,
-            ..DispatchOptions::default()
-        };
-        let dispatch = Dispatcher::with_options(store.clone(), clock.clone(), options);
-        let state = AppState {
-            store,
-            dispatch,
-            clock,
-            config: Arc::new(config),
-        };
+        let state = AppState::new(store, Arc::new(SystemClock), config);
         let shutdown = CancellationToken::new();
         state.dispatch.start(shutdown.clone());
         TestApp {
@@ -136,14 +125,8 @@ pub struct LiveServer {
 
 impl LiveServer {
     pub async fn start(store: Arc<dyn Store>, config: Config) -> LiveServer {
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let dispatch = Dispatcher::new(store.clone(), clock.clone());
-        let state = AppState {
-            store,
-            dispatch: dispatch.clone(),
-            clock,
-            config: Arc::new(config),
-        };
+        let state = AppState::new(store, Arc::new(SystemClock), config);
+        let dispatch = state.dispatch.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
