@@ -1,5 +1,5 @@
 //! Bearer-token authentication (api/auth.rs), endpoint by endpoint: with tokens configured,
-//! every route of docs/api.md and docs/compat.md, `/readyz` and `/v1/openapi.json` refuse a
+//! every route of docs/api.md and docs/compat.md, `/readyz`, `/metrics` and `/v1/openapi.json` refuse a
 //! request without a token, with a wrong one, or with the right one under another scheme (401,
 //! `WWW-Authenticate: Bearer`, the body of the path's API), and serve it with a right one;
 //! `/healthz` never asks. With no token configured, nothing asks. Also over a real socket with
@@ -38,6 +38,7 @@ const ENDPOINTS: &[(&str, &str, &str)] = &[
     ("GET", "/v1/stats", ""),
     ("GET", "/v1/openapi.json", ""),
     ("GET", "/readyz", ""),
+    ("GET", "/metrics", ""),
     (
         "POST",
         "/push",

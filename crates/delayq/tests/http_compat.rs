@@ -9,17 +9,15 @@ mod support;
 use axum::http::{Method, StatusCode};
 use delayq::clock::{Clock, SystemClock};
 use delayq::config::Config;
-use delayq::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
+use delayq::job::{JobId, JobSpec, JobState, Topic};
 use delayq::store::memory::MemoryStore;
-use delayq::store::{
-    PushMode, PushOutcome, Reschedule, Stats, Store, StoreError, StoreEvent, StoreResult,
-    TickOutcome,
-};
+use delayq::store::{PushMode, Stats, Store, StoreError};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::app::{LiveServer, Reply, TestApp};
 use support::backends::Backend;
+use support::failing::FailingStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Generous bound for "promptly" on a loaded 2-core machine.
@@ -629,78 +627,11 @@ backend_tests!(
 // ---------------------------------------------------------------------------------------------
 // A store that is down
 
-/// Every call fails with `Unavailable`.
-struct DownStore(tokio::sync::broadcast::Sender<StoreEvent>);
-
-fn down<T>() -> StoreResult<T> {
-    Err(StoreError::Unavailable("connection refused".into()))
-}
-
-#[async_trait::async_trait]
-impl Store for DownStore {
-    fn kind(&self) -> &'static str {
-        "down"
-    }
-    async fn push_batch(
-        &self,
-        _: Vec<JobSpec>,
-        _: PushMode,
-        _: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        down()
-    }
-    async fn reserve(&self, _: &[Topic], _: usize, _: UnixMillis) -> StoreResult<Vec<Job>> {
-        down()
-    }
-    async fn finish(&self, _: &JobId) -> StoreResult<JobState> {
-        down()
-    }
-    async fn delete(&self, _: &JobId) -> StoreResult<JobState> {
-        down()
-    }
-    async fn release(&self, _: &JobId, _: Option<u64>, _: UnixMillis) -> StoreResult<Job> {
-        down()
-    }
-    async fn touch(&self, _: &JobId, _: UnixMillis) -> StoreResult<Job> {
-        down()
-    }
-    async fn bury(&self, _: &JobId, _: UnixMillis) -> StoreResult<Job> {
-        down()
-    }
-    async fn kick(&self, _: &JobId, _: UnixMillis) -> StoreResult<Job> {
-        down()
-    }
-    async fn kick_topic(&self, _: &Topic, _: u64, _: UnixMillis) -> StoreResult<u64> {
-        down()
-    }
-    async fn reschedule(
-        &self,
-        _: &JobId,
-        _: Reschedule,
-        _: UnixMillis,
-    ) -> StoreResult<(Job, JobState)> {
-        down()
-    }
-    async fn get(&self, _: &JobId) -> StoreResult<Job> {
-        down()
-    }
-    async fn stats(&self) -> StoreResult<Stats> {
-        down()
-    }
-    async fn tick(&self, _: UnixMillis, _: usize) -> StoreResult<TickOutcome> {
-        down()
-    }
-    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<StoreEvent> {
-        self.0.subscribe()
-    }
-    async fn ping(&self) -> StoreResult<()> {
-        down()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_unavailable_is_code_1_and_readyz_503() {
-    let store: Arc<dyn Store> = Arc::new(DownStore(tokio::sync::broadcast::channel(16).0));
+    let store: Arc<dyn Store> = Arc::new(FailingStore::new(StoreError::Unavailable(
+        "connection refused".into(),
+    )));
     let app = TestApp::with_store(store, Config::default());
     let requests = [
         ("/push", job("j", "t", 0, "")),
@@ -721,7 +652,7 @@ async fn store_unavailable_is_code_1_and_readyz_503() {
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         r.json,
-        json!({"status": "unavailable", "store": "down", "error": "store unavailable: connection refused"})
+        json!({"status": "unavailable", "store": "failing", "error": "store unavailable: connection refused"})
     );
     assert_eq!(app.get("/healthz").await.status, StatusCode::OK);
 }

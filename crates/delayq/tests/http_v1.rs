@@ -11,15 +11,11 @@
 
 mod support;
 
-use async_trait::async_trait;
 use axum::http::{Method, StatusCode};
 use delayq::clock::{Clock, SystemClock};
 use delayq::config::Config;
-use delayq::job::{Job, JobId, JobSpec, JobState, MAX_RUN_AT, Topic, UnixMillis};
-use delayq::store::{
-    PushMode, PushOutcome, Reschedule, Stats, Store, StoreError, StoreEvent, StoreResult,
-    TickOutcome,
-};
+use delayq::job::MAX_RUN_AT;
+use delayq::store::StoreError;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -27,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::app::{Reply, TestApp};
 use support::backends::Backend;
+use support::failing::FailingStore;
 
 /// 2100-01-01: a due time that never comes during a test.
 const FAR_FUTURE: u64 = 4_102_444_800_000;
@@ -1195,73 +1192,8 @@ fn check_reply(r: &Reply, path: &str, body: &[u8]) {
 // ---------------------------------------------------------------------------------------------
 // Store failures: 503 for an unreachable store, a plain 500 for corrupt data
 
-/// A store that fails every call with one error.
-struct FailingStore(StoreError);
-
-#[async_trait]
-impl Store for FailingStore {
-    fn kind(&self) -> &'static str {
-        "failing"
-    }
-    async fn push_batch(
-        &self,
-        _: Vec<JobSpec>,
-        _: PushMode,
-        _: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        Err(self.0.clone())
-    }
-    async fn reserve(&self, _: &[Topic], _: usize, _: UnixMillis) -> StoreResult<Vec<Job>> {
-        Err(self.0.clone())
-    }
-    async fn finish(&self, _: &JobId) -> StoreResult<JobState> {
-        Err(self.0.clone())
-    }
-    async fn delete(&self, _: &JobId) -> StoreResult<JobState> {
-        Err(self.0.clone())
-    }
-    async fn release(&self, _: &JobId, _: Option<u64>, _: UnixMillis) -> StoreResult<Job> {
-        Err(self.0.clone())
-    }
-    async fn touch(&self, _: &JobId, _: UnixMillis) -> StoreResult<Job> {
-        Err(self.0.clone())
-    }
-    async fn bury(&self, _: &JobId, _: UnixMillis) -> StoreResult<Job> {
-        Err(self.0.clone())
-    }
-    async fn kick(&self, _: &JobId, _: UnixMillis) -> StoreResult<Job> {
-        Err(self.0.clone())
-    }
-    async fn kick_topic(&self, _: &Topic, _: u64, _: UnixMillis) -> StoreResult<u64> {
-        Err(self.0.clone())
-    }
-    async fn reschedule(
-        &self,
-        _: &JobId,
-        _: Reschedule,
-        _: UnixMillis,
-    ) -> StoreResult<(Job, JobState)> {
-        Err(self.0.clone())
-    }
-    async fn get(&self, _: &JobId) -> StoreResult<Job> {
-        Err(self.0.clone())
-    }
-    async fn stats(&self) -> StoreResult<Stats> {
-        Err(self.0.clone())
-    }
-    async fn tick(&self, _: UnixMillis, _: usize) -> StoreResult<TickOutcome> {
-        Err(self.0.clone())
-    }
-    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<StoreEvent> {
-        tokio::sync::broadcast::channel(1).1
-    }
-    async fn ping(&self) -> StoreResult<()> {
-        Err(self.0.clone())
-    }
-}
-
 fn failing_app(err: StoreError) -> TestApp {
-    TestApp::with_store(Arc::new(FailingStore(err)), Config::default())
+    TestApp::with_store(Arc::new(FailingStore::new(err)), Config::default())
 }
 
 /// One request per operation that reaches the store.
@@ -1352,6 +1284,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/openapi.json"),
     ("get", "/healthz"),
     ("get", "/readyz"),
+    ("get", "/metrics"),
 ];
 
 async fn openapi_document_describes_every_route(b: &Backend) {

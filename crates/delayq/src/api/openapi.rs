@@ -317,6 +317,17 @@ fn paths() -> Value {
                     "503": ok("The store is unreachable", "Health")
                 }
             }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics (docs/metrics.md)",
+                "tags": ["admin"],
+                "responses": {"200": {
+                    "description": "Counters of this instance's transitions, the delivery lateness histogram and the store's job counts, in the OpenMetrics text format",
+                    "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}
+                }}
+            }
         }
     })
 }

@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod backends;
+pub mod failing;
 pub mod load;
 pub mod process;
 pub mod redis_cluster;

@@ -1,0 +1,287 @@
+//! `GET /metrics` (docs/metrics.md), in-process, once per backend: each transition made through
+//! either API or by the timer is counted once, refusals are not counted, the lateness histogram
+//! measures from the due time, and the job gauges are the store's counts. Also: a store that is
+//! down shows as `store_up 0` with its errors counted.
+
+// `backend_tests!` (support/backends.rs) names `crate::support` on purpose: the support module
+// lives in each test crate, not in delayq, so `$crate` would be wrong.
+#![allow(clippy::crate_in_macro_def)]
+
+mod support;
+
+use axum::http::{Method, StatusCode};
+use delayq::clock::{Clock, SystemClock};
+use delayq::config::Config;
+use delayq::store::StoreError;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::app::TestApp;
+use support::backends::Backend;
+use support::failing::FailingStore;
+
+/// 2100-01-01: a due time that never comes during a test.
+const FAR_FUTURE: u64 = 4_102_444_800_000;
+
+/// One scrape: every sample by its name and labels as written (`name{a="x",b="y"}`).
+struct Scrape(HashMap<String, f64>);
+
+impl Scrape {
+    async fn of(app: &TestApp) -> Scrape {
+        let r = app.get("/metrics").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(
+            r.content_type.as_deref(),
+            Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        );
+        let text = String::from_utf8(r.raw).unwrap();
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let samples = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let (name, value) = l.rsplit_once(' ').unwrap();
+                (name.to_string(), value.parse().unwrap())
+            })
+            .collect();
+        Scrape(samples)
+    }
+
+    /// The sample's value; a sample that is not there is a test failure.
+    fn get(&self, sample: &str) -> f64 {
+        *self
+            .0
+            .get(sample)
+            .unwrap_or_else(|| panic!("no sample {sample} in {:?}", self.0.keys()))
+    }
+
+    fn total(&self, counter: &str) -> f64 {
+        self.get(&format!("delayq_{counter}_total"))
+    }
+
+    fn jobs(&self, topic: &str, state: &str) -> f64 {
+        self.get(&format!("delayq_jobs{{topic=\"{topic}\",state=\"{state}\"}}"))
+    }
+
+    fn lateness_bucket(&self, le: &str) -> f64 {
+        self.get(&format!(
+            "delayq_delivery_lateness_seconds_bucket{{le=\"{le}\"}}"
+        ))
+    }
+}
+
+/// Each counter's expected value; all the others must be 0.
+fn assert_counters(s: &Scrape, want: &[(&str, f64)]) {
+    const COUNTERS: [&str; 12] = [
+        "jobs_pushed",
+        "jobs_delivered",
+        "jobs_redelivered",
+        "jobs_finished",
+        "jobs_deleted",
+        "jobs_released",
+        "jobs_buried",
+        "jobs_kicked",
+        "jobs_rescheduled",
+        "jobs_touched",
+        "jobs_promoted",
+        "reservations_expired",
+    ];
+    for c in COUNTERS {
+        let want = want.iter().find(|(n, _)| *n == c).map_or(0.0, |(_, v)| *v);
+        assert_eq!(s.total(c), want, "{c}");
+    }
+}
+
+async fn reserve_one(app: &TestApp, topic: &str, timeout_ms: u64) -> Value {
+    let r = app
+        .post(
+            "/v1/reserve",
+            json!({"topics": [topic], "timeout_ms": timeout_ms}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    let jobs = r.json["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{:?}", r.json);
+    jobs[0].clone()
+}
+
+async fn ok(app: &TestApp, path: &str, body: Value) -> Value {
+    let r = app.post(path, body).await;
+    assert!(r.status.is_success(), "{path}: {:?}", r.json);
+    r.json
+}
+
+async fn every_v1_transition_is_counted_once(b: &Backend) {
+    let app = TestApp::new(b);
+    let now = SystemClock.now();
+    // `a` fell due 5 s ago; `b`, `c` and `d` are far off.
+    ok(
+        &app,
+        "/v1/jobs",
+        json!({"topic": "t", "id": "a", "run_at_ms": now - 5_000}),
+    )
+    .await;
+    for id in ["b", "c", "d"] {
+        ok(
+            &app,
+            "/v1/jobs",
+            json!({"topic": "t", "id": id, "run_at_ms": FAR_FUTURE}),
+        )
+        .await;
+    }
+    // Refused: nothing counted.
+    let again = app.post("/v1/jobs", json!({"topic": "t", "id": "a"})).await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+
+    assert_eq!(reserve_one(&app, "t", 0).await["id"], "a");
+    let s = Scrape::of(&app).await;
+    assert_counters(&s, &[("jobs_pushed", 4.0), ("jobs_delivered", 1.0)]);
+    // Delivered at least 5 s after its due time, and (generously) within 10.
+    assert_eq!(s.get("delayq_delivery_lateness_seconds_count"), 1.0);
+    assert!(s.get("delayq_delivery_lateness_seconds_sum") >= 5.0);
+    assert_eq!(s.lateness_bucket("2.5"), 0.0);
+    assert_eq!(s.lateness_bucket("10.0"), 1.0);
+    assert_eq!(s.jobs("t", "reserved"), 1.0);
+    assert_eq!(s.jobs("t", "delayed"), 3.0);
+
+    ok(&app, "/v1/jobs/a/release", json!({})).await;
+    assert_eq!(reserve_one(&app, "t", 0).await["attempts"], 2);
+    ok(&app, "/v1/jobs/a/touch", json!({})).await;
+    ok(&app, "/v1/jobs/a/bury", json!({})).await;
+    assert_eq!(Scrape::of(&app).await.jobs("t", "dead"), 1.0);
+    ok(&app, "/v1/jobs/a/kick", json!({})).await;
+    assert_eq!(reserve_one(&app, "t", 0).await["attempts"], 1);
+    ok(&app, "/v1/jobs/a/finish", json!({})).await;
+    let gone = app.send(Method::DELETE, "/v1/jobs/b", "", None).await;
+    assert_eq!(gone.status, StatusCode::NO_CONTENT);
+    ok(&app, "/v1/jobs/c/reschedule", json!({"delay_ms": 3_600_000})).await;
+    // Finishing what is not there changes nothing and counts nothing.
+    ok(&app, "/v1/finish", json!({"ids": ["a", "nobody"]})).await;
+    let missing = app.post("/v1/jobs/nobody/finish", json!({})).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+
+    let s = Scrape::of(&app).await;
+    assert_counters(
+        &s,
+        &[
+            ("jobs_pushed", 4.0),
+            ("jobs_delivered", 3.0),
+            ("jobs_redelivered", 1.0),
+            ("jobs_released", 1.0),
+            ("jobs_touched", 1.0),
+            ("jobs_buried", 1.0),
+            ("jobs_kicked", 1.0),
+            ("jobs_finished", 1.0),
+            ("jobs_deleted", 1.0),
+            ("jobs_rescheduled", 1.0),
+        ],
+    );
+    assert_eq!(s.get("delayq_delivery_lateness_seconds_count"), 3.0);
+    for (state, n) in [("delayed", 2.0), ("ready", 0.0), ("reserved", 0.0), ("dead", 0.0)] {
+        assert_eq!(s.jobs("t", state), n, "{state}");
+    }
+    assert_eq!(s.get("delayq_store_up"), 1.0);
+    assert_eq!(s.get("delayq_waiting_consumers"), 0.0);
+    let build = format!(
+        "delayq_build_info{{version=\"{}\",store=\"{}\"}}",
+        env!("CARGO_PKG_VERSION"),
+        b.store.kind()
+    );
+    assert_eq!(s.get(&build), 1.0);
+}
+
+async fn the_seed_api_is_counted_like_v1(b: &Backend) {
+    let app = TestApp::new(b);
+    for id in ["s1", "s2"] {
+        let job = json!({"topic": "seed", "id": id, "delay": 0, "ttr": 30, "body": "x"});
+        assert_eq!(ok(&app, "/push", job).await["code"], 0);
+    }
+    let popped = ok(&app, "/pop", json!({"topic": "seed", "timeout": 1})).await;
+    let first = popped["data"]["id"].as_str().unwrap().to_string();
+    let other = if first == "s1" { "s2" } else { "s1" };
+    ok(&app, "/finish", json!({"id": first})).await;
+    ok(&app, "/delete", json!({"id": other})).await;
+    // Unknown ids succeed on the seed API, and count nothing.
+    ok(&app, "/finish", json!({"id": "nobody"})).await;
+    ok(&app, "/delete", json!({"id": "nobody"})).await;
+
+    let s = Scrape::of(&app).await;
+    assert_counters(
+        &s,
+        &[
+            ("jobs_pushed", 2.0),
+            ("jobs_delivered", 1.0),
+            ("jobs_finished", 1.0),
+            ("jobs_deleted", 1.0),
+        ],
+    );
+    assert_eq!(s.get("delayq_delivery_lateness_seconds_count"), 1.0);
+}
+
+/// Polls `/metrics` until `counter` reaches `want`, for at most 20 s.
+async fn until_counted(app: &TestApp, counter: &str, want: f64) -> Scrape {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = Scrape::of(app).await;
+        if s.total(counter) >= want || Instant::now() > deadline {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn the_timer_s_promotions_and_expiries_are_counted(b: &Backend) {
+    let app = TestApp::new(b);
+    ok(
+        &app,
+        "/v1/jobs",
+        json!({"topic": "tm", "id": "late", "delay_ms": 300, "ttr_ms": 300}),
+    )
+    .await;
+    // A long poll is served when the timer promotes the job.
+    assert_eq!(reserve_one(&app, "tm", 20_000).await["attempts"], 1);
+    let s = Scrape::of(&app).await;
+    assert_eq!(s.total("jobs_promoted"), 1.0);
+    // The consumer never finishes: its TTR runs out and the timer takes the job back.
+    let s = until_counted(&app, "reservations_expired", 1.0).await;
+    assert_eq!(s.total("reservations_expired"), 1.0);
+    assert_eq!(reserve_one(&app, "tm", 20_000).await["attempts"], 2);
+    let s = Scrape::of(&app).await;
+    assert_counters(
+        &s,
+        &[
+            ("jobs_pushed", 1.0),
+            ("jobs_promoted", 1.0),
+            ("jobs_delivered", 2.0),
+            ("jobs_redelivered", 1.0),
+            ("reservations_expired", 1.0),
+        ],
+    );
+    // Both deliveries came after the due time; none was early (never below 0).
+    assert_eq!(s.get("delayq_delivery_lateness_seconds_count"), 2.0);
+    assert!(s.get("delayq_delivery_lateness_seconds_sum") >= 0.0);
+}
+
+backend_tests!(
+    every_v1_transition_is_counted_once,
+    the_seed_api_is_counted_like_v1,
+    the_timer_s_promotions_and_expiries_are_counted,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_is_down_shows_in_store_up_and_store_errors() {
+    let store = Arc::new(FailingStore::new(StoreError::Unavailable("refused".into())));
+    let app = TestApp::with_store(store, Config::default());
+    let r = app.post("/v1/jobs", json!({"topic": "t"})).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    let s = Scrape::of(&app).await;
+    assert_eq!(s.get("delayq_store_up"), 0.0);
+    assert!(s.get("delayq_store_errors_total{error=\"unavailable\"}") >= 1.0);
+    assert_eq!(s.total("jobs_pushed"), 0.0);
+    assert!(
+        !s.0.keys().any(|k| k.starts_with("delayq_jobs{")),
+        "no job counts without a store: {:?}",
+        s.0.keys()
+    );
+}
