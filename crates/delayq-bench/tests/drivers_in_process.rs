@@ -5,25 +5,22 @@
 //! exercised by `bench/compare.sh`, not here.
 
 use delayq::api::{self, AppState};
-use delayq::clock::{Clock, SystemClock};
+use delayq::clock::SystemClock;
 use delayq::config::Config;
-use delayq::dispatch::Dispatcher;
 use delayq::store::memory::MemoryStore;
 use serde_json::Value;
 use std::sync::Arc;
 
 async fn serve_in_process() -> String {
-    let store = Arc::new(MemoryStore::new());
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let dispatch = Dispatcher::new(store.clone(), clock.clone());
+    let state = AppState::new(
+        Arc::new(MemoryStore::new()),
+        Arc::new(SystemClock),
+        Config::default(),
+    );
     // The timer that promotes due jobs; it lives as long as the test's runtime.
-    dispatch.start(tokio_util::sync::CancellationToken::new());
-    let state = AppState {
-        store,
-        dispatch,
-        clock,
-        config: Arc::new(Config::default()),
-    };
+    state
+        .dispatch
+        .start(tokio_util::sync::CancellationToken::new());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(async move { axum::serve(listener, api::router(state)).await });

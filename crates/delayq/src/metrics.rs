@@ -14,7 +14,7 @@
 use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
 use crate::store::{
     PushMode, PushOutcome, Reschedule, Stats, Store, StoreError, StoreEvent, StoreResult,
-    TickOutcome,
+    TickOutcome, TopicCounts,
 };
 use async_trait::async_trait;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -38,13 +38,15 @@ const LATENESS_BUCKETS: [f64; 18] = [
     60.0, 300.0, 3600.0,
 ];
 
-/// The states a job is counted in, as `state` label values (the API's names).
-const STATES: [(&str, fn(&crate::store::TopicCounts) -> u64); 4] = [
-    ("delayed", |c| c.delayed),
-    ("ready", |c| c.ready),
-    ("reserved", |c| c.reserved),
-    ("dead", |c| c.dead),
-];
+/// A topic's counts by state, under the API's names of the states (the `state` label).
+fn by_state(c: &TopicCounts) -> [(&'static str, u64); 4] {
+    [
+        ("delayed", c.delayed),
+        ("ready", c.ready),
+        ("reserved", c.reserved),
+        ("dead", c.dead),
+    ]
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct JobLabels {
@@ -96,7 +98,10 @@ impl Metrics {
             registry.register(name, help, c.clone());
             c
         };
-        let pushed = counter("jobs_pushed", "Jobs stored by a push (created, or replacing one)");
+        let pushed = counter(
+            "jobs_pushed",
+            "Jobs stored by a push (created, or replacing one)",
+        );
         let delivered = counter(
             "jobs_delivered",
             "Jobs handed to a consumer (reserve, seed /pop), redeliveries included",
@@ -105,10 +110,22 @@ impl Metrics {
             "jobs_redelivered",
             "Deliveries of a job that had been delivered before (attempt 2 or later)",
         );
-        let finished = counter("jobs_finished", "Jobs finished (acknowledged) by a consumer");
-        let deleted = counter("jobs_deleted", "Jobs deleted (seed /delete, DELETE /v1/jobs)");
-        let released = counter("jobs_released", "Reserved jobs handed back by their consumer");
-        let buried = counter("jobs_buried", "Jobs buried (dead), by a consumer or max_attempts");
+        let finished = counter(
+            "jobs_finished",
+            "Jobs finished (acknowledged) by a consumer",
+        );
+        let deleted = counter(
+            "jobs_deleted",
+            "Jobs deleted (seed /delete, DELETE /v1/jobs)",
+        );
+        let released = counter(
+            "jobs_released",
+            "Reserved jobs handed back by their consumer",
+        );
+        let buried = counter(
+            "jobs_buried",
+            "Jobs buried (dead), by a consumer or max_attempts",
+        );
         let kicked = counter("jobs_kicked", "Dead jobs kicked back to ready");
         let rescheduled = counter("jobs_rescheduled", "Jobs given a new due time");
         let touched = counter("jobs_touched", "Reservations extended by their consumer");
@@ -191,14 +208,14 @@ impl Metrics {
             Ok(stats) => {
                 self.store_up.set(1);
                 for (topic, counts) in &stats.topics {
-                    for (state, count) in STATES {
+                    for (state, count) in by_state(counts) {
                         let labels = JobLabels {
                             topic: topic.as_str().to_string(),
                             state,
                         };
                         self.jobs
                             .get_or_create(&labels)
-                            .set(i64::try_from(count(counts)).unwrap_or(i64::MAX));
+                            .set(i64::try_from(count).unwrap_or(i64::MAX));
                     }
                 }
             }
@@ -207,8 +224,7 @@ impl Metrics {
                 tracing::debug!(error = %e, "metrics: the store did not answer its counts");
             }
         }
-        self.waiting
-            .set(i64::try_from(waiting).unwrap_or(i64::MAX));
+        self.waiting.set(i64::try_from(waiting).unwrap_or(i64::MAX));
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut out, &self.registry);
@@ -234,7 +250,9 @@ impl Metrics {
             StoreError::Corrupt(_) => "corrupt",
             _ => return,
         };
-        self.store_errors.get_or_create(&ErrorLabels { error }).inc();
+        self.store_errors
+            .get_or_create(&ErrorLabels { error })
+            .inc();
     }
 
     /// Passes `r` through, counting an error.

@@ -61,7 +61,9 @@ impl Scrape {
     }
 
     fn jobs(&self, topic: &str, state: &str) -> f64 {
-        self.get(&format!("delayq_jobs{{topic=\"{topic}\",state=\"{state}\"}}"))
+        self.get(&format!(
+            "delayq_jobs{{topic=\"{topic}\",state=\"{state}\"}}"
+        ))
     }
 
     fn lateness_bucket(&self, le: &str) -> f64 {
@@ -155,7 +157,12 @@ async fn every_v1_transition_is_counted_once(b: &Backend) {
     ok(&app, "/v1/jobs/a/finish", json!({})).await;
     let gone = app.send(Method::DELETE, "/v1/jobs/b", "", None).await;
     assert_eq!(gone.status, StatusCode::NO_CONTENT);
-    ok(&app, "/v1/jobs/c/reschedule", json!({"delay_ms": 3_600_000})).await;
+    ok(
+        &app,
+        "/v1/jobs/c/reschedule",
+        json!({"delay_ms": 3_600_000}),
+    )
+    .await;
     // Finishing what is not there changes nothing and counts nothing.
     ok(&app, "/v1/finish", json!({"ids": ["a", "nobody"]})).await;
     let missing = app.post("/v1/jobs/nobody/finish", json!({})).await;
@@ -178,7 +185,12 @@ async fn every_v1_transition_is_counted_once(b: &Backend) {
         ],
     );
     assert_eq!(s.get("delayq_delivery_lateness_seconds_count"), 3.0);
-    for (state, n) in [("delayed", 2.0), ("ready", 0.0), ("reserved", 0.0), ("dead", 0.0)] {
+    for (state, n) in [
+        ("delayed", 2.0),
+        ("ready", 0.0),
+        ("reserved", 0.0),
+        ("dead", 0.0),
+    ] {
         assert_eq!(s.jobs("t", state), n, "{state}");
     }
     assert_eq!(s.get("delayq_store_up"), 1.0);

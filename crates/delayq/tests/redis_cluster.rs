@@ -299,3 +299,41 @@ async fn master_failover_keeps_replicated_jobs_and_service_resumes() {
     push_all(&store, &topic, &["after-failover".to_string()]).await;
     assert_eq!(reserve_all(&store, &topic).await.len(), 1);
 }
+
+/// Library names on one node.
+fn libraries_on(cluster: &RedisCluster, port: u16) -> Vec<String> {
+    let listed: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query(&mut cluster.node(port))
+        .unwrap();
+    listed
+        .iter()
+        .map(|l| redis::from_redis_value_ref(&l["library_name"]).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_deletes_other_builds_libraries_from_every_master() {
+    let cluster = start_cluster(3, 0).await;
+    let old = "delayq_0123456789abcdef";
+    let code =
+        format!("#!lua name={old}\nredis.register_function('{old}_push', function() return 1 end)");
+    for &port in &cluster.ports() {
+        let _: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg(&code)
+            .query(&mut cluster.node(port))
+            .unwrap();
+    }
+    let store = connect(&cluster, "libs").await;
+    for &port in &cluster.ports() {
+        let names = libraries_on(&cluster, port);
+        assert_eq!(names.len(), 1, "node {port}: {names:?}");
+        assert_ne!(names[0], old, "node {port}");
+    }
+    // This build's library serves on every master.
+    let t = Topic::parse("t").unwrap();
+    let ids: Vec<String> = (0..16).map(|i| format!("j{i}")).collect();
+    push_all(&store, &t, &ids).await;
+    assert_eq!(reserve_all(&store, &t).await.len(), ids.len());
+}

@@ -13,7 +13,7 @@ mod support;
 use delayq::job::{JobId, JobSpec, JobState, Topic};
 use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget, shard_of};
 use delayq::store::{PushMode, PushOutcome, Reschedule, Store, StoreError, StoreEvent};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -927,6 +927,54 @@ async fn the_function_library_is_reloaded_after_a_function_flush() {
         assert_eq!(out, Ok(PushOutcome::Created));
     }
     assert_eq!(s.reserve(&[topic("t")], 20, NOW).await.unwrap().len(), 10);
+}
+
+/// The names of the function libraries in the Redis behind `c`, sorted.
+async fn libraries(c: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let listed: Vec<HashMap<String, redis::Value>> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(c)
+        .await
+        .unwrap();
+    let mut names: Vec<String> = listed
+        .iter()
+        .map(|l| redis::from_redis_value_ref(&l["library_name"]).unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_start_deletes_the_libraries_of_other_builds_and_they_come_back_when_used() {
+    let server = RedisServer::start();
+    let mut c = raw(&server).await;
+    // Left by an earlier build, and a library of the user's that only looks similar.
+    let old = "delayq_0123456789abcdef";
+    for (lib, f) in [
+        (old, "delayq_0123456789abcdef_push"),
+        ("delayq_tools", "mine"),
+    ] {
+        let code =
+            format!("#!lua name={lib}\nredis.register_function('{f}', function() return 1 end)");
+        command(&mut c, &["FUNCTION", "LOAD", &code]).await;
+    }
+    let a = store(&server, "dq", 1).await;
+    let after = libraries(&mut c).await;
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(after.contains(&"delayq_tools".to_string()), "{after:?}");
+    assert!(!after.contains(&old.to_string()), "{after:?}");
+    let ours = after.iter().find(|n| *n != "delayq_tools").unwrap().clone();
+
+    // An instance of a newer build starting deletes this build's library while `a` runs:
+    // `a` loads it again on its next call and goes on.
+    command(&mut c, &["FUNCTION", "DELETE", &ours]).await;
+    assert_eq!(libraries(&mut c).await, ["delayq_tools"]);
+    let out = a.push(job("t", "j", "", NOW), PushMode::Reject, NOW).await;
+    assert_eq!(out, Ok(PushOutcome::Created));
+    assert_eq!(ids(&a.reserve(&[topic("t")], 1, NOW).await.unwrap()), ["j"]);
+    let mut both = vec!["delayq_tools".to_string(), ours];
+    both.sort();
+    assert_eq!(libraries(&mut c).await, both);
 }
 
 /// Makes the Redis behind `c` full: a `maxmemory` below what it already holds, with

@@ -14,7 +14,7 @@
 //!
 //! It does not know the key layout or what the functions do.
 
-use super::scripts::LIBRARY;
+use super::scripts::{LIBRARY, LIBRARY_PREFIX, is_delayq_library};
 use crate::store::{StoreError, StoreResult};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
@@ -176,6 +176,40 @@ impl Conn {
         self.query(&pipe).await.map(drop)
     }
 
+    /// Deletes the function libraries of other delayq builds (named `delayq_<hash>` with
+    /// another hash), left by instances that were upgraded; any other library is left alone.
+    /// Returns the names deleted. An instance of another build still running loads its
+    /// library again on its next call ([`Conn::eval_each`]). A library that cannot be deleted
+    /// (another instance deleted it first; on a cluster, a master without it) is skipped.
+    pub async fn prune(&self) -> StoreResult<Vec<String>> {
+        let mut list = redis::cmd("FUNCTION");
+        // A glob pattern.
+        list.arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg(format!("{LIBRARY_PREFIX}*"));
+        let mut pipe = redis::pipe();
+        pipe.add_command(list);
+        let listed = self.query(&pipe).await?;
+        let stale = listed
+            .first()
+            .map(library_names)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| is_delayq_library(n) && *n != LIBRARY.name);
+        let mut deleted = Vec::new();
+        for name in stale {
+            let mut delete = redis::cmd("FUNCTION");
+            delete.arg("DELETE").arg(&name);
+            let mut pipe = redis::pipe();
+            pipe.add_command(delete);
+            match self.query(&pipe).await {
+                Ok(_) => deleted.push(name),
+                Err(e) => tracing::debug!(library = %name, error = %e, "not deleted"),
+            }
+        }
+        Ok(deleted)
+    }
+
     async fn send(&self, pipe: &Pipeline) -> StoreResult<Vec<Value>> {
         let mut pipe = pipe.clone();
         pipe.ignore_errors();
@@ -217,6 +251,33 @@ async fn deadline<T>(f: impl Future<Output = Result<T, RedisError>>) -> StoreRes
             CALL_TIMEOUT.as_millis()
         ))),
     }
+}
+
+/// The `library_name` of each library in a `FUNCTION LIST` reply (RESP2: flat key/value
+/// arrays; RESP3: maps).
+fn library_names(reply: &Value) -> Vec<String> {
+    let Value::Array(libraries) = reply else {
+        return Vec::new();
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    libraries
+        .iter()
+        .filter_map(|lib| {
+            let pairs: Vec<(&Value, &Value)> = match lib {
+                Value::Array(kv) => kv.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
+                Value::Map(kv) => kv.iter().map(|(k, v)| (k, v)).collect(),
+                _ => return None,
+            };
+            pairs
+                .into_iter()
+                .find(|(k, _)| text(k).as_deref() == Some("library_name"))
+                .and_then(|(_, v)| text(v))
+        })
+        .collect()
 }
 
 /// Redis's answer to FCALL of a function it does not have (`ERR Function not found`).

@@ -348,6 +348,15 @@ impl RedisStore {
         // After a first small command: Redis answers an unauthenticated client's large
         // argument (the library is ~30 KB) with a protocol error, not with NOAUTH.
         conn.load().await?;
+        // Not worth failing a start over: the next start tries again.
+        match conn.prune().await {
+            Ok(deleted) if !deleted.is_empty() => tracing::info!(
+                libraries = ?deleted,
+                "deleted the Redis function libraries of other delayq builds"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot list Redis function libraries"),
+        }
         let channel = keys::event_channel(&opts.prefix);
         let (used, first) = events::subscribe_any(&clients, 0, &channel).await?;
         let (tx, _) = broadcast::channel(EVENT_CHANNEL_CAPACITY);

@@ -13,8 +13,10 @@
 //! **Versions side by side.** The library and its functions are named after a hash of the
 //! library's text (`delayq_<hash>`, `delayq_<hash>_<transition>`), so instances of different
 //! builds sharing one Redis (a rolling upgrade) each call their own code; loading is
-//! `FUNCTION LOAD REPLACE`, which is idempotent for identical text. A library stays in Redis
-//! after its last instance is gone (a few tens of KB; `FUNCTION DELETE` removes it).
+//! `FUNCTION LOAD REPLACE`, which is idempotent for identical text. An instance that starts
+//! deletes the libraries of other builds (`conn.rs` `prune`), so upgrades do not pile them up
+//! in Redis; an instance of another build still running finds its library missing on its next
+//! call and loads it again (`eval_each`), which costs it one round trip.
 //!
 //! **When Redis is full.** Redis refuses a function at its `maxmemory` (with `noeviction`)
 //! unless it is registered `allow-oom`. `remove` (finish, delete) only frees memory; the
@@ -84,8 +86,22 @@ fn functions(prefix: &str) -> String {
     out
 }
 
+/// What every delayq library's name starts with; 16 lowercase hex digits follow.
+pub const LIBRARY_PREFIX: &str = "delayq_";
+
+/// Whether `name` is the name of a delayq function library (this build's or another's).
+pub fn is_delayq_library(name: &str) -> bool {
+    name.strip_prefix(LIBRARY_PREFIX).is_some_and(|h| {
+        h.len() == 16
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 /// delayq's function library for this build.
 pub struct Library {
+    /// `delayq_<hash>`: [`LIBRARY_PREFIX`] and 16 hex digits of the code's SHA-1.
+    pub name: String,
     /// `#!lua name=delayq_<hash>` and the code: what `FUNCTION LOAD` takes.
     pub text: String,
     /// Each transition's function name, by transition.
@@ -108,9 +124,10 @@ impl Library {
         let hash = sha1_smol::Sha1::from(functions("delayq"))
             .digest()
             .to_string();
-        let prefix = format!("delayq_{}", &hash[..16]);
+        let prefix = format!("{LIBRARY_PREFIX}{}", &hash[..16]);
         let name = |t: &str| format!("{prefix}_{t}");
         Library {
+            name: prefix.clone(),
             text: format!("#!lua name={prefix}\n{}", functions(&prefix)),
             push: name("push"),
             reserve: name("reserve"),
@@ -134,6 +151,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_names_of_the_versioned_shape_are_delayq_libraries() {
+        assert!(is_delayq_library("delayq_0123456789abcdef"));
+        for other in [
+            "delayq",
+            "delayq_0123456789abcde",
+            "delayq_0123456789abcdef0",
+            "delayq_0123456789ABCDEF",
+            "delayq_mylib_functions",
+            "mylib_0123456789abcdef",
+        ] {
+            assert!(!is_delayq_library(other), "{other}");
+        }
+    }
+
+    #[test]
     fn every_transition_is_registered_under_the_library_s_versioned_name() {
         let lib = &*LIBRARY;
         let prefix = lib
@@ -143,7 +175,8 @@ mod tests {
             .unwrap()
             .strip_prefix("#!lua name=")
             .unwrap();
-        assert_eq!(prefix.len(), "delayq_".len() + 16);
+        assert_eq!(prefix, lib.name);
+        assert!(is_delayq_library(&lib.name), "{}", lib.name);
         for (name, _, _) in SOURCES {
             let registered = format!("function_name = '{prefix}_{name}',");
             assert_eq!(lib.text.matches(&registered).count(), 1, "{name}");
