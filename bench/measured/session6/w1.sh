@@ -3,7 +3,8 @@
 # a fresh redis-server (or an embedded data dir) and `delayq serve` on free ports, one W1 run,
 # then the CPU ticks of delayq and redis-server during it. Hooks: SLOW=1 (Redis slowlog of every
 # call to /tmp/b/slowlog.txt), PERFR=1 / PERFD=1 / PERFB=1 (perf record of redis / delayq / the
-# bench), FSC=1 (perf stat of delayq's syscalls), DDIR=dir (reuse an embedded data dir).
+# bench), FSC=1 (perf stat of delayq's syscalls), DDIR=dir (reuse an embedded data dir),
+# METRICS=1 (/metrics after the run to /tmp/b/metrics.txt).
 # usage: w1.sh redis|emb [bench args...]   env: BIN (dir of binaries), DQENV, BENV, WL
 set -u; DQENV=${DQENV:-}; BENV=${BENV:-}
 mode=$1; shift
@@ -32,6 +33,7 @@ ticks() { [ -n "$1" ] && awk '{print $14+$15}' /proc/$1/stat || echo 0; }
 d0=$(ticks $dpid); r0=$(ticks $rpid)
 /usr/bin/time -f "bench_cpu %U+%S s wall %e" env $BENV ${PERFB:+perf record -F 2000 -g -o /tmp/b/perf.bench.data} $BIN/delayq-bench ${WL:-w1} --addr 127.0.0.1:$hp ${rurl:+--redis-url $rurl} --no-progress "$@" 2>&1
 [ -n "${ppid:-}" ] && { kill -INT $ppid; sleep 1; }
+[ -n "${METRICS:-}" ] && curl -s http://127.0.0.1:$hp/metrics > /tmp/b/metrics.txt
 d1=$(ticks $dpid); r1=$(ticks $rpid)
 [ -n "${SLOW:-}" ] && redis-cli -p $rp --raw slowlog get 5000000 > /tmp/b/slowlog.txt
 [ -n "$rurl" ] && redis-cli -p $rp info commandstats | grep -v "^#" ; redis-cli -p ${rp:-0} info stats 2>/dev/null| grep -E "total_net|total_reads|total_writes|instantaneous" ; echo "delayq_cpu_ticks $((d1-d0)) redis_cpu_ticks $((r1-r0))"
