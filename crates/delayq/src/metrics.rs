@@ -48,6 +48,22 @@ fn by_state(c: &TopicCounts) -> [(&'static str, u64); 4] {
     ]
 }
 
+/// `value` as the text between a label's quotes: prometheus-client writes label values as
+/// they are, and a topic may hold `"` and `\` (not newlines: topics have no control
+/// characters), which would end the value early and break the whole exposition.
+fn label_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct JobLabels {
     topic: String,
@@ -210,7 +226,7 @@ impl Metrics {
                 for (topic, counts) in &stats.topics {
                     for (state, count) in by_state(counts) {
                         let labels = JobLabels {
-                            topic: topic.as_str().to_string(),
+                            topic: label_value(topic.as_str()),
                             state,
                         };
                         self.jobs

@@ -297,3 +297,17 @@ async fn a_store_that_is_down_shows_in_store_up_and_store_errors() {
         s.0.keys()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotes_and_backslashes_in_a_topic_are_escaped_in_its_label() {
+    let b = Backend::memory().await;
+    let app = TestApp::new(&b);
+    let topic = r#"a"b\c"#;
+    let r = app
+        .post("/v1/jobs", json!({"topic": topic, "run_at_ms": FAR_FUTURE}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    // Every line still parses as `sample value`, and the label reads back as the topic.
+    let s = Scrape::of(&app).await;
+    assert_eq!(s.jobs(r#"a\"b\\c"#, "delayed"), 1.0);
+}
