@@ -944,6 +944,58 @@ async fn libraries(c: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
     names
 }
 
+/// With several shards, a full Redis and a far window due on one shard: that shard's due jobs
+/// are promoted on time all the same (its pass is run again without the drain).
+#[tokio::test]
+async fn a_full_redis_with_a_window_to_drain_still_promotes_every_shard_s_due_jobs() {
+    const SHARDS: u16 = 4;
+    const FAR: u64 = NOW + 600_000;
+    let server = RedisServer::start();
+    let s = store(&server, "dq", SHARDS).await;
+    // Two due jobs on every shard; the far job on shard 0, beside two of them.
+    let mut due: Vec<String> = Vec::new();
+    for shard in 0..SHARDS {
+        let mine = (0..)
+            .map(|i| format!("d{shard}-{i}"))
+            .filter(|i| shard_of(i, SHARDS) == shard)
+            .take(2);
+        due.extend(mine);
+    }
+    let far = (0..)
+        .map(|i| format!("far{i}"))
+        .find(|i| shard_of(i, SHARDS) == 0)
+        .unwrap();
+    s.push(job("t", &far, "", FAR), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    for i in &due {
+        s.push(
+            job("t", i, "", FAR - 60_005),
+            PushMode::Reject,
+            FAR - 70_000,
+        )
+        .await
+        .unwrap();
+    }
+    let mut c = raw(&server).await;
+    fill(&mut c).await;
+
+    let pass = s.tick(FAR - 60_000, 100).await.unwrap();
+    assert_eq!(pass.promoted, due.len() as u64);
+    assert_eq!(pass.next_due, Some(FAR - 59_000));
+    let got = s.reserve(&[topic("t")], 100, FAR - 60_000).await.unwrap();
+    let mut got = ids(&got);
+    got.sort();
+    due.sort();
+    assert_eq!(got, due);
+    assert_eq!(s.get(&id(&far)).await.unwrap().state, JobState::Delayed);
+
+    command(&mut c, &["CONFIG", "SET", "maxmemory", "0"]).await;
+    s.tick(FAR - 59_000, 100).await.unwrap();
+    s.tick(FAR, 100).await.unwrap();
+    assert_eq!(ids(&s.reserve(&[topic("t")], 1, FAR).await.unwrap()), [far]);
+}
+
 #[tokio::test]
 async fn a_start_deletes_the_libraries_of_other_builds_and_they_come_back_when_used() {
     let server = RedisServer::start();
@@ -992,9 +1044,10 @@ fn oom(e: StoreError) {
     }
 }
 
-/// A Redis at its `maxmemory` (noeviction) refuses what adds memory (a push, a reschedule, a
-/// timer pass that drains a far window) with `Unavailable` naming the cause, and nothing
-/// changes; what moves or removes the jobs it holds still works (timer passes that promote,
+/// A Redis at its `maxmemory` (noeviction) refuses what adds memory (a push, a reschedule: with
+/// `Unavailable` naming the cause; a timer pass's drain of a far window: retried a second
+/// later), and nothing changes; what moves or removes the jobs it holds still works (timer
+/// passes that promote,
 /// reserve, touch, release, bury, kick, finish, delete), which is how a full Redis keeps
 /// delivering and gets drained. The function library, if missing meanwhile, cannot be loaded
 /// while memory is full (`FUNCTION LOAD` is refused like any write). Once memory is free
@@ -1033,13 +1086,19 @@ async fn a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds() {
         priority: None,
     };
     oom(s.reschedule(&id("later"), sooner, NOW).await.unwrap_err());
-    // Jobs keep falling due; a far window's drain waits. A pass that must drain fails (the
-    // timer retries after its backoff), but not before the timeline's due jobs are promoted.
+    // Jobs keep falling due; a far window's drain waits. The pass that finds its drain refused
+    // still promotes what the timeline has due, at once, and has the timer come back for the
+    // window a second later (not at once: that would spin on it).
     assert_eq!(s.tick(NOW + 2_000, 100).await.unwrap().promoted, 1);
-    oom(s.tick(FAR - 60_000, 100).await.unwrap_err());
-    assert_eq!(s.get(&id("mid")).await.unwrap().state, JobState::Delayed);
-    oom(s.tick(FAR - 60_000, 100).await.unwrap_err());
+    let pass = s.tick(FAR - 60_000, 100).await.unwrap();
+    assert_eq!((pass.promoted, pass.next_due), (1, Some(FAR - 59_000)));
     assert_eq!(s.get(&id("mid")).await.unwrap().state, JobState::Ready);
+    assert_eq!(s.get(&id("far")).await.unwrap().state, JobState::Delayed);
+    // Meanwhile passes leave the window alone; the retry is refused again, and waits again.
+    let pass = s.tick(FAR - 59_500, 100).await.unwrap();
+    assert_eq!(pass.next_due, Some(FAR - 59_000));
+    let pass = s.tick(FAR - 59_000, 100).await.unwrap();
+    assert_eq!(pass.next_due, Some(FAR - 58_000));
     assert_eq!(s.get(&id("far")).await.unwrap().state, JobState::Delayed);
 
     let got = s.reserve(&[topic("t")], 1, NOW).await.unwrap();
@@ -1075,9 +1134,9 @@ async fn a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds() {
 
 /// On several shards, a timer pass in which one shard's call fails (here: it must drain a far
 /// window while Redis is full) still does the other shards' work and wakes this instance's
-/// waiters for what they promoted, before it reports the failure.
+/// waiters for what they promoted (and, for a refused drain, retries that shard without it).
 #[tokio::test]
-async fn a_pass_that_fails_on_one_shard_still_announces_the_others_promotions() {
+async fn a_drain_refused_on_one_shard_still_announces_the_others_promotions() {
     const FAR: u64 = NOW + 600_000;
     let server = RedisServer::start();
     let s = store(&server, "dq", 2).await;
@@ -1102,7 +1161,8 @@ async fn a_pass_that_fails_on_one_shard_still_announces_the_others_promotions() 
     let mut events = s.subscribe();
     fill(&mut raw(&server).await).await;
 
-    oom(s.tick(FAR - 60_000, 100).await.unwrap_err());
+    let pass = s.tick(FAR - 60_000, 100).await.unwrap();
+    assert_eq!(pass.promoted, 1);
     expect_event(&mut events, StoreEvent::Ready(topic("near"))).await;
     assert_eq!(s.get(&id(&near)).await.unwrap().state, JobState::Ready);
     assert_eq!(s.get(&id(&far)).await.unwrap().state, JobState::Delayed);

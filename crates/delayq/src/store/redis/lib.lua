@@ -179,7 +179,7 @@ end
 
 -- Index additions are gathered per key and written by flush_index with one command per key
 -- (a batch of 100 pushes: one ZADD or RPUSH, not 100). Removals are immediate. Anything that
--- reads an index flushes first (earliest_timer), and so does unindex of a job this run put
+-- reads an index flushes first (timeline_head), and so does unindex of a job this run put
 -- (`touched`), so no script sees the difference; flush_events ends every run with a flush.
 local add_timeline, add_ready, add_dead, touched
 -- Far window lists: ids per list key, the keys in first-use order, {window, min run_at} per key.
@@ -243,12 +243,6 @@ local function with_windows(t)
     if t == nil or d < t then t = d end
   end
   return t
-end
-
--- The earliest time this shard's timer must wake for: the timeline head or the first window's
--- drain time, or nil.
-local function earliest_timer()
-  return with_windows(timeline_head())
 end
 
 -- The earliest timer as this call knows it: read once (false: none), then lowered by

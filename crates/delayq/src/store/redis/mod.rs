@@ -108,6 +108,9 @@ const COALESCE_IN_FLIGHT: usize = 2;
 const TICK_WINDOWS: u64 = 16;
 /// On one shard, the longest a tick goes without looking for far windows to drain.
 const WINDOW_CHECK_MS: u64 = 1000;
+/// After a window drain is refused (Redis full), how long ticks leave the windows alone, only
+/// promoting and expiring, before they try to drain again.
+const DRAIN_RETRY_MS: u64 = 1000;
 /// Most dead jobs one `kick_topic` round moves.
 const KICK_CHUNK: u64 = 1000;
 /// `reserve` gives up after this many rounds that found jobs in a peek but reserved none
@@ -143,6 +146,8 @@ struct Inner {
     tick_rotation: AtomicUsize,
     /// On one shard: until when ticks skip the look at the far windows (see `tick`).
     window_check_at: AtomicU64,
+    /// Until when ticks drain no far window, after a drain was refused (see `tick`); 0: none.
+    drains_refused_until: AtomicU64,
     /// The pub/sub forwarding task; stopped when the last clone of the store is dropped.
     subscriber: JoinHandle<()>,
     /// Concurrent pushes and removes joined into shared round trips (`coalesce.rs`).
@@ -378,6 +383,7 @@ impl RedisStore {
             last_seq: AtomicU64::new(0),
             tick_rotation: AtomicUsize::new(0),
             window_check_at: AtomicU64::new(0),
+            drains_refused_until: AtomicU64::new(0),
             subscriber,
             pushes: joined(
                 weak,
@@ -667,7 +673,8 @@ impl RedisStore {
             .arg(share)
             .arg(seq)
             .arg(drain_budget)
-            .arg(&self.inner.origin);
+            .arg(&self.inner.origin)
+            .arg(self.inner.drains_refused_until.load(Ordering::Relaxed));
         for &w in drains {
             call = call.arg(w);
         }
@@ -678,14 +685,35 @@ impl RedisStore {
     /// for the topics that gained ready jobs. When some calls fail (a shard whose pass must
     /// drain a window while Redis is full), the others' work is done all the same: their
     /// waiters are woken before the first failure is returned.
-    async fn run_ticks(&self, calls: &[Call], mut out: TickOutcome) -> StoreResult<TickOutcome> {
+    async fn run_ticks(&self, calls: &[Call], out: TickOutcome) -> StoreResult<TickOutcome> {
+        let (out, mut failed) = self.run_ticks_each(calls, out).await?;
+        match failed.drain(..).next() {
+            Some((_, e)) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// [`RedisStore::run_ticks`], returning the calls that failed (by index, with their error)
+    /// beside what the others did.
+    async fn run_ticks_each(
+        &self,
+        calls: &[Call],
+        mut out: TickOutcome,
+    ) -> StoreResult<(TickOutcome, Vec<(usize, StoreError)>)> {
         let mut next_due = |t: UnixMillis| {
             out.next_due = Some(out.next_due.map_or(t, |d| d.min(t)));
         };
         let (mut promoted, mut expired) = (0, 0);
         let mut ready: Vec<Topic> = Vec::new();
-        let mut failed = None;
-        for reply in self.inner.conn.eval_each(calls).await? {
+        let mut failed = Vec::new();
+        for (i, reply) in self
+            .inner
+            .conn
+            .eval_each(calls)
+            .await?
+            .into_iter()
+            .enumerate()
+        {
             let parsed = reply.and_then(|reply| {
                 let a = array(&reply)?;
                 let [p, e, next, topics @ ..] = a else {
@@ -700,7 +728,7 @@ impl RedisStore {
             let (p, e, next, topics) = match parsed {
                 Ok(x) => x,
                 Err(e) => {
-                    failed.get_or_insert(e);
+                    failed.push((i, e));
                     continue;
                 }
             };
@@ -722,10 +750,7 @@ impl RedisStore {
         for t in ready {
             let _ = self.inner.events.send(StoreEvent::Ready(t));
         }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        Ok((out, failed))
     }
 
     /// Reserves for a batch of requests (from concurrent callers) on a one-shard server, in
@@ -1214,6 +1239,7 @@ impl Store for RedisStore {
                 .arg("WITHSCORES");
         }
         let replies = self.inner.conn.query(&pipe).await?;
+        let refused_until = self.inner.drains_refused_until.load(Ordering::Relaxed);
         let n = self.inner.shards.len();
         let mut due = Vec::with_capacity(n);
         let mut heads = Vec::with_capacity(n);
@@ -1236,7 +1262,11 @@ impl Store for RedisStore {
                     return Err(unexpected(windows));
                 };
                 let score = score_ms(score)?;
-                let drain_at = score.saturating_sub(WINDOW_MS);
+                let mut drain_at = score.saturating_sub(WINDOW_MS);
+                if drain_at <= now && now < refused_until {
+                    // A drain was refused lately: leave the window until the retry.
+                    drain_at = refused_until;
+                }
                 first = Some(first.map_or(drain_at, |t: u64| t.min(drain_at)));
                 if drain_at <= now {
                     mine.push(string(member)?.parse().map_err(|_| unexpected(member))?);
@@ -1278,13 +1308,45 @@ impl Store for RedisStore {
             return Ok(out);
         }
         let seq = self.stamp(now, 1);
-        let calls: Vec<Call> = calls
-            .into_iter()
-            .map(|(shard, share)| {
+        let planned: Vec<Call> = calls
+            .iter()
+            .map(|&(shard, share)| {
                 self.tick_call(shard, &drains[shard], now, share, seq, drain_budget)
             })
             .collect();
-        self.run_ticks(&calls, out).await
+        let (out, failed) = self.run_ticks_each(&planned, out).await?;
+        // A shard whose call failed while it had windows to drain (Redis full: a drain may add
+        // memory, so it is refused) runs again without them, so its due jobs are still
+        // promoted now; the windows wait DRAIN_RETRY_MS. Any other failure is the pass's.
+        let mut again = Vec::new();
+        let mut refused = None;
+        for (i, e) in failed {
+            let (shard, share) = calls[i];
+            if drains[shard].is_empty() {
+                return Err(e);
+            }
+            again.push((shard, share));
+            refused.get_or_insert(e);
+        }
+        let Some(refused) = refused else {
+            return Ok(out);
+        };
+        let retry_at = now.saturating_add(DRAIN_RETRY_MS);
+        self.inner
+            .drains_refused_until
+            .store(retry_at, Ordering::Relaxed);
+        tracing::warn!(
+            error = %refused,
+            retry_in_ms = DRAIN_RETRY_MS,
+            "far-future jobs cannot be moved to the timeline now; due jobs are still promoted"
+        );
+        let calls: Vec<Call> = again
+            .into_iter()
+            .map(|(shard, share)| self.tick_call(shard, &[], now, share, seq, 0))
+            .collect();
+        let mut out = self.run_ticks(&calls, out).await?;
+        out.next_due = Some(out.next_due.map_or(retry_at, |d| d.min(retry_at)));
+        Ok(out)
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

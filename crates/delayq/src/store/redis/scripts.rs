@@ -29,8 +29,9 @@
 //! the passes that also drain far windows, which turn list entries (~10 bytes) into timeline
 //! entries (~140) and so is not. What can add memory is refused until memory is free again:
 //! push, reschedule (a job moved out of a far window gains a timeline entry) and window
-//! drains, so the far-future jobs of a window due meanwhile wait (`redis_store.rs`
-//! `a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds`).
+//! drains, so the far-future jobs of a window due meanwhile wait: a pass whose drain is
+//! refused is run again as `tick` and the drain retried a second later (mod.rs `tick`;
+//! `redis_store.rs` `a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds`).
 
 use std::sync::LazyLock;
 
