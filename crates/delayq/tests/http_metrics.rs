@@ -311,3 +311,24 @@ async fn quotes_and_backslashes_in_a_topic_are_escaped_in_its_label() {
     let s = Scrape::of(&app).await;
     assert_eq!(s.jobs(r#"a\"b\\c"#, "delayed"), 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_long_poll_shows_in_waiting_consumers() {
+    let b = Backend::memory().await;
+    let app = Arc::new(TestApp::new(&b));
+    let poll = {
+        let app = app.clone();
+        tokio::spawn(async move { reserve_one(&app, "w", 20_000).await })
+    };
+    // Until the poll has registered (bounded: 20 s).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Scrape::of(&app).await.get("delayq_waiting_consumers") < 1.0 {
+        assert!(Instant::now() < deadline, "the long poll never showed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    ok(&app, "/v1/jobs", json!({"topic": "w", "id": "x"})).await;
+    assert_eq!(poll.await.unwrap()["id"], "x");
+    let s = Scrape::of(&app).await;
+    assert_eq!(s.get("delayq_waiting_consumers"), 0.0);
+    assert_eq!(s.total("jobs_delivered"), 1.0);
+}
