@@ -1,7 +1,8 @@
 //! `GET /metrics` (docs/metrics.md), in-process, once per backend: each transition made through
 //! either API or by the timer is counted once, refusals are not counted, the lateness histogram
-//! measures from the due time, and the job gauges are the store's counts. Also: a store that is
-//! down shows as `store_up 0` with its errors counted.
+//! measures from the due time, and the job gauges are the store's counts. Also (memory store):
+//! a store that is down shows as `store_up 0` with its errors counted, a waiting long poll in
+//! `waiting_consumers`, and topics with quotes or backslashes escaped in their labels.
 
 // `backend_tests!` (support/backends.rs) names `crate::support` on purpose: the support module
 // lives in each test crate, not in delayq, so `$crate` would be wrong.
