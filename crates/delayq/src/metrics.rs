@@ -247,7 +247,8 @@ impl Metrics {
         out
     }
 
-    fn delivered(&self, jobs: &[Job], now: UnixMillis) {
+    /// Counts the jobs a reserve made at `now` handed out, and how late each was.
+    fn count_deliveries(&self, jobs: &[Job], now: UnixMillis) {
         self.delivered.inc_by(jobs.len() as u64);
         for j in jobs {
             if j.attempts > 1 {
@@ -294,14 +295,10 @@ impl Metrics {
         r: StoreResult<Vec<StoreResult<T>>>,
     ) -> StoreResult<Vec<StoreResult<T>>> {
         if let Ok(items) = &r {
-            for item in items {
-                match item {
-                    Ok(_) => {
-                        counter.inc();
-                    }
-                    Err(e) => self.failed(e),
-                }
+            for e in items.iter().filter_map(|i| i.as_ref().err()) {
+                self.failed(e);
             }
+            counter.inc_by(items.iter().filter(|i| i.is_ok()).count() as u64);
         }
         self.seen(r)
     }
@@ -343,7 +340,7 @@ impl Store for Metered {
     ) -> StoreResult<Vec<Job>> {
         let r = self.inner.reserve(topics, max, now).await;
         if let Ok(jobs) = &r {
-            self.metrics.delivered(jobs, now);
+            self.metrics.count_deliveries(jobs, now);
         }
         self.metrics.seen(r)
     }

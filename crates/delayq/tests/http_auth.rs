@@ -1,9 +1,10 @@
 //! Bearer-token authentication (api/auth.rs), endpoint by endpoint: with tokens configured,
-//! every route of docs/api.md and docs/compat.md, `/readyz`, `/metrics` and `/v1/openapi.json` refuse a
-//! request without a token, with a wrong one, or with the right one under another scheme (401,
-//! `WWW-Authenticate: Bearer`, the body of the path's API), and serve it with a right one;
-//! `/healthz` never asks. With no token configured, nothing asks. Also over a real socket with
-//! the Rust client. Authentication does not depend on the store, so the memory store serves.
+//! every route of docs/api.md and docs/compat.md, `/readyz`, `/metrics` and `/v1/openapi.json`
+//! refuse a request without a token, with a wrong one, or with the right one under another
+//! scheme (401, `WWW-Authenticate: Bearer`, the body of the path's API), and serve it with a
+//! right one; `/healthz` never asks. With no token configured, nothing asks. Also over a real
+//! socket with the Rust client. Authentication does not depend on the store, so the memory
+//! store serves.
 
 mod support;
 

@@ -1,6 +1,6 @@
 //! The HTTP layer: the seed-compatible API (`compat.rs`), the /v1 API (`v1.rs`, described by
-//! `openapi.rs`), health checks and Prometheus metrics (here). Only this module knows HTTP; it validates input,
-//! calls the store or the dispatcher, and maps results to responses.
+//! `openapi.rs`), health checks and Prometheus metrics (here). Only this module knows HTTP; it
+//! validates input, calls the store or the dispatcher, and maps results to responses.
 //!
 //! Cross-cutting layers are applied here, once, for every route: the request body limit
 //! ([`request_body_limit`], enforced by axum's `DefaultBodyLimit`, so body extractors reject

@@ -13,7 +13,8 @@
 //! thread, which writes them to redb in one durable transaction and then retires the old log
 //! (kept as the spare the next new log is written over, `wal.rs`). Appending a frame is one
 //! small sequential write; the redb commit it replaces rewrote ~14 pages per group of
-//! requests, and took half of the embedded store's CPU in W1 (docs/benchmarks.md). Opening the store replays whatever logs are left (`embedded.rs`).
+//! requests, and took half of the embedded store's CPU in W1 (docs/benchmarks.md). Opening
+//! the store replays whatever logs are left (`embedded.rs`).
 //!
 //! **Lazy commits** (the timer's passes: promotions and TTR expiries, which a restart redoes by
 //! itself) have no acknowledgement and no events to hold back. A batch of only lazy commits is

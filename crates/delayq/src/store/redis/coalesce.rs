@@ -73,7 +73,7 @@ impl<R: Send + 'static, O: Send + 'static> Coalescer<R, O> {
                 };
                 // One turn of the scheduler before the batch is cut: the handlers already woken
                 // (by the same burst of requests) queue theirs and join it. Measured in W1 on
-                // Redis: batches grow, FCALLs and wake-ups fall, push +16 %, CPU per job -9 %
+                // Redis: FCALLs -16 %, push +10 to +16 %, CPU per run -8 to -10 %
                 // (docs/benchmarks.md); more turns gained nothing clear.
                 tokio::task::yield_now().await;
                 let mut size = units(&first.0);

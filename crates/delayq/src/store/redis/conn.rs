@@ -20,6 +20,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, Cmd, Pipeline, RedisError, ToRedisArgs, Value};
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// How long one connection attempt may take.
@@ -182,29 +183,35 @@ impl Conn {
     /// library again on its next call ([`Conn::eval_each`]). A library that cannot be deleted
     /// (another instance deleted it first; on a cluster, a master without it) is skipped.
     pub async fn prune(&self) -> StoreResult<Vec<String>> {
-        let mut list = redis::cmd("FUNCTION");
+        let mut list = redis::pipe();
         // A glob pattern.
-        list.arg("LIST")
+        list.cmd("FUNCTION")
+            .arg("LIST")
             .arg("LIBRARYNAME")
             .arg(format!("{LIBRARY_PREFIX}*"));
-        let mut pipe = redis::pipe();
-        pipe.add_command(list);
-        let listed = self.query(&pipe).await?;
-        let stale = listed
+        let listed = self.query(&list).await?;
+        let stale: Vec<String> = listed
             .first()
             .map(library_names)
             .unwrap_or_default()
             .into_iter()
-            .filter(|n| is_delayq_library(n) && *n != LIBRARY.name);
+            .filter(|n| is_delayq_library(n) && *n != LIBRARY.name)
+            .collect();
+        if stale.is_empty() {
+            return Ok(stale);
+        }
+        // One round trip for all of them; each answers on its own.
+        let mut delete = redis::pipe();
+        for name in &stale {
+            delete.cmd("FUNCTION").arg("DELETE").arg(name);
+        }
         let mut deleted = Vec::new();
-        for name in stale {
-            let mut delete = redis::cmd("FUNCTION");
-            delete.arg("DELETE").arg(&name);
-            let mut pipe = redis::pipe();
-            pipe.add_command(delete);
-            match self.query(&pipe).await {
-                Ok(_) => deleted.push(name),
-                Err(e) => tracing::debug!(library = %name, error = %e, "not deleted"),
+        for (name, reply) in stale.into_iter().zip(self.send(&delete).await?) {
+            match reply {
+                Value::ServerError(e) => {
+                    tracing::debug!(library = %name, error = %server_error(&e), "not deleted")
+                }
+                _ => deleted.push(name),
             }
         }
         Ok(deleted)
@@ -253,30 +260,14 @@ async fn deadline<T>(f: impl Future<Output = Result<T, RedisError>>) -> StoreRes
     }
 }
 
-/// The `library_name` of each library in a `FUNCTION LIST` reply (RESP2: flat key/value
-/// arrays; RESP3: maps).
+/// The `library_name` of each library in a `FUNCTION LIST` reply (redis-rs reads each entry
+/// as a map, from RESP2's flat arrays or RESP3's maps alike).
 fn library_names(reply: &Value) -> Vec<String> {
-    let Value::Array(libraries) = reply else {
-        return Vec::new();
-    };
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    };
+    let libraries: Vec<HashMap<String, Value>> =
+        redis::from_redis_value_ref(reply).unwrap_or_default();
     libraries
         .iter()
-        .filter_map(|lib| {
-            let pairs: Vec<(&Value, &Value)> = match lib {
-                Value::Array(kv) => kv.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
-                Value::Map(kv) => kv.iter().map(|(k, v)| (k, v)).collect(),
-                _ => return None,
-            };
-            pairs
-                .into_iter()
-                .find(|(k, _)| text(k).as_deref() == Some("library_name"))
-                .and_then(|(_, v)| text(v))
-        })
+        .filter_map(|lib| redis::from_redis_value_ref(lib.get("library_name")?).ok())
         .collect()
 }
 

@@ -360,7 +360,7 @@ impl RedisStore {
                 "deleted the Redis function libraries of other delayq builds"
             ),
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot list Redis function libraries"),
+            Err(e) => tracing::warn!(error = %e, "cannot delete other builds' function libraries"),
         }
         let channel = keys::event_channel(&opts.prefix);
         let (used, first) = events::subscribe_any(&clients, 0, &channel).await?;
@@ -686,8 +686,8 @@ impl RedisStore {
     /// drain a window while Redis is full), the others' work is done all the same: their
     /// waiters are woken before the first failure is returned.
     async fn run_ticks(&self, calls: &[Call], out: TickOutcome) -> StoreResult<TickOutcome> {
-        let (out, mut failed) = self.run_ticks_each(calls, out).await?;
-        match failed.drain(..).next() {
+        let (out, failed) = self.run_ticks_each(calls, out).await?;
+        match failed.into_iter().next() {
             Some((_, e)) => Err(e),
             None => Ok(out),
         }
