@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 /// Milliseconds since the Unix epoch. Every time in delayq has this unit.
 pub type UnixMillis = u64;
@@ -48,10 +49,11 @@ impl InvalidField {
     }
 }
 
-/// A topic name: 1–128 characters, no whitespace, control characters or commas.
+/// A topic name: 1–128 characters, no whitespace, control characters or commas. Shared, not
+/// copied, by its clones (the engine gives every job of a topic the same one).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct Topic(String);
+pub struct Topic(Arc<str>);
 
 impl Topic {
     pub fn parse(s: impl Into<String>) -> Result<Topic, InvalidField> {
@@ -75,7 +77,7 @@ impl Topic {
                 format!("must not contain whitespace, control characters or commas (found {c:?})"),
             ));
         }
-        Ok(Topic(s))
+        Ok(Topic(s.into()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -92,7 +94,7 @@ impl TryFrom<String> for Topic {
 
 impl From<Topic> for String {
     fn from(t: Topic) -> String {
-        t.0
+        t.0.to_string()
     }
 }
 
@@ -103,17 +105,12 @@ impl fmt::Display for Topic {
 }
 
 /// A job id: 1–256 characters, no control characters. Unique within a delayq namespace, across
-/// all topics.
+/// all topics. Shared, not copied, by its clones (a job's record and its index entries).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct JobId(String);
+pub struct JobId(Arc<str>);
 
 impl JobId {
-    /// The id as an owned string, without copying it.
-    pub fn into_string(self) -> String {
-        self.0
-    }
-
     pub fn parse(s: impl Into<String>) -> Result<JobId, InvalidField> {
         let s = s.into();
         let n = s.chars().count();
@@ -132,12 +129,12 @@ impl JobId {
                 "must not contain control characters",
             ));
         }
-        Ok(JobId(s))
+        Ok(JobId(s.into()))
     }
 
     /// A new time-ordered id (UUIDv7): ids generated later sort later.
     pub fn generate() -> JobId {
-        JobId(uuid::Uuid::now_v7().to_string())
+        JobId(uuid::Uuid::now_v7().to_string().into())
     }
 
     pub fn as_str(&self) -> &str {
@@ -154,7 +151,7 @@ impl TryFrom<String> for JobId {
 
 impl From<JobId> for String {
     fn from(t: JobId) -> String {
-        t.0
+        t.0.to_string()
     }
 }
 

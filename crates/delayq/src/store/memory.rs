@@ -50,9 +50,10 @@ impl Effects {
 type ReadyKey = (u32, UnixMillis, u64, JobId);
 
 /// A job in [`Engine`]'s table, found by its id. The table holds each job once, without a
-/// second copy of its id as a key, and boxed, so the table's spare capacity (up to half of
-/// it, just after it grows) costs a pointer per slot instead of a whole job: 609 → 389 bytes
-/// per pending job (`examples/pending_memory.rs`).
+/// second copy of its id as a key, and boxed, so the table's spare capacity (up to half of it,
+/// just after it grows) costs a pointer per slot instead of a whole job. With the ids and
+/// topics that clones share (job.rs, [`Engine::share_topic`]), a pending job costs the engine
+/// 306 bytes instead of 609 (`examples/pending_memory.rs`, docs/benchmarks.md).
 #[derive(Debug)]
 struct Stored(Box<Job>);
 
@@ -113,10 +114,19 @@ impl Engine {
                 j.reserved_until = None;
             }
             e.next_seq = e.next_seq.max(j.seq + 1);
+            e.share_topic(&mut j);
             e.index(&j);
             e.jobs.replace(Stored(Box::new(j)));
         }
         e
+    }
+
+    /// Gives the job the topic every other job of its topic holds (the counts' key), so a
+    /// topic's name is stored once, not once per job.
+    fn share_topic(&self, j: &mut Job) {
+        if let Some((topic, _)) = self.counts.get_key_value(&j.spec.topic) {
+            j.spec.topic = topic.clone();
+        }
     }
 
     fn stamp(&mut self) -> u64 {
@@ -200,7 +210,8 @@ impl Engine {
 
     /// Stores a job (new or modified) with its index entries, records the change and the events
     /// it causes.
-    fn put(&mut self, j: Job, fx: &mut Effects) -> Job {
+    fn put(&mut self, mut j: Job, fx: &mut Effects) -> Job {
+        self.share_topic(&mut j);
         if let Some(t) = j.timer_at() {
             let earlier = self.timeline.first().is_none_or(|(head, _)| t < *head);
             if earlier {

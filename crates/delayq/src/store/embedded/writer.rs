@@ -300,7 +300,7 @@ impl Writer {
         };
         let entries: Vec<wal::Entry> = last
             .into_iter()
-            .map(|(id, job)| (id.into_string(), job.map(record::encode)))
+            .map(|(id, job)| (id.as_str().to_string(), job.map(record::encode)))
             .collect();
         log.append(&entries)?;
         if durable {
