@@ -1,5 +1,6 @@
 #!/bin/bash
-# The ad-hoc script behind this session's W1 measurements (kept as a record, not maintained):
+# The ad-hoc script behind the sixth and seventh sessions' W1 measurements (kept as a record, not
+# maintained; the seventh added fdatasync to FSC's counters):
 # a fresh redis-server (or an embedded data dir) and `delayq serve` on free ports, one W1 run,
 # then the CPU ticks of delayq and redis-server during it. Hooks: SLOW=1 (Redis slowlog of every
 # call to /tmp/b/slowlog.txt), PERFR=1 / PERFD=1 / PERFB=1 (perf record of redis / delayq / the
@@ -28,7 +29,7 @@ for i in $(seq 50); do curl -sf http://127.0.0.1:$hp/healthz >/dev/null && break
 ticks() { [ -n "$1" ] && awk '{print $14+$15}' /proc/$1/stat || echo 0; }
 [ -n "$rurl" ] && [ -n "${SLOW:-}" ] && redis-cli -p $rp config set slowlog-log-slower-than 0 >/dev/null && redis-cli -p $rp config set slowlog-max-len 5000000 >/dev/null
 [ -n "${PERFR:-}" ] && { perf record -F 2000 -g -o /tmp/b/perf.redis.data -p $rpid 2>/dev/null & ppid=$!; }
-[ -n "${FSC:-}" ] && { perf stat -e raw_syscalls:sys_enter,syscalls:sys_enter_futex,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_recvfrom,syscalls:sys_enter_read,syscalls:sys_enter_sendto,context-switches -p $dpid -o /tmp/b/fsc.txt & ppid=$!; }
+[ -n "${FSC:-}" ] && { perf stat -e raw_syscalls:sys_enter,syscalls:sys_enter_futex,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_recvfrom,syscalls:sys_enter_read,syscalls:sys_enter_sendto,syscalls:sys_enter_fdatasync,context-switches -p $dpid -o /tmp/b/fsc.txt & ppid=$!; }
 [ -n "${PERFD:-}" ] && { perf record -F 2000 -g -o /tmp/b/perf.dq.data -p $dpid 2>/dev/null & ppid=$!; }
 d0=$(ticks $dpid); r0=$(ticks $rpid)
 /usr/bin/time -f "bench_cpu %U+%S s wall %e" env $BENV ${PERFB:+perf record -F 2000 -g -o /tmp/b/perf.bench.data} $BIN/delayq-bench ${WL:-w1} --addr 127.0.0.1:$hp ${rurl:+--redis-url $rurl} --no-progress "$@" 2>&1

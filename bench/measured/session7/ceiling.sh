@@ -20,9 +20,9 @@ bullmq() {
 }
 for r in $(seq "${1:-3}"); do
   bullmq
-  bash "$here/w1.sh" redis --json 2>/dev/null | label delayq-redis
-  DQENV=TOKIO_WORKER_THREADS=1 bash "$here/w1.sh" redis --json 2>/dev/null | label delayq-redis-1thread
-  bash "$here/w1.sh" emb --json 2>/dev/null | label delayq-embedded
-  BIN=$MEMBIN DQENV=DQ_EXPERIMENT_MEMORY=1 bash "$here/w1.sh" emb --json 2>/dev/null | label delayq-memory
-  BIN=$MEMBIN DQENV="DQ_EXPERIMENT_MEMORY=1 TOKIO_WORKER_THREADS=1" bash "$here/w1.sh" emb --json 2>/dev/null | label delayq-memory-1thread
+  bash "$here/../session6/w1.sh" redis --json 2>/dev/null | label delayq-redis
+  DQENV=TOKIO_WORKER_THREADS=1 bash "$here/../session6/w1.sh" redis --json 2>/dev/null | label delayq-redis-1thread
+  bash "$here/../session6/w1.sh" emb --json 2>/dev/null | label delayq-embedded
+  BIN=$MEMBIN DQENV=DQ_EXPERIMENT_MEMORY=1 bash "$here/../session6/w1.sh" emb --json 2>/dev/null | label delayq-memory
+  BIN=$MEMBIN DQENV="DQ_EXPERIMENT_MEMORY=1 TOKIO_WORKER_THREADS=1" bash "$here/../session6/w1.sh" emb --json 2>/dev/null | label delayq-memory-1thread
 done
