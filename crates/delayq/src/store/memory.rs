@@ -552,3 +552,42 @@ impl Store for MemoryStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(id: &str) -> JobSpec {
+        // Every call parses the topic anew, as every request does.
+        JobSpec::new(
+            Topic::parse("emails").unwrap(),
+            JobId::parse(id).unwrap(),
+            "body",
+            2_000,
+        )
+    }
+
+    fn topic_at(e: &Engine, id: &str) -> *const u8 {
+        let j = e.get(&JobId::parse(id).unwrap()).unwrap();
+        j.spec.topic.as_str().as_ptr()
+    }
+
+    /// The engine stores a topic's name once, for jobs pushed and for jobs loaded at start.
+    #[test]
+    fn jobs_of_one_topic_share_one_copy_of_its_name() {
+        let mut pushed = Engine::new();
+        let mut fx = Effects::default();
+        for id in ["a", "b", "c"] {
+            pushed
+                .push(spec(id), PushMode::Reject, 1_000, &mut fx)
+                .unwrap();
+        }
+        assert_eq!(topic_at(&pushed, "a"), topic_at(&pushed, "b"));
+        assert_eq!(topic_at(&pushed, "a"), topic_at(&pushed, "c"));
+
+        let loaded =
+            Engine::load((1..=3).map(|seq| Job::new(spec(&format!("j{seq}")), 1_000, seq)));
+        assert_eq!(topic_at(&loaded, "j1"), topic_at(&loaded, "j2"));
+        assert_eq!(topic_at(&loaded, "j1"), topic_at(&loaded, "j3"));
+    }
+}
