@@ -17,7 +17,7 @@ use crate::store::{
 };
 use async_trait::async_trait;
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, btree_map};
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use tokio::sync::broadcast;
@@ -52,7 +52,7 @@ type ReadyKey = (u32, UnixMillis, u64, JobId);
 /// A job in [`Engine`]'s table, found by its id. The table holds each job once, without a
 /// second copy of its id as a key, and boxed, so the table's spare capacity (up to half of it,
 /// just after it grows) costs a pointer per slot instead of a whole job. With the ids and
-/// topics that clones share (job.rs, [`Engine::share_topic`]), a pending job costs the engine
+/// topics that clones share (job.rs, [`Engine::index`]), a pending job costs the engine
 /// 306 bytes instead of 609 (`examples/pending_memory.rs`, docs/benchmarks.md).
 #[derive(Debug)]
 struct Stored(Box<Job>);
@@ -114,19 +114,10 @@ impl Engine {
                 j.reserved_until = None;
             }
             e.next_seq = e.next_seq.max(j.seq + 1);
-            e.share_topic(&mut j);
-            e.index(&j);
+            e.index(&mut j);
             e.jobs.replace(Stored(Box::new(j)));
         }
         e
-    }
-
-    /// Gives the job the topic every other job of its topic holds (the counts' key), so a
-    /// topic's name is stored once, not once per job.
-    fn share_topic(&self, j: &mut Job) {
-        if let Some((topic, _)) = self.counts.get_key_value(&j.spec.topic) {
-            j.spec.topic = topic.clone();
-        }
     }
 
     fn stamp(&mut self) -> u64 {
@@ -135,7 +126,17 @@ impl Engine {
         s
     }
 
-    fn index(&mut self, j: &Job) {
+    /// Adds a job's index entries and count, and gives it the topic every other job of its
+    /// topic holds (the counts' key), so a topic's name is stored once, not once per job.
+    fn index(&mut self, j: &mut Job) {
+        let counts = match self.counts.entry(j.spec.topic.clone()) {
+            btree_map::Entry::Occupied(o) => {
+                j.spec.topic = o.key().clone();
+                o.into_mut()
+            }
+            btree_map::Entry::Vacant(v) => v.insert(TopicCounts::default()),
+        };
+        *count_of(counts, j.state) += 1;
         let id = j.spec.id.clone();
         match j.state {
             JobState::Delayed => {
@@ -158,10 +159,6 @@ impl Engine {
                     .insert((j.seq, id));
             }
         }
-        *count_of(
-            self.counts.entry(j.spec.topic.clone()).or_default(),
-            j.state,
-        ) += 1;
     }
 
     fn unindex(&mut self, j: &Job) {
@@ -211,7 +208,6 @@ impl Engine {
     /// Stores a job (new or modified) with its index entries, records the change and the events
     /// it causes.
     fn put(&mut self, mut j: Job, fx: &mut Effects) -> Job {
-        self.share_topic(&mut j);
         if let Some(t) = j.timer_at() {
             let earlier = self.timeline.first().is_none_or(|(head, _)| t < *head);
             if earlier {
@@ -221,7 +217,7 @@ impl Engine {
         if j.state == JobState::Ready {
             fx.ready(&j.spec.topic);
         }
-        self.index(&j);
+        self.index(&mut j);
         self.jobs.replace(Stored(Box::new(j.clone())));
         fx.changes.push(Change::Put(j.clone()));
         j
