@@ -49,15 +49,15 @@ fn by_state(c: &TopicCounts) -> [(&'static str, u64); 4] {
 }
 
 /// `value` as the text between a label's quotes: prometheus-client writes label values as
-/// they are, and a topic may hold `"` and `\` (not newlines: topics have no control
-/// characters), which would end the value early and break the whole exposition.
+/// they are, and a topic may hold `"` and `\`, which would end the value early and break the
+/// whole exposition. The format's third escape, of a newline, is never needed: every topic
+/// passed `Topic::parse`, which refuses control characters.
 fn label_value(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
             '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
             c => out.push(c),
         }
     }
