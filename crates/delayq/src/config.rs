@@ -147,7 +147,7 @@ impl fmt::Debug for AuthToken {
 
 /// Most Redis shards: each is one hash slot's worth of keys, and more than this only costs
 /// round trips.
-pub const MAX_SHARDS: u64 = 1024;
+pub const MAX_SHARDS: u64 = crate::store::redis::MAX_SHARDS as u64;
 /// Default shards on one Redis server. Shards exist to spread one topic over a cluster's
 /// masters; one server runs every script on one thread whatever the layout, and each more
 /// shard costs `reserve` a peek at every shard and splits the batches of concurrent pushes
@@ -500,19 +500,7 @@ impl Config {
         }
 
         let prefix = Setting::pick("prefix", args.prefix, file.prefix, path, d.prefix);
-        if prefix.value.is_empty() {
-            return Err(prefix.invalid("must not be empty"));
-        }
-        if let Some(c) = prefix
-            .value
-            .chars()
-            .find(|c| *c == '{' || *c == '}' || c.is_whitespace() || c.is_control())
-        {
-            return Err(prefix.invalid(format!(
-                "{:?} contains {c:?}; braces, whitespace and control characters are not allowed",
-                prefix.value
-            )));
-        }
+        crate::store::redis::validate_prefix(&prefix.value).map_err(|e| prefix.invalid(e))?;
 
         let shards = Setting::pick(
             "shards",

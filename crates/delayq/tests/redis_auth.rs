@@ -58,7 +58,7 @@ async fn assert_usable(store: &RedisStore) {
 /// A refused connection: `Unavailable`, without any password in its message.
 fn assert_refused_without_secrets(r: Result<RedisStore, StoreError>, what: &str) -> String {
     let message = match r {
-        Err(StoreError::Unavailable(m)) => m,
+        Err(StoreError::Unavailable(m)) => m.to_string(),
         Err(other) => panic!("{what}: expected Unavailable, got {other:?}"),
         Ok(_) => panic!("{what}: connected"),
     };
@@ -258,7 +258,7 @@ async fn rediss_url_speaks_tls_and_verifies_the_certificate() {
     // delayq accepts the URL, shakes hands, and refuses a certificate from a CA it does not trust.
     let url = format!("rediss://127.0.0.1:{tls_port}/");
     let m = match connect(&url).await {
-        Err(StoreError::Unavailable(m)) => m,
+        Err(StoreError::Unavailable(m)) => m.to_string(),
         Err(other) => panic!("expected Unavailable, got {other:?}"),
         Ok(_) => panic!("connected to a self-signed server without trusting it"),
     };

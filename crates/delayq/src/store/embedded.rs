@@ -90,16 +90,17 @@ impl EmbeddedStore {
     pub async fn open(opts: EmbeddedOptions) -> StoreResult<EmbeddedStore> {
         tokio::task::spawn_blocking(move || EmbeddedStore::open_blocking(&opts))
             .await
-            .map_err(|e| StoreError::Unavailable(format!("embedded store open task failed: {e}")))?
+            .map_err(|e| {
+                StoreError::Unavailable(format!("embedded store open task failed: {e}").into())
+            })?
     }
 
     fn open_blocking(opts: &EmbeddedOptions) -> StoreResult<EmbeddedStore> {
         let dir = &opts.data_dir;
         std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError::Unavailable(format!(
-                "cannot create data directory {}: {e}",
-                dir.display()
-            ))
+            StoreError::Unavailable(
+                format!("cannot create data directory {}: {e}", dir.display()).into(),
+            )
         })?;
         let file = dir.join(DB_FILE_NAME);
         // redb checks what it can and reports corruption as errors, but a damaged page can
@@ -117,7 +118,7 @@ impl EmbeddedStore {
                 .map(String::as_str)
                 .or_else(|| panic.downcast_ref::<&str>().copied())
                 .unwrap_or("unknown panic");
-            StoreError::Corrupt(format!("{}: cannot be read: {msg}", file.display()))
+            StoreError::Corrupt(format!("{}: cannot be read: {msg}", file.display()).into())
         })??;
         let n = jobs.len();
         let engine = Engine::load(jobs);
@@ -140,7 +141,9 @@ impl EmbeddedStore {
             .name("delayq-embedded-writer".into())
             .spawn(move || writer.run())
             .map_err(|e| {
-                StoreError::Unavailable(format!("cannot start the embedded store writer: {e}"))
+                StoreError::Unavailable(
+                    format!("cannot start the embedded store writer: {e}").into(),
+                )
             })?;
         tracing::info!(
             file = %file.display(),
@@ -251,10 +254,13 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
         .create(file)
         .map_err(|e| match e {
             DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => {
-                StoreError::Unavailable(format!(
-                    "data directory {} is in use by another delayq process",
-                    dir.display()
-                ))
+                StoreError::Unavailable(
+                    format!(
+                        "data directory {} is in use by another delayq process",
+                        dir.display()
+                    )
+                    .into(),
+                )
             }
             // redb reports a foreign or truncated file as InvalidData/UnexpectedEof; other I/O
             // errors (permissions, a full disk) are about the machine, not the data.
@@ -264,11 +270,13 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
                     std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
                 ) =>
             {
-                StoreError::Unavailable(format!("cannot open {shown}: {e}"))
+                StoreError::Unavailable(format!("cannot open {shown}: {e}").into())
             }
-            e => StoreError::Corrupt(format!("{shown}: not a readable delayq data file: {e}")),
+            e => {
+                StoreError::Corrupt(format!("{shown}: not a readable delayq data file: {e}").into())
+            }
         })?;
-    let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt(format!("{shown}: {e}"));
+    let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt(format!("{shown}: {e}").into());
     let tx = db.begin_write().map_err(|e| corrupt(&e))?;
     {
         let mut meta = tx.open_table(META).map_err(|e| corrupt(&e))?;
@@ -279,10 +287,13 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
         match version {
             Some(record::FORMAT_VERSION) => {}
             Some(v) => {
-                return Err(StoreError::Corrupt(format!(
-                    "{shown}: data format version {v}, but this delayq reads version {}",
-                    record::FORMAT_VERSION
-                )));
+                return Err(StoreError::Corrupt(
+                    format!(
+                        "{shown}: data format version {v}, but this delayq reads version {}",
+                        record::FORMAT_VERSION
+                    )
+                    .into(),
+                ));
             }
             None => {
                 meta.insert(FORMAT_VERSION_KEY, record::FORMAT_VERSION)
@@ -301,23 +312,23 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
 /// seen, the spare's included, so no generation is ever written twice into one file.
 fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
     let logs = wal::existing(dir).map_err(|e| {
-        StoreError::Unavailable(format!("cannot list the logs in {}: {e}", dir.display()))
+        StoreError::Unavailable(format!("cannot list the logs in {}: {e}", dir.display()).into())
     })?;
     for (generation, log) in &logs {
-        let entries = wal::read(log, *generation)
-            .map_err(|e| StoreError::Unavailable(format!("cannot read {}: {e}", log.display())))?;
+        let entries = wal::read(log, *generation).map_err(|e| {
+            StoreError::Unavailable(format!("cannot read {}: {e}", log.display()).into())
+        })?;
         let n = entries.len();
-        writer::apply(db, file, entries).map_err(StoreError::Corrupt)?;
+        writer::apply(db, file, entries).map_err(|e| StoreError::Corrupt(e.into()))?;
         wal::retire(dir, log).map_err(|e| {
-            StoreError::Unavailable(format!("cannot retire {}: {e}", log.display()))
+            StoreError::Unavailable(format!("cannot retire {}: {e}", log.display()).into())
         })?;
         tracing::info!(log = %log.display(), changes = n, "replayed a write-ahead log");
     }
     let spare = wal::spare_generation(dir).map_err(|e| {
-        StoreError::Unavailable(format!(
-            "cannot read the spare log in {}: {e}",
-            dir.display()
-        ))
+        StoreError::Unavailable(
+            format!("cannot read the spare log in {}: {e}", dir.display()).into(),
+        )
     })?;
     let last = logs.last().map(|(g, _)| *g).max(spare);
     Ok(last.map_or(0, |g| g + 1))
@@ -326,7 +337,7 @@ fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
 /// Reads and decodes every job record.
 fn load(db: &Database, file: &Path) -> StoreResult<Vec<Job>> {
     let shown = file.display();
-    let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt(format!("{shown}: {e}"));
+    let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt(format!("{shown}: {e}").into());
     let tx = db.begin_read().map_err(|e| corrupt(&e))?;
     let table = tx.open_table(JOBS).map_err(|e| corrupt(&e))?;
     let mut jobs = Vec::with_capacity(table.len().map_err(|e| corrupt(&e))? as usize);
@@ -334,7 +345,7 @@ fn load(db: &Database, file: &Path) -> StoreResult<Vec<Job>> {
         let (k, v) = entry.map_err(|e| corrupt(&e))?;
         let id = k.value();
         let job = record::decode(id, v.value()).map_err(|e| {
-            StoreError::Corrupt(format!("{shown}: job {id:?} cannot be decoded: {e}"))
+            StoreError::Corrupt(format!("{shown}: job {id:?} cannot be decoded: {e}").into())
         })?;
         jobs.push(job);
     }

@@ -8,36 +8,16 @@
 //! store's [`StoreEvent`]s.
 
 pub mod embedded;
+mod error;
 pub mod memory;
 pub mod redis;
+
+pub use error::{Cause, StoreError, StoreResult};
 
 use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
 use async_trait::async_trait;
 use std::collections::BTreeMap;
 use tokio::sync::broadcast;
-
-/// Why a store operation did not happen. Domain refusals (`NotFound`, `WrongState`, `Exists`)
-/// change nothing; `Unavailable` means the store could not be reached and nothing is known to
-/// have changed.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StoreError {
-    #[error("job not found")]
-    NotFound,
-    /// The job exists but is in a state that does not allow the operation.
-    #[error("job is {0}")]
-    WrongState(JobState),
-    /// A push without replace named an id that already exists.
-    #[error("a job with this id already exists")]
-    Exists,
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// Stored data could not be decoded; names the file or key.
-    #[error("corrupt data: {0}")]
-    Corrupt(String),
-}
-
-pub type StoreResult<T> = Result<T, StoreError>;
 
 /// What to do when a pushed id already exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -101,7 +101,7 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound => ApiError::NotFound,
             StoreError::WrongState(s) => ApiError::WrongState(s),
             StoreError::Exists => ApiError::Exists,
-            StoreError::Unavailable(m) => ApiError::StoreUnavailable(m),
+            StoreError::Unavailable(m) => ApiError::StoreUnavailable(m.into()),
             StoreError::Corrupt(m) => ApiError::Internal(format!("corrupt data: {m}")),
             // `StoreError` is non-exhaustive: a future variant is the server's problem until
             // it is mapped here.

@@ -382,8 +382,11 @@ pub fn apply(
 
 /// The error of every request after a failed commit.
 pub fn failed_error(reason: &str) -> StoreError {
-    StoreError::Unavailable(format!(
-        "the embedded store stopped after a failed commit ({reason}); the last acknowledged \
+    StoreError::Unavailable(
+        format!(
+            "the embedded store stopped after a failed commit ({reason}); the last acknowledged \
          changes are on disk, later ones may not be: restart delayq to reload them"
-    ))
+        )
+        .into(),
+    )
 }

@@ -253,10 +253,13 @@ async fn deadline<T>(f: impl Future<Output = Result<T, RedisError>>) -> StoreRes
     match tokio::time::timeout(CALL_TIMEOUT, f).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(redis_error(&e)),
-        Err(_) => Err(StoreError::Unavailable(format!(
-            "Redis did not answer within {} ms",
-            CALL_TIMEOUT.as_millis()
-        ))),
+        Err(_) => Err(StoreError::Unavailable(
+            format!(
+                "Redis did not answer within {} ms",
+                CALL_TIMEOUT.as_millis()
+            )
+            .into(),
+        )),
     }
 }
 
@@ -280,7 +283,7 @@ fn is_function_missing(v: &Value) -> bool {
 /// A client-side failure: Redis could not be asked, or its answer did not arrive.
 pub fn redis_error(e: &RedisError) -> StoreError {
     tracing::debug!(error = %e, "redis call failed");
-    StoreError::Unavailable(e.to_string())
+    StoreError::Unavailable(e.to_string().into())
 }
 
 /// An error reply. A script error or a wrong-type key means the data under our prefix is not
@@ -291,8 +294,8 @@ fn server_error(e: &redis::ServerError) -> StoreError {
     match e.code() {
         "ERR" | "WRONGTYPE" => {
             tracing::error!(error = %msg, "redis refused a delayq command");
-            StoreError::Corrupt(msg)
+            StoreError::Corrupt(msg.into())
         }
-        _ => StoreError::Unavailable(msg),
+        _ => StoreError::Unavailable(msg.into()),
     }
 }

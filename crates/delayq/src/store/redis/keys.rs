@@ -196,15 +196,23 @@ pub fn layout(shards: u16, cluster: bool) -> String {
     format!("shards={shards} tags={tags}")
 }
 
-/// Checks that a prefix keeps the hash tag intact: braces inside it would end the tag early
-/// and scatter a shard's keys over several cluster slots.
+/// Most shards a prefix can have (the `shards` setting's upper bound).
+pub const MAX_SHARDS: u16 = 1024;
+
+/// Checks a key prefix: not empty, and none of `{`, `}` (they would end the hash tag early and
+/// scatter a shard's keys over several cluster slots), whitespace or control characters (they
+/// make keys that are hard to type in `redis-cli` and to match in ACL rules). The error says
+/// what is wrong, without naming the setting.
 pub fn validate_prefix(prefix: &str) -> Result<(), String> {
     if prefix.is_empty() {
-        return Err("Redis key prefix must not be empty".into());
+        return Err("must not be empty".into());
     }
-    if prefix.contains(['{', '}']) {
+    if let Some(c) = prefix
+        .chars()
+        .find(|c| *c == '{' || *c == '}' || c.is_whitespace() || c.is_control())
+    {
         return Err(format!(
-            "Redis key prefix {prefix:?} must not contain '{{' or '}}'"
+            "{prefix:?} contains {c:?}; braces, whitespace and control characters are not allowed"
         ));
     }
     Ok(())
@@ -288,5 +296,7 @@ mod tests {
         assert!(validate_prefix("delayq").is_ok());
         assert!(validate_prefix("a{b").is_err());
         assert!(validate_prefix("").is_err());
+        assert!(validate_prefix("a b").is_err());
+        assert!(validate_prefix("a\tb").is_err());
     }
 }

@@ -50,7 +50,7 @@ mod keys;
 mod record;
 mod scripts;
 
-pub use keys::{ShardKeys, key_slot, shard_of};
+pub use keys::{MAX_SHARDS, ShardKeys, key_slot, shard_of, validate_prefix};
 use keys::{WINDOW_MS, far_window};
 
 use crate::job::{Job, JobId, JobSpec, JobState, MAX_RUN_AT, Topic, UnixMillis};
@@ -116,9 +116,6 @@ const KICK_CHUNK: u64 = 1000;
 /// `reserve` gives up after this many rounds that found jobs in a peek but reserved none
 /// (every one lost to a concurrent consumer).
 const RESERVE_IDLE_ROUNDS: u32 = 3;
-/// Most shards a prefix can have (config.rs `MAX_SHARDS`): how far `check_layout` looks for
-/// jobs written with more shards.
-const MAX_SHARDS: u16 = 1024;
 /// Seq stamps are `now << SEQ_SHIFT` or the last stamp + 1, whichever is larger.
 const SEQ_SHIFT: u32 = 10;
 /// Largest `now` whose stamp stays below 2^53 (exact in Lua): 8.8e12 ms, the year 2248.
@@ -250,11 +247,14 @@ async fn check_layout(
     if recorded == mine {
         return Ok(());
     }
-    Err(StoreError::Unavailable(format!(
-        "Redis already holds delayq data under prefix {prefix:?} laid out as {recorded:?}, \
+    Err(StoreError::Unavailable(
+        format!(
+            "Redis already holds delayq data under prefix {prefix:?} laid out as {recorded:?}, \
          not {mine:?}: start every instance with the same --shards (and server or cluster \
          mode), or use another --prefix"
-    )))
+        )
+        .into(),
+    ))
 }
 
 /// On one server without a recorded layout: fails if jobs sit in a shard at or beyond
@@ -267,11 +267,14 @@ async fn refuse_unrecorded_shards(conn: &Conn, prefix: &str, shards: u16) -> Sto
     }
     let found = conn.query(&probe).await?;
     if found.first().map(int).transpose()?.unwrap_or(0) > 0 {
-        return Err(StoreError::Unavailable(format!(
-            "Redis holds delayq jobs under prefix {prefix:?} in shards beyond the {shards} \
+        return Err(StoreError::Unavailable(
+            format!(
+                "Redis holds delayq jobs under prefix {prefix:?} in shards beyond the {shards} \
              configured: they were written with more shards (before delayq recorded its \
              layout the default was 8); start with the --shards they were written with"
-        )));
+            )
+            .into(),
+        ));
     }
     Ok(())
 }
@@ -288,7 +291,7 @@ fn per_item(reply: &StoreResult<Value>, n: usize) -> StoreResult<&[Value]> {
 }
 
 fn corrupt_record(id: &JobId) -> StoreError {
-    StoreError::Corrupt(format!("job record {:?} does not decode", id.as_str()))
+    StoreError::Corrupt(format!("job record {:?} does not decode", id.as_str()).into())
 }
 
 fn gone() -> StoreError {
@@ -306,10 +309,11 @@ impl RedisStore {
     /// [`StoreError::Unavailable`] (within about 2 s) if Redis cannot be reached or the options
     /// are unusable; the caller may retry.
     pub async fn connect(opts: RedisOptions) -> StoreResult<RedisStore> {
-        keys::validate_prefix(&opts.prefix).map_err(StoreError::Unavailable)?;
+        keys::validate_prefix(&opts.prefix)
+            .map_err(|e| StoreError::Unavailable(format!("Redis key prefix {e}").into()))?;
         let open = |url: &str| {
             redis::Client::open(url)
-                .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {e}")))
+                .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {e}").into()))
         };
         let count = opts.shards.max(1);
         let (conn, clients, shards) = match &opts.target {
@@ -332,7 +336,7 @@ impl RedisStore {
                     ));
                 }
                 let client = conn::cluster_client(seeds).map_err(|e| {
-                    StoreError::Unavailable(format!("invalid Redis Cluster seeds: {e}"))
+                    StoreError::Unavailable(format!("invalid Redis Cluster seeds: {e}").into())
                 })?;
                 let conn = Conn::connect_cluster(&client).await?;
                 let shards: Vec<ShardKeys> = (0..count)
@@ -1166,8 +1170,9 @@ impl Store for RedisStore {
                 let (code, topic) = field
                     .split_at_checked(1)
                     .ok_or_else(|| unexpected(counts))?;
-                let topic = Topic::parse(topic)
-                    .map_err(|e| StoreError::Corrupt(format!("counts field {field:?}: {e}")))?;
+                let topic = Topic::parse(topic).map_err(|e| {
+                    StoreError::Corrupt(format!("counts field {field:?}: {e}").into())
+                })?;
                 let n = int(n)?.max(0) as u64;
                 let c = stats
                     .topics

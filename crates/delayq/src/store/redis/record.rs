@@ -40,7 +40,7 @@ const STORED_DEFAULT_PRIORITY: u64 = 1024;
 /// attempts, reserved_until` with trailing defaults omitted) or the one before it (always 11
 /// elements, the 11th the backoff array).
 pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
-    let corrupt = |why: String| StoreError::Corrupt(format!("job record {id:?}: {why}"));
+    let corrupt = |why: String| StoreError::Corrupt(format!("job record {id:?}: {why}").into());
     let mut r: Vec<Field> = rmp_serde::from_slice(raw).map_err(|e| corrupt(e.to_string()))?;
     if r.len() == 11 && matches!(r[10], Field::List(_)) {
         // The old layout, reordered into the current one.
@@ -130,7 +130,8 @@ pub fn encode_new(job: &JobSpec, state: JobState, seq: u64) -> Vec<u8> {
 }
 
 pub fn state_from_code(code: &str) -> StoreResult<JobState> {
-    JobState::from_code(code).ok_or_else(|| StoreError::Corrupt(format!("state code {code:?}")))
+    JobState::from_code(code)
+        .ok_or_else(|| StoreError::Corrupt(format!("state code {code:?}").into()))
 }
 
 /// A reply that must be a byte string.
@@ -168,7 +169,7 @@ pub fn array(v: &Value) -> StoreResult<&[Value]> {
 }
 
 pub fn unexpected(v: &Value) -> StoreError {
-    StoreError::Corrupt(format!("unexpected reply from Redis: {v:?}"))
+    StoreError::Corrupt(format!("unexpected reply from Redis: {v:?}").into())
 }
 
 /// Decodes the `{'ok', record, ...} | {'nf'} | {'ws', code}` reply of a by-id script into the
