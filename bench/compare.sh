@@ -5,13 +5,14 @@
 # builds delayq and delayq-bench in release, then for each run and each system starts a fresh
 # server on free loopback ports, runs W1 (lifecycle) and W2 (memory) against it with its native
 # protocol, and stops it. Systems:
-#   delayq-redis       delayq serve --redis (its own redis-server), seed API
-#   delayq-embedded    delayq serve --data-dir (temp dir), seed API
+#   delayq-redis       delayq serve --redis (its own redis-server), compat API
+#   delayq-embedded    delayq serve --data-dir (temp dir), compat API
 #   beanstalkd         in memory
 #   beanstalkd-binlog  with -b DIR (fsync every 50 ms, the default)
 #   bullmq             BullMQ 6 (Node driver bench/peers/bullmq/bench.mjs) on its own redis-server
 # Every result is one JSON line in $OUT/results.jsonl; the end prints medians per system with
-# ratios against delayq-redis ($OUT/summary.md). Only loopback addresses are used; every load
+# ratios against delayq-redis ($OUT/summary.md), and $OUT/machine.txt records the machine, the
+# versions, the delayq commit and the command. Only loopback addresses are used; every load
 # loop in the drivers is bounded and every server started here is stopped on exit.
 #
 # Usage: bench/compare.sh [--runs 3] [--w2-runs N] [--jobs 50000] [--pending 1000000] [--big]
@@ -22,9 +23,13 @@
 #   --w2-runs     W2 runs per system (default: --runs); W2 at 1M+ jobs is the slow part
 #   --batch       jobs per request for every system (/v1 batches, beanstalkd pipelining,
 #                 BullMQ addBulk; cleanup: /v1/finish batches, Queue.obliterate); default 1
-#   --delayq-api  API of the delayq rows (default seed: one job per request, like the peers)
+#   --delayq-api  API of the delayq rows: seed (the compat API, the default: one job per
+#                 request, like the peers) or v1
 #   --workloads   any of w1 w2 w3 w4 (default "w1 w2"); W3 (steady fire over --backlog
 #                 far-future jobs) and W4 (100,000-job burst) have no BullMQ driver
+#   --out         default bench/results/<UTC date>-<git rev-parse --short HEAD>/compare; a
+#                 directory that already holds results is refused
+#   --skip-build  use the binaries in target/release as they are (machine.txt still names HEAD)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -53,12 +58,17 @@ while [ $# -gt 0 ]; do
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --backlog) BACKLOG="$2"; shift 2 ;;
     --delayq-api) DELAYQ_API="$2"; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 W2_RUNS="${W2_RUNS:-$RUNS}"
-OUT="${OUT:-$ROOT/bench/results/$(date -u +%Y%m%dT%H%M%SZ)}"
+COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
+OUT="${OUT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-$COMMIT/compare}"
+if [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
+  echo "$OUT already holds results: pass --out DIR" >&2
+  exit 2
+fi
 mkdir -p "$OUT"
 RESULTS="$OUT/results.jsonl"
 : > "$RESULTS"
@@ -71,7 +81,7 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing ${need_apt[*]}"
   apt-get update -qq
-  # policy-rc.d may refuse to start system instances; we start our own on free ports.
+  # policy-rc.d may refuse to start system instances; this script starts its own on free ports.
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 if [ ! -d "$ROOT/bench/peers/bullmq/node_modules/bullmq" ]; then
@@ -148,7 +158,7 @@ start_beanstalkd() { # args: extra flags -> BS_PORT BS_PID
   wait_port "$BS_PORT" "$BS_PID" "$log"
 }
 
-# delayq may not serve yet (the server is being finished elsewhere): probe it once.
+# Probe delayq once: if `delayq serve` does not start, the delayq rows are skipped.
 DELAYQ_OK=1
 if [ ! -x "$DELAYQ" ]; then
   DELAYQ_OK=0
@@ -223,7 +233,9 @@ run_system() {
   echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB," \
     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "versions: $(beanstalkd -v 2>&1 | head -1); $(redis-server --version | cut -d' ' -f1-3);" \
-    "node $(node --version); bullmq $(node -p "require('$ROOT/bench/peers/bullmq/node_modules/bullmq/package.json').version")"
+    "node $(node --version); bullmq $(node -p "require('$ROOT/bench/peers/bullmq/node_modules/bullmq/package.json').version");" \
+    "delayq $COMMIT$([ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.lock)" ] && echo ' (with uncommitted changes)')"
+  echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "command: bench/compare.sh --runs $RUNS --w2-runs $W2_RUNS --jobs $JOBS --pending $PENDING" \
     "--batch $BATCH --delayq-api $DELAYQ_API --workloads \"$WORKLOADS\" --backlog $BACKLOG" \
     "--systems \"$SYSTEMS\""
