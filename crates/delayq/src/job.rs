@@ -184,27 +184,6 @@ impl JobState {
             JobState::Dead => "dead",
         }
     }
-
-    /// The state's code in Redis records: `d`, `r`, `x`, `b`.
-    pub fn code(self) -> &'static str {
-        match self {
-            JobState::Delayed => "d",
-            JobState::Ready => "r",
-            JobState::Reserved => "x",
-            JobState::Dead => "b",
-        }
-    }
-
-    /// The state of a code in Redis records ([`JobState::code`]'s inverse).
-    pub fn from_code(code: &str) -> Option<JobState> {
-        Some(match code {
-            "d" => JobState::Delayed,
-            "r" => JobState::Ready,
-            "x" => JobState::Reserved,
-            "b" => JobState::Dead,
-            _ => return None,
-        })
-    }
 }
 
 impl fmt::Display for JobState {

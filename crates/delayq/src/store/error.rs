@@ -95,6 +95,18 @@ impl Cause {
     pub fn downcast_ref<E: Error + 'static>(&self) -> Option<&E> {
         self.source.as_deref().and_then(|e| e.downcast_ref::<E>())
     }
+
+    /// `message` as it is (it already says what `source` says, in its own words), keeping
+    /// `source`.
+    pub fn with_message(
+        message: impl Into<String>,
+        source: impl Error + Send + Sync + 'static,
+    ) -> Cause {
+        Cause {
+            message: message.into(),
+            source: Some(Arc::new(source)),
+        }
+    }
 }
 
 impl fmt::Display for Cause {

@@ -15,7 +15,7 @@
 //! It does not know the key layout or what the functions do.
 
 use super::scripts::{LIBRARY, LIBRARY_PREFIX, is_delayq_library};
-use crate::store::{StoreError, StoreResult};
+use crate::store::{Cause, StoreError, StoreResult};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
@@ -124,16 +124,16 @@ impl Conn {
         Ok(values)
     }
 
-    /// Runs function calls in one pipeline and returns their replies in order; an error reply
-    /// in any of them fails the whole call (see [`Conn::eval_each`]).
-    pub async fn eval(&self, calls: &[Call]) -> StoreResult<Vec<Value>> {
-        self.eval_each(calls).await?.into_iter().collect()
+    /// Sends FCALLs in one pipeline and returns their replies in order; an error reply in
+    /// any of them fails the whole call (see [`Conn::fcall_each`]).
+    pub async fn fcall(&self, calls: &[Call]) -> StoreResult<Vec<Value>> {
+        self.fcall_each(calls).await?.into_iter().collect()
     }
 
-    /// Runs function calls in one pipeline and returns each one's reply or error reply, in
-    /// order; `Err` only when Redis could not be asked. Calls refused because the library is
-    /// missing (they did not run) are retried once after loading it.
-    pub async fn eval_each(&self, calls: &[Call]) -> StoreResult<Vec<StoreResult<Value>>> {
+    /// Sends FCALLs in one pipeline and returns each one's reply or error reply, in order;
+    /// `Err` only when Redis could not be asked. Calls refused because the library is missing
+    /// (they did not run) are sent once more after loading it.
+    pub async fn fcall_each(&self, calls: &[Call]) -> StoreResult<Vec<StoreResult<Value>>> {
         let mut pipe = redis::pipe();
         for c in calls {
             pipe.add_command(c.cmd.clone());
@@ -168,7 +168,7 @@ impl Conn {
     /// Loads delayq's function library (`FUNCTION LOAD REPLACE`: the same text again changes
     /// nothing). On a cluster it goes to every master (the client routes it so) and replicas
     /// get it by replication, so a promoted replica has it; a node that lacks it (a restart
-    /// without persistence, a new node) makes [`Conn::eval_each`] load it again.
+    /// without persistence, a new node) makes [`Conn::fcall_each`] load it again.
     pub async fn load(&self) -> StoreResult<()> {
         let mut load = redis::cmd("FUNCTION");
         load.arg("LOAD").arg("REPLACE").arg(&LIBRARY.text);
@@ -180,7 +180,7 @@ impl Conn {
     /// Deletes the function libraries of other delayq builds (named `delayq_<hash>` with
     /// another hash), left by instances that were upgraded; any other library is left alone.
     /// Returns the names deleted. An instance of another build still running loads its
-    /// library again on its next call ([`Conn::eval_each`]). A library that cannot be deleted
+    /// library again on its next call ([`Conn::fcall_each`]). A library that cannot be deleted
     /// (another instance deleted it first; on a cluster, a master without it) is skipped.
     pub async fn prune(&self) -> StoreResult<Vec<String>> {
         let mut list = redis::pipe();
@@ -252,7 +252,7 @@ fn as_reply(r: Result<Value, RedisError>) -> Result<Value, RedisError> {
 async fn deadline<T>(f: impl Future<Output = Result<T, RedisError>>) -> StoreResult<T> {
     match tokio::time::timeout(CALL_TIMEOUT, f).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(redis_error(&e)),
+        Ok(Err(e)) => Err(redis_error(e)),
         Err(_) => Err(StoreError::Unavailable(
             format!(
                 "Redis did not answer within {} ms",
@@ -280,22 +280,72 @@ fn is_function_missing(v: &Value) -> bool {
         if e.code() == "ERR" && e.details().is_some_and(|d| d.starts_with("Function not found")))
 }
 
-/// A client-side failure: Redis could not be asked, or its answer did not arrive.
-pub fn redis_error(e: &RedisError) -> StoreError {
+/// A client-side failure: Redis could not be asked, or its answer did not arrive. The
+/// message is the error's own; the error stays the cause's source.
+pub fn redis_error(e: RedisError) -> StoreError {
     tracing::debug!(error = %e, "redis call failed");
-    StoreError::Unavailable(e.to_string().into())
+    StoreError::Unavailable(Cause::with_message(e.to_string(), e))
 }
 
 /// An error reply. A script error or a wrong-type key means the data under our prefix is not
 /// what delayq wrote (`Corrupt`); anything else (OOM, LOADING, READONLY, ...) is Redis
-/// refusing work for now (`Unavailable`).
+/// refusing work for now (`Unavailable`). The message is `<code> <details>`, as Redis sent
+/// them; the reply stays the cause's source.
 fn server_error(e: &redis::ServerError) -> StoreError {
     let msg = format!("{} {}", e.code(), e.details().unwrap_or(""));
     match e.code() {
         "ERR" | "WRONGTYPE" => {
             tracing::error!(error = %msg, "redis refused a delayq command");
-            StoreError::Corrupt(msg.into())
+            StoreError::Corrupt(Cause::with_message(msg, e.clone()))
         }
-        _ => StoreError::Unavailable(msg.into()),
+        _ => StoreError::Unavailable(Cause::with_message(msg, e.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_reply(resp: &[u8]) -> redis::ServerError {
+        match redis::parse_redis_value(resp) {
+            Ok(Value::ServerError(e)) => e,
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_error_reply_keeps_redis_s_words_and_the_typed_reply() {
+        let oom = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n";
+        let e = server_error(&error_reply(oom));
+        let StoreError::Unavailable(cause) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(
+            cause.message(),
+            "OOM command not allowed when used memory > 'maxmemory'."
+        );
+        let typed = cause.downcast_ref::<redis::ServerError>();
+        assert_eq!(typed.map(|s| s.code()), Some("OOM"));
+
+        let e = server_error(&error_reply(b"-WRONGTYPE Operation against a key\r\n"));
+        let StoreError::Corrupt(cause) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(cause.message(), "WRONGTYPE Operation against a key");
+        assert!(cause.downcast_ref::<redis::ServerError>().is_some());
+    }
+
+    #[test]
+    fn a_failure_to_ask_keeps_the_redis_error_and_its_message() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let failure = RedisError::from(io);
+        let text = failure.to_string();
+        let e = redis_error(failure);
+        let StoreError::Unavailable(cause) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(cause.message(), text);
+        let typed = cause.downcast_ref::<RedisError>().expect("a RedisError");
+        assert!(typed.is_connection_refusal(), "{typed:?}");
     }
 }

@@ -34,7 +34,7 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Decodes one published message into events; unknown lines are ignored (a newer instance may
 /// publish more kinds). A message whose first line is `O<origin>` with this instance's
-/// `origin` is its own tick's: the store already acted on that reply (mod.rs `tick`), so the
+/// `origin` is its own tick's: the store already acted on that reply (tick.rs), so the
 /// echo is dropped instead of serving the same waiters twice.
 pub fn parse(payload: &[u8], origin: &str) -> Vec<StoreEvent> {
     let Ok(text) = std::str::from_utf8(payload) else {
@@ -83,7 +83,7 @@ pub async fn subscribe(client: &Client, channel: &str) -> StoreResult<(PubSubSin
         Ok::<_, redis::RedisError>((sink, stream))
     };
     match tokio::time::timeout(CALL_TIMEOUT, f).await {
-        Ok(r) => r.map_err(|e| redis_error(&e)),
+        Ok(r) => r.map_err(redis_error),
         Err(_) => Err(StoreError::Unavailable(
             "Redis did not confirm the event subscription in time".into(),
         )),

@@ -20,12 +20,22 @@
 //!
 //! Pub/sub events go to the channel `<prefix>:events` (a channel, not a key).
 //!
+//! Memory: a pending far job costs its jobs HASH field (dict entry, its share of the bucket
+//! array, the id's sds, the packed record) plus a window list entry (the id's length + 2); a
+//! job within two windows of its time costs a timeline entry more. Deleted or rescheduled far
+//! jobs leave their id in the old list until that window is drained. `tests/redis_store.rs`
+//! `memory_per_pending_job_is_at_most_200_bytes` holds the total to its bound. Going lower
+//! would take listpack-sized buckets for the jobs HASH (the dict entry and sds headers are
+//! most of what is left).
+//!
 //! Decision: ready and dead jobs of all topics share one zset per shard (ordered by topic
 //! first) instead of one key per topic. A by-id transition (delete, release, bury, the timer)
 //! does not know the job's topic before it reads the record, and scripts must only touch keys
 //! passed in KEYS: with per-topic keys every such call would need a second round trip to learn
 //! the topic. Job ids are only ever hash fields and zset members, never part of a key name, so
 //! no id can collide with an internal key.
+
+use crate::job::Topic;
 
 /// Width of a timeline window. Part of the storage format (window keys are named by
 /// `run_at / WINDOW_MS`): never change it.
@@ -175,6 +185,14 @@ impl ShardKeys {
     pub fn window(&self, w: u64) -> String {
         format!("{}:w:{w}", self.tag)
     }
+}
+
+/// A topic's range in a ready or dead zset (ZRANGEBYLEX bounds, as `lib.lua`'s `topic_min`
+/// and `topic_max`): `[topic\0` to `(topic\1`. Topics hold no control characters, so `\0`
+/// ends the topic in every member.
+pub fn topic_range(topic: &Topic) -> (Vec<u8>, Vec<u8>) {
+    let t = topic.as_str().as_bytes();
+    ([b"[", t, b"\0"].concat(), [b"(", t, b"\x01"].concat())
 }
 
 /// The pub/sub channel every instance sharing `prefix` publishes its events on.

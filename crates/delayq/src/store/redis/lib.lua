@@ -3,7 +3,7 @@
 -- body of one registered function (`redis.register_function`), so every transition sees the
 -- same record format and index maintenance. Redis runs this top level once, when the library
 -- is loaded (FUNCTION LOAD), not on every call as it would for a script: a call pays for its
--- own work only (a reserve of one job: ~8 µs less than as EVALSHA with lib prepended).
+-- own work only.
 -- Everything a call touches is passed in its keys; all keys share one {hash tag}.
 --
 -- Per-call state lives in upvalues that `begin` (at the end of this file) resets at the start
@@ -28,9 +28,9 @@
 -- ARGV (every transition): ARGV[1] pub/sub channel, ARGV[2] now (ms).
 --
 -- Far-future jobs (memory: a list entry costs about the id's length + 2 bytes, a timeline
--- entry ~144). A push or reschedule whose run_at lies in window n = floor(run_at / WINDOW_MS)
--- with n >= window(now) + 2 (Rust decides, keys.rs far_window, and passes list n in KEYS)
--- RPUSHes the id to list n instead of the timeline. Every other deadline (near pushes,
+-- entry several times more). A push or reschedule whose run_at lies in window
+-- n = floor(run_at / WINDOW_MS) with n >= window(now) + 2 (Rust decides, keys.rs far_window,
+-- and passes list n in KEYS) RPUSHes the id to list n instead of the timeline. Every other deadline (near pushes,
 -- backoff, release delays, reservations) goes to the timeline. Lists are cleaned lazily:
 -- delete, replace, reschedule, bury leave the id in its list. The timer drains a window once
 -- its score is within WINDOW_MS of now (tick.lua): each id whose record is still delayed with
@@ -44,11 +44,11 @@
 --   {state, topic, body, run_at, seq, ttr_ms = 60000, priority = 1024, max_attempts = 0,
 --    backoff_ms (array) = {}, attempts = 0, reserved_until (0 = none) = 0}
 -- The defaults are the storage format's (record.rs mirrors them), not job.rs's: never change
--- them. Records written before this layout ({state, topic, body, run_at, ttr_ms, priority,
+-- them. Records in the 11-element layout ({state, topic, body, run_at, ttr_ms, priority,
 -- max_attempts, attempts, reserved_until, seq, backoff_ms}: always 11 elements, the 11th an
--- array; a new record of 11 ends with a number) are still read, and rewritten in the new
--- layout by their next transition.
--- state is job.rs's JobState::code: d delayed, r ready, x reserved, b dead (buried).
+-- array; a record of 11 in the layout above ends with a number) are read too, and rewritten
+-- in the layout above by their next transition.
+-- state is record.rs's state_code: d delayed, r ready, x reserved, b dead (buried).
 -- Every number is an integer below 2^53, exact in Lua's doubles; cmsgpack packs them as ints.
 --
 -- Events: one PUBLISH per call, at most; payload = lines "R<topic>" (jobs of the topic
@@ -73,7 +73,7 @@ local DEFAULT_TTR, DEFAULT_PRIO = 60000, 1024
 
 -- A stored record (unpacked) as a working table.
 local function decode(r)
-  if #r == 11 and type(r[11]) == 'table' then return r end -- the old layout is the working one
+  if #r == 11 and type(r[11]) == 'table' then return r end -- the 11-element layout is the working one
   return {r[1], r[2], r[3], r[4], r[6] or DEFAULT_TTR, r[7] or DEFAULT_PRIO, r[8] or 0,
     r[10] or 0, r[11] or 0, r[5], r[9] or {}}
 end

@@ -8,11 +8,11 @@
 --   then 7 per job: id, record, topic, run_at, priority, seq, window (0 = the timeline, k =
 --   KEYS[6+k]). The record is the new job's, already packed by Rust (record.rs `encode_new`,
 --   which writes exactly what lib.lua's `encode` would): 'r' when run_at <= now, else 'd'.
---   Packing in Lua cost a third of this script's time (a table, number parsing, the pack);
---   the fields the indexes need come beside it unpacked.
+--   Rust packs it so this function needs no table, number parsing or pack per job; the
+--   fields the indexes need come beside it unpacked.
 -- Returns one status per job, in order: 'c' created, 'e' exists (reject mode; nothing
 -- changed), 'k' (replace mode) the existing record does not decode (nothing changed; a bad
--- record never fails the call, so jobs of unrelated requests batched with it, mod.rs, are
+-- record never fails the call, so jobs of unrelated requests batched with it, push.rs, are
 -- unaffected), or the replaced job's prior state code.
 local reject = ARGV[3] == 'reject'
 local m = tonumber(ARGV[4])

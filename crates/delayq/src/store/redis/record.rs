@@ -1,11 +1,13 @@
 //! The stored form of a job: a cmsgpack array (format in `lib.lua`), decoded here with
-//! `rmp-serde`. Also the small reply decoders shared by the store's methods.
+//! `rmp-serde`, and the state codes in it. Also the small reply decoders shared by the
+//! store's modules.
 //!
 //! Writers: the scripts write every record, except a new job's, which [`encode_new`] packs
-//! here so `push.lua` only stores it (packing in Lua was a third of the push script's time).
-//! [`encode_new`] writes byte for byte what lib.lua's `encode` writes for the same job:
-//! `tests/redis_store.rs` `pushed_records_are_what_the_scripts_would_write` has Redis's own
-//! `encode` re-pack records pushed this way and compares.
+//! here so `push.lua` only stores it (packing in Lua would cost the push function a table,
+//! number parsing and the pack per job). [`encode_new`] writes byte for byte what lib.lua's
+//! `encode` writes for the same job: `tests/redis_store.rs`
+//! `pushed_records_are_what_the_scripts_would_write` has Redis's own `encode` re-pack
+//! records pushed this way and compares.
 
 use crate::job::{Job, JobId, JobSpec, JobState, Topic};
 use crate::store::{StoreError, StoreResult};
@@ -37,13 +39,14 @@ const STORED_DEFAULT_PRIORITY: u64 = 1024;
 
 /// Decodes the record of job `id`, in either layout `lib.lua` describes: the current one
 /// (`state, topic, body, run_at, seq`, then `ttr_ms, priority, max_attempts, backoff_ms,
-/// attempts, reserved_until` with trailing defaults omitted) or the one before it (always 11
-/// elements, the 11th the backoff array).
+/// attempts, reserved_until` with trailing defaults omitted) or the 11-element one (always
+/// 11 elements, the 11th the backoff array).
 pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
     let corrupt = |why: String| StoreError::Corrupt(format!("job record {id:?}: {why}").into());
-    let mut r: Vec<Field> = rmp_serde::from_slice(raw).map_err(|e| corrupt(e.to_string()))?;
+    let mut r: Vec<Field> = rmp_serde::from_slice(raw)
+        .map_err(|e| StoreError::corrupt(format!("job record {id:?}"), e))?;
     if r.len() == 11 && matches!(r[10], Field::List(_)) {
-        // The old layout, reordered into the current one.
+        // The 11-element layout, reordered into the current one.
         let backoff = r.pop();
         let seq = r.remove(9);
         r.insert(4, seq);
@@ -103,7 +106,7 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
 /// array length, as Lua's cmsgpack packs them. `run_at`, `ttr_ms` and the backoff steps must
 /// already be clamped below 2^53 (exact in Lua), as every caller does with `MAX_RUN_AT`.
 pub fn encode_new(job: &JobSpec, state: JobState, seq: u64) -> Vec<u8> {
-    let code = state.code();
+    let code = state_code(state);
     let mut r = vec![
         Out::Text(code),
         Out::Text(job.topic.as_str()),
@@ -129,9 +132,31 @@ pub fn encode_new(job: &JobSpec, state: JobState, seq: u64) -> Vec<u8> {
     rmp_serde::to_vec(&r).unwrap_or_default()
 }
 
+/// A state's code in records, index keys (`counts` fields) and replies: part of the storage
+/// format, never change it.
+fn state_code(state: JobState) -> &'static str {
+    match state {
+        JobState::Delayed => "d",
+        JobState::Ready => "r",
+        JobState::Reserved => "x",
+        JobState::Dead => "b",
+    }
+}
+
+/// The state of a code ([`state_code`]'s inverse), `None` for an unknown code.
+fn state_of_code(code: &str) -> Option<JobState> {
+    Some(match code {
+        "d" => JobState::Delayed,
+        "r" => JobState::Ready,
+        "x" => JobState::Reserved,
+        "b" => JobState::Dead,
+        _ => return None,
+    })
+}
+
+/// The state of a code read from Redis; an unknown code is corrupt data.
 pub fn state_from_code(code: &str) -> StoreResult<JobState> {
-    JobState::from_code(code)
-        .ok_or_else(|| StoreError::Corrupt(format!("state code {code:?}").into()))
+    state_of_code(code).ok_or_else(|| StoreError::Corrupt(format!("state code {code:?}").into()))
 }
 
 /// A reply that must be a byte string.
@@ -168,6 +193,33 @@ pub fn array(v: &Value) -> StoreResult<&[Value]> {
     }
 }
 
+/// A batch call's reply (or its error) as one value per item sent, `n` of them.
+pub fn per_item(reply: &StoreResult<Value>, n: usize) -> StoreResult<&[Value]> {
+    let v = reply.as_ref().map_err(Clone::clone)?;
+    let a = array(v)?;
+    if a.len() == n {
+        Ok(a)
+    } else {
+        Err(unexpected(v))
+    }
+}
+
+/// A job record its function could not decode (status `k`).
+pub fn corrupt_record(id: &JobId) -> StoreError {
+    StoreError::Corrupt(format!("job record {:?} does not decode", id.as_str()).into())
+}
+
+/// A zset score reply (a decimal string in RESP2, a double in RESP3) as milliseconds.
+pub fn score_ms(v: &Value) -> StoreResult<u64> {
+    let s = match v {
+        Value::Double(d) => return Ok(d.max(0.0) as u64),
+        v => string(v)?,
+    };
+    s.parse::<f64>()
+        .map(|f| f.max(0.0) as u64)
+        .map_err(|_| unexpected(v))
+}
+
 pub fn unexpected(v: &Value) -> StoreError {
     StoreError::Corrupt(format!("unexpected reply from Redis: {v:?}").into())
 }
@@ -189,8 +241,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_state_code_reads_back_as_its_state() {
+        for state in [
+            JobState::Delayed,
+            JobState::Ready,
+            JobState::Reserved,
+            JobState::Dead,
+        ] {
+            assert_eq!(state_from_code(state_code(state)), Ok(state));
+        }
+        assert_eq!(
+            ["d", "r", "x", "b"].map(|c| state_from_code(c).map(state_code)),
+            ["d", "r", "x", "b"].map(Ok)
+        );
+        assert!(matches!(state_from_code("z"), Err(StoreError::Corrupt(_))));
+    }
+
+    #[test]
     fn both_record_layouts_decode_to_the_same_job() {
-        // The layout before trailing defaults were omitted: 11 fields, backoff last.
+        // The 11-element layout: backoff last, nothing omitted.
         let old = rmp_serde::to_vec(&(
             "x",
             "t",

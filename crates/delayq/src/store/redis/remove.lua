@@ -3,8 +3,8 @@
 -- ARGV[1] channel, ARGV[2] now (unused), ARGV[3..] ids.
 -- Returns one entry per id: the removed job's state code, false when there is no such job, or
 -- 'k' when its record does not decode (nothing changed; the field stays for inspection). A
--- bad record never fails the call, so ids of unrelated requests batched with it (mod.rs) are
--- unaffected.
+-- bad record never fails the call, so ids of unrelated requests batched with it (remove.rs)
+-- are unaffected.
 local out = {}
 for i = 3, #ARGV do
   local id = ARGV[i]

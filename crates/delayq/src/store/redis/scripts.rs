@@ -5,10 +5,9 @@
 //! `conn.rs` loads it and calls its functions (FCALL).
 //!
 //! **Why a function library, not scripts.** Redis runs a script's whole text on every
-//! EVALSHA, so lib's definitions (about 30 closures and a dozen tables) were rebuilt on every
-//! call. A library's top level runs once, when it is loaded; a call runs only its own body.
-//! A one-job reserve: ~41 → ~33 µs of Redis time (pipelined, measured with a prototype of
-//! this library against the scripts).
+//! EVALSHA, so lib's definitions (about 30 closures and a dozen tables) would be rebuilt on
+//! every call. A library's top level runs once, when it is loaded; a call runs only its own
+//! body.
 //!
 //! **Versions side by side.** The library and its functions are named after a hash of the
 //! library's text (`delayq_<hash>`, `delayq_<hash>_<transition>`), so instances of different
@@ -16,7 +15,7 @@
 //! `FUNCTION LOAD REPLACE`, which is idempotent for identical text. An instance that starts
 //! deletes the libraries of other builds (`conn.rs` `prune`), so upgrades do not pile them up
 //! in Redis; an instance of another build still running finds its library missing on its next
-//! call and loads it again (`eval_each`), which costs it one round trip.
+//! call and loads it again (`conn.rs` `fcall_each`), which costs it one round trip.
 //!
 //! **When Redis is full.** Redis refuses a function at its `maxmemory` (with `noeviction`)
 //! unless it is registered `allow-oom`. `remove` (finish, delete) only frees memory; the
@@ -30,8 +29,9 @@
 //! entries (~140) and so is not. What can add memory is refused until memory is free again:
 //! push, reschedule (a job moved out of a far window gains a timeline entry) and window
 //! drains, so the far-future jobs of a window due meanwhile wait: a pass whose drain is
-//! refused is run again as `tick` and the drain retried a second later (mod.rs `tick`;
-//! `redis_store.rs` `a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds`).
+//! refused is run again as `tick` and the drain retried a second later (`tick/plan.rs`
+//! `after_refusal`; `redis_store.rs`
+//! `a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds`).
 
 use std::sync::LazyLock;
 

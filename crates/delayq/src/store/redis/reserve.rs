@@ -1,0 +1,215 @@
+//! `reserve` on Redis: hands out ready jobs in global delivery order although each shard only
+//! knows its own. On one shard, one `reserve` function call, joined with the reserves running
+//! at the same moment (`coalesce.rs`); on several, a peek at every shard's first ready
+//! entries, a merge, then one call per shard that holds some of the best. The peek
+//! ([`peek`]) serves `kick_topic.rs` too, on the dead zsets.
+//!
+//! It decides nothing about the jobs: `reserve.lua` takes a shard's best ready jobs and
+//! reserves them.
+
+use super::conn::Call;
+use super::keys::{self, ShardKeys};
+use super::record::{array, bytes, decode_job, string, unexpected};
+use super::scripts::LIBRARY;
+use super::{RedisStore, gone};
+use crate::job::{Job, Topic, UnixMillis};
+use crate::store::StoreResult;
+use redis::Value;
+use std::collections::BTreeMap;
+
+/// `reserve` gives up after this many rounds that found jobs in a peek but reserved none
+/// (every one lost to a concurrent consumer).
+const RESERVE_IDLE_ROUNDS: u32 = 3;
+
+/// One caller's `reserve` on a one-shard server (see [`run_batch`]).
+pub(super) struct ReserveRequest {
+    pub topics: Vec<Topic>,
+    pub max: usize,
+    pub now: UnixMillis,
+}
+
+/// With one shard: one function call, shared with the reserves running at the same moment
+/// ([`run_batch`]). With several: a pipelined peek at every shard's first ready entries
+/// (read-only), a merge into the global order, then one pipelined reserve call per shard that
+/// holds some of the best `max` (each takes its own shard's best, so a race lost to another
+/// consumer just leaves a gap that the next round fills); repeated until `max` jobs or nothing
+/// is ready. Two round trips in the common case.
+///
+/// Ordering caveat with several shards: the order is exact as of the peek; a job that becomes
+/// ready on another shard between the peek and the reserve (a few hundred µs) may be passed
+/// over by this call, never lost.
+pub(super) async fn reserve(
+    store: &RedisStore,
+    topics: &[Topic],
+    max: usize,
+    now: UnixMillis,
+) -> StoreResult<Vec<Job>> {
+    if topics.is_empty() || max == 0 {
+        return Ok(Vec::new());
+    }
+    if store.inner.shards.len() == 1 {
+        // Joined with the reserves running at the same moment (group commit); a lone one
+        // (e.g. the dispatcher serving its waiters, which batches by itself) runs at once.
+        let request = ReserveRequest {
+            topics: topics.to_vec(),
+            max,
+            now,
+        };
+        return store
+            .inner
+            .reserves
+            .call(request)
+            .await
+            .unwrap_or_else(|| Err(gone()));
+    }
+    let mut out: Vec<Job> = Vec::new();
+    let mut idle = 0;
+    while out.len() < max {
+        let want = max - out.len();
+        let heads = peek(store, |k| &k.ready, topics, want).await?;
+        if heads.is_empty() {
+            break;
+        }
+        let mut per_shard: BTreeMap<usize, usize> = BTreeMap::new();
+        for (_, _, shard) in &heads {
+            *per_shard.entry(*shard).or_default() += 1;
+        }
+        let calls: Vec<Call> = per_shard
+            .iter()
+            .map(|(&shard, &n)| reserve_call(store, shard, topics, n, now))
+            .collect();
+        let mut got = 0;
+        for reply in store.inner.conn.fcall(&calls).await? {
+            let jobs = decode_reserved(&reply)?;
+            got += jobs.len();
+            out.extend(jobs);
+        }
+        if heads.len() < want && got == heads.len() {
+            // The peek saw everything that was ready, and we got all of it.
+            break;
+        }
+        if got == 0 {
+            idle += 1;
+            if idle >= RESERVE_IDLE_ROUNDS {
+                break;
+            }
+        }
+    }
+    let position = |t: &Topic| topics.iter().position(|x| x == t).unwrap_or(usize::MAX);
+    out.sort_by_key(|j| (position(&j.spec.topic), j.ready_key()));
+    Ok(out)
+}
+
+/// Reserves for a batch of requests (from concurrent callers) on a one-shard server, in one
+/// pipeline: one reserve function call per distinct topic list, for the sum of its requests'
+/// `max`, its jobs handed out in arrival order (as the calls one after another would have).
+/// The batch runs at the latest of the requests' `now`s.
+pub(super) async fn run_batch(
+    store: &RedisStore,
+    requests: &[ReserveRequest],
+) -> Vec<StoreResult<Vec<Job>>> {
+    let now = requests.iter().map(|r| r.now).max().unwrap_or(0);
+    let mut groups: Vec<(&[Topic], Vec<usize>)> = Vec::new();
+    for (i, r) in requests.iter().enumerate() {
+        match groups.iter_mut().find(|(t, _)| *t == r.topics.as_slice()) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((&r.topics, vec![i])),
+        }
+    }
+    let calls: Vec<Call> = groups
+        .iter()
+        .map(|(topics, members)| {
+            let max = members.iter().map(|&i| requests[i].max).sum();
+            reserve_call(store, 0, topics, max, now)
+        })
+        .collect();
+    let replies = match store.inner.conn.fcall_each(&calls).await {
+        Ok(r) => r,
+        Err(e) => return vec![Err(e); requests.len()],
+    };
+    let mut out: Vec<StoreResult<Vec<Job>>> = vec![Ok(Vec::new()); requests.len()];
+    for (reply, (_, members)) in replies.iter().zip(&groups) {
+        match reply
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(decode_reserved)
+        {
+            Ok(jobs) => {
+                let mut jobs = jobs.into_iter();
+                for &i in members {
+                    out[i] = Ok(jobs.by_ref().take(requests[i].max).collect());
+                }
+            }
+            Err(e) => {
+                for &i in members {
+                    out[i] = Err(e.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Each shard's first `want` entries of `topics` in one of its lexicographic zsets (ready
+/// or dead, chosen by `zset`): (topic position + 1, member, shard), merged into the zset's
+/// global order. Plain ZRANGEBYLEX reads, one per shard and topic, in one pipeline: a read
+/// needs no function, and a function call costs Redis several times more.
+pub(super) async fn peek(
+    store: &RedisStore,
+    zset: fn(&ShardKeys) -> &str,
+    topics: &[Topic],
+    want: usize,
+) -> StoreResult<Vec<(i64, Vec<u8>, usize)>> {
+    let ranges: Vec<(Vec<u8>, Vec<u8>)> = topics.iter().map(keys::topic_range).collect();
+    let mut pipe = redis::pipe();
+    for k in &store.inner.shards {
+        for (lo, hi) in &ranges {
+            pipe.cmd("ZRANGEBYLEX")
+                .arg(zset(k))
+                .arg(lo)
+                .arg(hi)
+                .arg("LIMIT")
+                .arg(0)
+                .arg(want);
+        }
+    }
+    let replies = store.inner.conn.query(&pipe).await?;
+    let mut heads = Vec::new();
+    for (i, reply) in replies.iter().enumerate() {
+        let (shard, topic) = (i / topics.len(), i % topics.len());
+        for member in array(reply)? {
+            heads.push((topic as i64 + 1, bytes(member)?.to_vec(), shard));
+        }
+    }
+    heads.sort();
+    heads.truncate(want);
+    Ok(heads)
+}
+
+/// One reserve function call on `shard` for up to `max` jobs.
+fn reserve_call(
+    store: &RedisStore,
+    shard: usize,
+    topics: &[Topic],
+    max: usize,
+    now: UnixMillis,
+) -> Call {
+    let mut call = store
+        .shard_fcall(&LIBRARY.reserve, &store.inner.shards[shard], now)
+        .arg(max);
+    for t in topics {
+        call = call.arg(t.as_str());
+    }
+    call
+}
+
+/// Decodes a reserve call's `{id, record, ...}` reply.
+fn decode_reserved(v: &Value) -> StoreResult<Vec<Job>> {
+    array(v)?
+        .chunks(2)
+        .map(|pair| match pair {
+            [id, rec] => decode_job(string(id)?, bytes(rec)?),
+            _ => Err(unexpected(v)),
+        })
+        .collect()
+}
