@@ -21,7 +21,7 @@ use crate::output;
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:9277";
 
 /// Most ids sent in one `POST /v1/finish`: the server's default `max_batch`.
-const FINISH_CHUNK: usize = 1000;
+const FINISH_CHUNK: usize = delayq::config::DEFAULT_MAX_BATCH;
 
 #[derive(Debug, Parser)]
 #[command(

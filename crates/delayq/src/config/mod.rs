@@ -1,0 +1,313 @@
+//! Settings of `delayq serve`: each defined once below, in `settings!`, with its names (TOML
+//! key, flag, `DELAYQ_*` variable), help, given form, rule and default. From that definition
+//! `define.rs` derives [`Config`] and its `Default`, the clap arguments ([`ServeArgs`]), the
+//! keys of the TOML file given with `--config`, and the descriptions of `--help` and of the
+//! table in docs/operations.md (`tests.rs` checks that table; `DELAYQ_BLESS=1` rewrites it).
+//!
+//! Precedence is flag > environment > file > default. Every value is checked here, whatever
+//! its source, and a bad one is an error naming the setting and where it came from
+//! ([`ConfigError`]); nothing falls back to a default silently. Nothing else reads the
+//! environment. This module does not open the store or bind the listener: a valid address
+//! can still be taken, a valid Redis URL unreachable.
+//!
+//! To add a setting: add its entry to `settings!`, run `DELAYQ_BLESS=1 cargo test -p delayq
+//! --lib config` to update the docs' table, and use the new `Config` field where it matters.
+
+mod define;
+mod file;
+mod rules;
+mod token;
+
+use define::{Origin, settings};
+use rules::{Address, Any, Between, ClusterSeeds, KeyPrefix, NonEmptyPath, RedisUrl};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use token::{TokenFile, Tokens};
+
+pub use token::{AuthToken, MIN_AUTH_TOKEN_LEN};
+
+/// Default shards on one Redis server. Shards exist to spread one topic over a cluster's
+/// masters; one server runs every script on one thread whatever the layout, and each more
+/// shard costs `reserve` a peek at every shard and splits the batches of concurrent pushes
+/// and finishes.
+pub const DEFAULT_SHARDS: u16 = 1;
+/// Default shards on a Redis Cluster: 2 to 4 per master of a 3-master cluster.
+pub const DEFAULT_CLUSTER_SHARDS: u16 = 8;
+/// Default `max_batch`; the CLI's `finish` sends ids in chunks of this size.
+pub const DEFAULT_MAX_BATCH: usize = 1000;
+/// Largest accepted `max_body_bytes` (64 MiB): a job queue is not a blob store.
+pub const MAX_BODY_BYTES_LIMIT: u64 = 64 << 20;
+/// Largest accepted `max_waiters`.
+pub const MAX_WAITERS_LIMIT: u64 = 1_000_000;
+/// Largest accepted `max_batch`.
+pub const MAX_BATCH_LIMIT: u64 = 10_000;
+/// Largest accepted `max_wait` (one day): keeps seconds-to-milliseconds arithmetic far from
+/// overflow, and no HTTP client waits longer.
+pub const MAX_WAIT_LIMIT_SECS: u64 = 86_400;
+/// Largest accepted `request_timeout` and `idle_timeout` (one day).
+pub const MAX_TIMEOUT_SECS: u64 = 86_400;
+
+// Each entry: the `Config` field and its type, then `key` (the TOML key, the name in errors
+// and of the `ServeArgs` field), `flag`, `env`, `value_name` (the flag's value in `--help`),
+// `help` (Markdown: shown by `--help`, in the docs' table and as the field's first doc line),
+// `given` (the form read from a flag, variable or the file), `rule` (given form to value, and
+// the limits shown), `shown` (the default as the docs show it, when the value alone would
+// mislead) and `default`. The `///` lines say why, for maintainers.
+settings! {
+    /// Everything `delayq serve` can be told, checked. Each field's flag, variable, default
+    /// and limits are in `delayq serve --help` and the table of docs/operations.md.
+    pub struct Config {
+        /// Loopback by default: without `auth_tokens`, whoever reaches the port can use the
+        /// queue.
+        listen: SocketAddr {
+            key: listen,
+            flag: "listen",
+            env: "DELAYQ_LISTEN",
+            value_name: "ADDR",
+            help: "Address of the HTTP listener (IP:PORT); loopback unless you expose it on purpose",
+            given: String,
+            rule: Address,
+            default: SocketAddr::from(([127, 0, 0, 1], 9277)),
+        },
+        redis: Option<String> {
+            key: redis,
+            flag: "redis",
+            env: "DELAYQ_REDIS",
+            value_name: "URL",
+            help: "Redis URL: `redis://[user:password@]host:port/db`, `rediss://` for TLS, \
+                   `unix://` for a socket; without it (and without `redis_cluster`), the \
+                   embedded store is used",
+            given: String,
+            rule: RedisUrl,
+            default: None,
+        },
+        /// A deployment is one server or one cluster: `redis` and `redis_cluster` together are
+        /// refused, since guessing which was meant would hide a mistake.
+        redis_cluster: Option<Vec<String>> {
+            key: redis_cluster,
+            flag: "redis-cluster",
+            env: "DELAYQ_REDIS_CLUSTER",
+            value_name: "URLS",
+            help: "Seed URLs of a Redis Cluster (`redis://host:port`); excludes `redis`",
+            given: Vec<String>,
+            rule: ClusterSeeds,
+            default: None,
+        },
+        data_dir: PathBuf {
+            key: data_dir,
+            flag: "data-dir",
+            env: "DELAYQ_DATA_DIR",
+            value_name: "DIR",
+            help: "Directory of the embedded store",
+            given: PathBuf,
+            rule: NonEmptyPath,
+            default: PathBuf::from("./delayq-data"),
+        },
+        /// Lets several namespaces share one Redis.
+        prefix: String {
+            key: prefix,
+            flag: "prefix",
+            env: "DELAYQ_PREFIX",
+            value_name: "PREFIX",
+            help: "Prefix of every Redis key",
+            given: String,
+            rule: KeyPrefix,
+            default: "delayq".to_string(),
+        },
+        /// [`DEFAULT_SHARDS`] on one server, [`DEFAULT_CLUSTER_SHARDS`] on a cluster when not
+        /// given (`Config::from_args` applies the latter).
+        shards: u16 {
+            key: shards,
+            flag: "shards",
+            env: "DELAYQ_SHARDS",
+            value_name: "N",
+            help: "Number of Redis shards jobs are spread over (one hash slot each); every \
+                   instance on a prefix must use the same (checked at start)",
+            given: u64,
+            rule: Between(1, crate::store::redis::MAX_SHARDS as u64),
+            shown: format!("`{DEFAULT_SHARDS}` (`{DEFAULT_CLUSTER_SHARDS}` with `--redis-cluster`)"),
+            default: DEFAULT_SHARDS,
+        },
+        max_body_bytes: usize {
+            key: max_body_bytes,
+            flag: "max-body-bytes",
+            env: "DELAYQ_MAX_BODY_BYTES",
+            value_name: "BYTES",
+            help: "Largest job body in bytes",
+            given: u64,
+            rule: Between(1, MAX_BODY_BYTES_LIMIT),
+            default: crate::job::DEFAULT_MAX_BODY_BYTES,
+        },
+        /// 178 s is what the service the compat API copies waits, and what its clients expect.
+        compat_pop_timeout_secs: u64 {
+            key: compat_pop_timeout,
+            flag: "compat-pop-timeout",
+            env: "DELAYQ_COMPAT_POP_TIMEOUT",
+            value_name: "SECS",
+            help: "Seconds the compat API's `/pop` waits when the request gives no `timeout`; \
+                   at most `max_wait`",
+            given: u64,
+            rule: Any,
+            default: 178,
+        },
+        max_wait_secs: u64 {
+            key: max_wait,
+            flag: "max-wait",
+            env: "DELAYQ_MAX_WAIT",
+            value_name: "SECS",
+            help: "Longest long poll a request may ask for, in seconds",
+            given: u64,
+            rule: Between(0, MAX_WAIT_LIMIT_SECS),
+            default: 300,
+        },
+        max_batch: usize {
+            key: max_batch,
+            flag: "max-batch",
+            env: "DELAYQ_MAX_BATCH",
+            value_name: "N",
+            help: "Most jobs in one batch push, reserve or finish",
+            given: u64,
+            rule: Between(1, MAX_BATCH_LIMIT),
+            default: DEFAULT_MAX_BATCH,
+        },
+        max_waiters: usize {
+            key: max_waiters,
+            flag: "max-waiters",
+            env: "DELAYQ_MAX_WAITERS",
+            value_name: "N",
+            help: "Most long polls waiting at once; one more is refused at once (503 \
+                   `too_many_waiters`)",
+            given: u64,
+            rule: Between(1, MAX_WAITERS_LIMIT),
+            default: crate::dispatch::DEFAULT_MAX_WAITERS,
+        },
+        /// A long poll's own wait never trips it: the wait is added to this deadline.
+        request_timeout_secs: u64 {
+            key: request_timeout,
+            flag: "request-timeout",
+            env: "DELAYQ_REQUEST_TIMEOUT",
+            value_name: "SECS",
+            help: "Seconds a request may take, reading its body included, before it is \
+                   answered 503 `timeout`; a long poll gets `max_wait` on top",
+            given: u64,
+            rule: Between(1, MAX_TIMEOUT_SECS),
+            default: 30,
+        },
+        /// So idle or stalled clients do not hold sockets forever.
+        idle_timeout_secs: u64 {
+            key: idle_timeout,
+            flag: "idle-timeout",
+            env: "DELAYQ_IDLE_TIMEOUT",
+            value_name: "SECS",
+            help: "Seconds an HTTP/1 connection may go without sending a complete request \
+                   head (idle between requests, or slow to send one); then it is closed",
+            given: u64,
+            rule: Between(1, MAX_TIMEOUT_SECS),
+            default: 60,
+        },
+        /// Those of `auth_tokens` and those of `auth_token_file`, together. None by default,
+        /// which is why the default listener is loopback. The flag is singular: it is given
+        /// once per token.
+        auth_tokens: Vec<AuthToken> {
+            key: auth_tokens,
+            flag: "auth-token",
+            env: "DELAYQ_AUTH_TOKENS",
+            value_name: "TOKEN",
+            help: "Bearer tokens every request but `GET /healthz` must carry; none: no \
+                   authentication; flags show in `ps`, prefer `auth_token_file`",
+            given: Vec<AuthToken>,
+            rule: Tokens,
+            default: Vec::new(),
+        },
+    }
+    inputs {
+        /// Its tokens are added to `auth_tokens`.
+        auth_token_file: Vec<AuthToken> {
+            flag: "auth-token-file",
+            env: "DELAYQ_AUTH_TOKEN_FILE",
+            value_name: "FILE",
+            help: "File of bearer tokens, one per line, blank lines and `#` comments ignored; \
+                   added to `auth_tokens`",
+            given: PathBuf,
+            rule: TokenFile,
+        },
+    }
+}
+
+/// A configuration that cannot be used. Each variant names the setting or file at fault.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The `--config` file could not be read.
+    #[error("cannot read config file {}: {source}", .path.display())]
+    ReadFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The `--config` file is not valid TOML, has a key delayq does not know, or a value of the
+    /// wrong type. `key` names the key when there is one to name.
+    #[error("config file {}{}: {message}", .path.display(), key_suffix(.key))]
+    File {
+        path: PathBuf,
+        key: Option<String>,
+        message: String,
+    },
+    /// A setting has a value outside its rules. `origin` says where the value came from.
+    #[error("invalid {setting} (from {origin}): {message}")]
+    Invalid {
+        setting: &'static str,
+        origin: String,
+        message: String,
+    },
+}
+
+fn key_suffix(key: &Option<String>) -> String {
+    key.as_ref()
+        .map(|k| format!(", key `{k}`"))
+        .unwrap_or_default()
+}
+
+impl Config {
+    /// The configuration from parsed `delayq serve` arguments (flags and `DELAYQ_*` variables,
+    /// already merged by clap), the TOML file they name, and the defaults: each setting
+    /// checked by its own rule, then the rules between settings.
+    pub fn from_args(args: ServeArgs) -> Result<Config, ConfigError> {
+        let (file, path) = match &args.config {
+            Some(path) => (file::read(path)?, path.clone()),
+            None => (FileConfig::default(), PathBuf::new()),
+        };
+        let mut v = resolve(args, file, &path)?;
+
+        // One Redis server or one cluster, never both.
+        if let (Some(_), Some(_)) = (&v.redis.value, &v.redis_cluster.value) {
+            return Err(v.redis_cluster.invalid(format!(
+                "cannot be combined with redis (from {}): give one Redis server or one cluster",
+                v.redis.origin
+            )));
+        }
+        // Unless chosen, shards follow the deployment.
+        if matches!(v.shards.origin, Origin::Default) && v.redis_cluster.value.is_some() {
+            v.shards.value = DEFAULT_CLUSTER_SHARDS;
+        }
+        // A compat `/pop` without `timeout` must not wait longer than any request may.
+        let (compat, max_wait) = (&v.compat_pop_timeout_secs, &v.max_wait_secs);
+        if compat.value > max_wait.value {
+            let hint = match compat.origin {
+                Origin::Default => "; set compat_pop_timeout too",
+                _ => "",
+            };
+            return Err(compat.invalid(format!(
+                "{} s is longer than max_wait ({} s, from {}){hint}",
+                compat.value, max_wait.value, max_wait.origin
+            )));
+        }
+        // Tokens from the flag, variable or TOML key and from the token file all count.
+        if let Some(file_tokens) = v.auth_token_file.take() {
+            v.auth_tokens.value.extend(file_tokens.value);
+        }
+        Ok(v.into_config())
+    }
+}
+
+#[cfg(test)]
+mod tests;
