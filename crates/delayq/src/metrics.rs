@@ -1,9 +1,9 @@
 //! Prometheus metrics, served at `GET /metrics` (docs/metrics.md lists them).
 //!
 //! Two kinds. What this instance did: counters of the transitions it made and the histogram of
-//! how late it handed jobs out, kept by [`Metered`], a [`Store`] that wraps the real one, so
-//! every path that changes jobs (both APIs, the dispatcher's long polls and its timer) is
-//! counted once, whatever the backend. What the store holds: job counts by topic and state,
+//! how late it handed jobs out, kept by [`Metrics`] as a hook around the real store
+//! ([`Metered`]), so every path that changes jobs (both APIs, the dispatcher's long polls and
+//! its timer) is counted once, whatever the backend. What the store holds: job counts by topic and state,
 //! read from [`Store::stats`] when scraped, so they are the whole store's, the same on every
 //! instance sharing it.
 //!
@@ -11,12 +11,9 @@
 //! it (docs/benchmarks.md): the time a due job waited for the timer and for a consumer. It is
 //! taken from the `now` each reserve is made with, so an injected clock drives it too.
 
-use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
-use crate::store::{
-    PushMode, PushOutcome, Reschedule, Stats, Store, StoreError, StoreEvent, StoreResult,
-    TickOutcome, TopicCounts,
-};
-use async_trait::async_trait;
+use crate::job::{Job, JobState, UnixMillis};
+use crate::store::hook::{Call, Hooked, Reply, StoreHook};
+use crate::store::{Store, StoreError, StoreResult, TopicCounts};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -26,7 +23,6 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::Arc;
-use tokio::sync::broadcast;
 
 /// The media type of [`Metrics::render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -272,168 +268,55 @@ impl Metrics {
             .inc();
     }
 
-    /// Passes `r` through, counting an error.
-    fn seen<T>(&self, r: StoreResult<T>) -> StoreResult<T> {
-        if let Err(e) = &r {
+    /// Counts a batch's `Ok` items on `counter` and its failed ones by kind.
+    fn each<T>(&self, counter: &Counter, items: &[StoreResult<T>]) {
+        for e in items.iter().filter_map(|i| i.as_ref().err()) {
             self.failed(e);
         }
-        r
+        counter.inc_by(items.iter().filter(|i| i.is_ok()).count() as u64);
     }
+}
 
-    /// Passes `r` through, counting an error, or `counter` once if it is `Ok`.
-    fn one<T>(&self, counter: &Counter, r: StoreResult<T>) -> StoreResult<T> {
-        if r.is_ok() {
-            counter.inc();
-        }
-        self.seen(r)
-    }
+/// A [`Store`] counted in its [`Metrics`]: `Metered::new(store, metrics)`.
+pub type Metered = Hooked<Arc<Metrics>>;
 
-    /// Passes a batch's results through, counting its `Ok` items on `counter` and its errors.
-    fn each<T>(
-        &self,
-        counter: &Counter,
-        r: StoreResult<Vec<StoreResult<T>>>,
-    ) -> StoreResult<Vec<StoreResult<T>>> {
-        if let Ok(items) = &r {
-            for e in items.iter().filter_map(|i| i.as_ref().err()) {
-                self.failed(e);
+/// Counts what the wrapped store did; changes nothing. A failed call is counted by kind; a
+/// success on the counter of its transition.
+impl StoreHook for Metrics {
+    fn after(&self, call: &Call<'_>, result: Result<Reply<'_>, &StoreError>) {
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => return self.failed(e),
+        };
+        let one = match reply {
+            Reply::PushBatch(items) => return self.each(&self.pushed, items),
+            Reply::FinishBatch(items) => return self.each(&self.finished, items),
+            Reply::Reserve(jobs) => {
+                if let Call::Reserve { now, .. } = call {
+                    self.count_deliveries(jobs, *now);
+                }
+                return;
             }
-            counter.inc_by(items.iter().filter(|i| i.is_ok()).count() as u64);
-        }
-        self.seen(r)
-    }
-}
-
-/// A [`Store`] that counts what the store it wraps does in [`Metrics`] and changes nothing.
-pub struct Metered {
-    inner: Arc<dyn Store>,
-    metrics: Arc<Metrics>,
-}
-
-impl Metered {
-    pub fn new(inner: Arc<dyn Store>, metrics: Arc<Metrics>) -> Metered {
-        Metered { inner, metrics }
-    }
-}
-
-#[async_trait]
-impl Store for Metered {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-
-    async fn push_batch(
-        &self,
-        jobs: Vec<JobSpec>,
-        mode: PushMode,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        let r = self.inner.push_batch(jobs, mode, now).await;
-        self.metrics.each(&self.metrics.pushed, r)
-    }
-
-    async fn reserve(
-        &self,
-        topics: &[Topic],
-        max: usize,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<Job>> {
-        let r = self.inner.reserve(topics, max, now).await;
-        if let Ok(jobs) = &r {
-            self.metrics.count_deliveries(jobs, now);
-        }
-        self.metrics.seen(r)
-    }
-
-    async fn finish(&self, id: &JobId) -> StoreResult<JobState> {
-        let r = self.inner.finish(id).await;
-        self.metrics.one(&self.metrics.finished, r)
-    }
-
-    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
-        let r = self.inner.finish_batch(ids).await;
-        self.metrics.each(&self.metrics.finished, r)
-    }
-
-    async fn delete(&self, id: &JobId) -> StoreResult<JobState> {
-        let r = self.inner.delete(id).await;
-        self.metrics.one(&self.metrics.deleted, r)
-    }
-
-    async fn release(
-        &self,
-        id: &JobId,
-        delay_ms: Option<u64>,
-        now: UnixMillis,
-    ) -> StoreResult<Job> {
-        let r = self.inner.release(id, delay_ms, now).await;
-        if let Ok(job) = &r {
+            Reply::KickTopic(n) => {
+                self.kicked.inc_by(n);
+                return;
+            }
+            Reply::Tick(t) => {
+                self.promoted.inc_by(t.promoted);
+                self.expired.inc_by(t.expired);
+                return;
+            }
+            Reply::Get(_) | Reply::Stats(_) | Reply::Ping => return,
+            Reply::Finish(_) => &self.finished,
+            Reply::Delete(_) => &self.deleted,
             // Released past max_attempts: buried instead.
-            let dead = job.state == JobState::Dead;
-            let m = &self.metrics;
-            (if dead { &m.buried } else { &m.released }).inc();
-        }
-        self.metrics.seen(r)
-    }
-
-    async fn touch(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        let r = self.inner.touch(id, now).await;
-        self.metrics.one(&self.metrics.touched, r)
-    }
-
-    async fn bury(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        let r = self.inner.bury(id, now).await;
-        self.metrics.one(&self.metrics.buried, r)
-    }
-
-    async fn kick(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        let r = self.inner.kick(id, now).await;
-        self.metrics.one(&self.metrics.kicked, r)
-    }
-
-    async fn kick_topic(&self, topic: &Topic, max: u64, now: UnixMillis) -> StoreResult<u64> {
-        let r = self.inner.kick_topic(topic, max, now).await;
-        if let Ok(n) = &r {
-            self.metrics.kicked.inc_by(*n);
-        }
-        self.metrics.seen(r)
-    }
-
-    async fn reschedule(
-        &self,
-        id: &JobId,
-        change: Reschedule,
-        now: UnixMillis,
-    ) -> StoreResult<(Job, JobState)> {
-        let r = self.inner.reschedule(id, change, now).await;
-        self.metrics.one(&self.metrics.rescheduled, r)
-    }
-
-    async fn get(&self, id: &JobId) -> StoreResult<Job> {
-        let r = self.inner.get(id).await;
-        self.metrics.seen(r)
-    }
-
-    async fn stats(&self) -> StoreResult<Stats> {
-        let r = self.inner.stats().await;
-        self.metrics.seen(r)
-    }
-
-    async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
-        let r = self.inner.tick(now, limit).await;
-        if let Ok(t) = &r {
-            self.metrics.promoted.inc_by(t.promoted);
-            self.metrics.expired.inc_by(t.expired);
-        }
-        self.metrics.seen(r)
-    }
-
-    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
-        self.inner.subscribe()
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        let r = self.inner.ping().await;
-        self.metrics.seen(r)
+            Reply::Release(job) if job.state == JobState::Dead => &self.buried,
+            Reply::Release(_) => &self.released,
+            Reply::Touch(_) => &self.touched,
+            Reply::Bury(_) => &self.buried,
+            Reply::Kick(_) => &self.kicked,
+            Reply::Reschedule { .. } => &self.rescheduled,
+        };
+        one.inc();
     }
 }

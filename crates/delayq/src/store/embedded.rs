@@ -1,17 +1,18 @@
 //! The embedded store: delayq's zero-setup default, durable on local disk in one redb file
 //! (`<data_dir>/delayq.redb`) and the write-ahead logs beside it (`wal-<generation>.log`).
 //!
-//! State lives in memory in a [`memory::Engine`] behind a mutex; every job record is also on
-//! disk, in redb's `jobs` table as of the last checkpoint and in the logs since, and
-//! [`EmbeddedStore::open`] replays the logs into redb and rebuilds the engine from it. A
-//! transition runs under the lock and queues its changes to the single writer thread
-//! (`writer.rs`) before the lock is released, so disk order is engine order; the caller then
-//! waits for the writer's acknowledgement. The writer appends everything queued to the log as
-//! one frame and fsyncs it, so concurrent callers share one fsync; a checkpoint thread moves
-//! the logged changes into redb every second. A transition that changed nothing (a refusal, a
-//! reserve that found no job, a tick with nothing due) answers at once. The timer's passes (`tick`)
-//! do not wait at all: their changes are lazy commits (`writer.rs`), made durable by the next
-//! acknowledged transition, since a restart redoes a lost promotion or expiry by itself.
+//! It is an [`EngineStore`] whose durability, [`WriteAhead`], is the write-ahead log. State
+//! lives in memory in the engine behind a mutex; every job record is also on disk, in redb's
+//! `jobs` table as of the last checkpoint and in the logs since, and [`EmbeddedStore::open`]
+//! replays the logs into redb and rebuilds the engine from it. A transition runs under the lock
+//! and queues its changes to the single writer thread (`writer.rs`) before the lock is
+//! released, so disk order is engine order; the caller then waits for the writer's
+//! acknowledgement. The writer appends everything queued to the log as one frame and fsyncs
+//! it, so concurrent callers share one fsync; a checkpoint thread moves the logged changes into
+//! redb every second. A transition that changed nothing (a refusal, a reserve that found no
+//! job, a tick with nothing due) answers at once. The timer's passes (`tick`) do not wait at
+//! all: their changes are lazy commits (`writer.rs`), made durable by the next acknowledged
+//! transition, since a restart redoes a lost promotion or expiry by itself.
 //!
 //! Guarantees: an acknowledged transition survives a crash (kill -9, power loss as far as fsync
 //! goes). Reads (`get`, `stats`, and refusals) see the engine, which may be ahead of the disk by
@@ -19,29 +20,27 @@
 //! After a failed commit the store refuses every request with `Unavailable` until restart
 //! (memory may then hold changes the disk does not; restarting reloads the last commit).
 //!
-//! Not here: the state machine (job.rs, memory.rs), the timer (dispatch.rs), the record layout
-//! (`embedded/record.rs`), the log and redb writes (`embedded/writer.rs`, `embedded/wal.rs`).
-//! One process per data directory: redb's file lock refuses a second opener, in this process
-//! or another.
+//! Not here: the state machine (job.rs, `engine.rs`), the locking and the `Store` methods
+//! (`engine_store.rs`), the timer (dispatch.rs), the record layout (`embedded/record.rs`), the
+//! log and redb writes (`embedded/writer.rs`, `embedded/wal.rs`). One process per data
+//! directory: redb's file lock refuses a second opener, in this process or another.
 
 mod record;
 mod wal;
 mod writer;
 
-use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
-use crate::store::memory::{Effects, Engine};
-use crate::store::{
-    EVENT_CHANNEL_CAPACITY, PushMode, PushOutcome, Reschedule, Stats, Store, StoreError,
-    StoreEvent, StoreResult, TickOutcome,
-};
-use async_trait::async_trait;
+use crate::job::Job;
+use crate::store::engine::{Effects, Engine};
+use crate::store::engine_store::{Durability, EngineStore};
+use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreResult};
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageError,
 };
+use std::error::Error;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use tokio::sync::{broadcast, oneshot};
 use writer::{Commit, FORMAT_VERSION_KEY, Failure, JOBS, META, Writer};
@@ -60,10 +59,15 @@ pub struct EmbeddedOptions {
     pub data_dir: PathBuf,
 }
 
-/// A [`Store`] kept in memory and made durable in redb. See the module docs for its guarantees.
-pub struct EmbeddedStore {
-    state: Mutex<Locked>,
-    events: broadcast::Sender<StoreEvent>,
+/// A [`Store`](crate::store::Store) kept in memory and made durable in redb. See the module
+/// docs for its guarantees.
+pub type EmbeddedStore = EngineStore<WriteAhead>;
+
+/// The embedded store's durability: the queue to the writer thread, which logs each commit
+/// (`writer.rs`), and what the writer reports back.
+pub struct WriteAhead {
+    /// `None` only while dropping: closing it lets the writer finish what is queued.
+    queue: Option<mpsc::Sender<Commit>>,
     /// Why the store stopped, once a commit failed (set by the writer).
     failure: Failure,
     inject_failure: Arc<AtomicBool>,
@@ -72,12 +76,55 @@ pub struct EmbeddedStore {
     writer: Option<JoinHandle<()>>,
 }
 
-/// What the engine lock guards: the engine and the queue to the writer, so a transition and
-/// the queueing of its changes are one step.
-struct Locked {
-    engine: Engine,
-    /// `None` only while dropping.
-    queue: Option<mpsc::Sender<Commit>>,
+/// The error of a call that found the writer gone.
+fn writer_stopped() -> StoreError {
+    StoreError::Unavailable("the embedded store writer has stopped".into())
+}
+
+impl Durability for WriteAhead {
+    const KIND: &'static str = "embedded";
+
+    type Ack = oneshot::Receiver<StoreResult<()>>;
+
+    fn check(&self) -> StoreResult<()> {
+        match self.failure.get() {
+            Some(reason) => Err(writer::failed_error(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues the changes to the writer. A lazy commit has no acknowledgement and leaves its
+    /// events to go out now; any other holds its events back until the writer has synced it.
+    fn commit(&self, fx: &mut Effects, lazy: bool) -> StoreResult<Option<Self::Ack>> {
+        let (ack, acked, events) = if lazy {
+            (None, None, Vec::new())
+        } else {
+            let (ack, acked) = oneshot::channel();
+            (Some(ack), Some(acked), std::mem::take(&mut fx.events))
+        };
+        let commit = Commit {
+            changes: std::mem::take(&mut fx.changes),
+            events,
+            ack,
+        };
+        match self.queue.as_ref().map(|q| q.send(commit)) {
+            Some(Ok(())) => Ok(acked),
+            _ => Err(writer_stopped()),
+        }
+    }
+
+    async fn wait(ack: Self::Ack) -> StoreResult<()> {
+        ack.await.unwrap_or_else(|_| Err(writer_stopped()))
+    }
+}
+
+impl Drop for WriteAhead {
+    fn drop(&mut self) {
+        self.queue = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
 }
 
 impl EmbeddedStore {
@@ -90,16 +137,15 @@ impl EmbeddedStore {
     pub async fn open(opts: EmbeddedOptions) -> StoreResult<EmbeddedStore> {
         tokio::task::spawn_blocking(move || EmbeddedStore::open_blocking(&opts))
             .await
-            .map_err(|e| {
-                StoreError::Unavailable(format!("embedded store open task failed: {e}").into())
-            })?
+            .map_err(|e| StoreError::unavailable("embedded store open task failed", e))?
     }
 
     fn open_blocking(opts: &EmbeddedOptions) -> StoreResult<EmbeddedStore> {
         let dir = &opts.data_dir;
         std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError::Unavailable(
-                format!("cannot create data directory {}: {e}", dir.display()).into(),
+            StoreError::unavailable(
+                format_args!("cannot create data directory {}", dir.display()),
+                e,
             )
         })?;
         let file = dir.join(DB_FILE_NAME);
@@ -140,110 +186,34 @@ impl EmbeddedStore {
         let writer = std::thread::Builder::new()
             .name("delayq-embedded-writer".into())
             .spawn(move || writer.run())
-            .map_err(|e| {
-                StoreError::Unavailable(
-                    format!("cannot start the embedded store writer: {e}").into(),
-                )
-            })?;
+            .map_err(|e| StoreError::unavailable("cannot start the embedded store writer", e))?;
         tracing::info!(
             file = %file.display(),
             jobs = n,
             load_ms = started.elapsed().as_millis() as u64,
             "embedded store opened"
         );
-        Ok(EmbeddedStore {
-            state: Mutex::new(Locked {
-                engine,
-                queue: Some(queue),
-            }),
-            events,
+        let durability = WriteAhead {
+            queue: Some(queue),
             failure,
             inject_failure,
             writer: Some(writer),
-        })
-    }
-
-    fn lock(&self) -> StoreResult<MutexGuard<'_, Locked>> {
-        let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        match self.failure.get() {
-            Some(reason) => Err(writer::failed_error(reason)),
-            None => Ok(guard),
-        }
-    }
-
-    /// Runs one transition under the lock and, if it changed anything, queues the changes
-    /// before releasing the lock. Returns the result and the acknowledgement to wait for
-    /// (none if nothing changed or the commit is `lazy`: then its events are published now).
-    fn begin<T>(
-        &self,
-        lazy: bool,
-        f: impl FnOnce(&mut Engine, &mut Effects) -> T,
-    ) -> StoreResult<(T, Option<oneshot::Receiver<StoreResult<()>>>)> {
-        let mut locked = self.lock()?;
-        let mut fx = Effects::default();
-        let out = f(&mut locked.engine, &mut fx);
-        let mut acked = None;
-        if !fx.changes.is_empty() {
-            // A lazy commit has no acknowledgement and leaves its events to go out now.
-            let (ack, events) = if lazy {
-                (None, Vec::new())
-            } else {
-                let (ack, rx) = oneshot::channel();
-                acked = Some(rx);
-                (Some(ack), std::mem::take(&mut fx.events))
-            };
-            let commit = Commit {
-                changes: fx.changes,
-                events,
-                ack,
-            };
-            if !matches!(locked.queue.as_ref().map(|q| q.send(commit)), Some(Ok(()))) {
-                return Err(StoreError::Unavailable(
-                    "the embedded store writer has stopped".into(),
-                ));
-            }
-        }
-        // Events not held back for a commit go out now, still under the lock: a transition
-        // they prompt queues its commit after this one.
-        for ev in fx.events {
-            let _ = self.events.send(ev);
-        }
-        Ok((out, acked))
-    }
-
-    /// Runs one transition and waits until it is durable.
-    async fn apply<T>(&self, f: impl FnOnce(&mut Engine, &mut Effects) -> T) -> StoreResult<T> {
-        let (out, acked) = self.begin(false, f)?;
-        if let Some(acked) = acked {
-            acked.await.map_err(|_| {
-                StoreError::Unavailable("the embedded store writer has stopped".into())
-            })??;
-        }
-        Ok(out)
-    }
-
-    /// Reads the engine without changing it.
-    fn read<T>(&self, f: impl FnOnce(&Engine) -> T) -> StoreResult<T> {
-        Ok(f(&self.lock()?.engine))
+        };
+        Ok(EngineStore::with_durability(engine, events, durability))
     }
 
     /// Makes the next commit fail, to exercise the failure path.
     #[doc(hidden)]
     pub fn fail_next_commit_for_tests(&self) {
-        self.inject_failure
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.durability()
+            .inject_failure
+            .store(true, Ordering::SeqCst);
     }
 }
 
-impl Drop for EmbeddedStore {
-    fn drop(&mut self) {
-        // Closing the queue lets the writer finish what is queued and close the database.
-        let locked = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        locked.queue = None;
-        if let Some(w) = self.writer.take() {
-            let _ = w.join();
-        }
-    }
+/// `Corrupt`, naming `file`, caused by a redb error reading it.
+fn corrupt(file: &Path, e: impl Error + Send + Sync + 'static) -> StoreError {
+    StoreError::corrupt(file.display(), e)
 }
 
 /// Opens or creates the redb file and checks its format version.
@@ -270,19 +240,16 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
                     std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
                 ) =>
             {
-                StoreError::Unavailable(format!("cannot open {shown}: {e}").into())
+                StoreError::unavailable(format_args!("cannot open {shown}"), e)
             }
-            e => {
-                StoreError::Corrupt(format!("{shown}: not a readable delayq data file: {e}").into())
-            }
+            e => StoreError::corrupt(format_args!("{shown}: not a readable delayq data file"), e),
         })?;
-    let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt(format!("{shown}: {e}").into());
-    let tx = db.begin_write().map_err(|e| corrupt(&e))?;
+    let tx = db.begin_write().map_err(|e| corrupt(file, e))?;
     {
-        let mut meta = tx.open_table(META).map_err(|e| corrupt(&e))?;
+        let mut meta = tx.open_table(META).map_err(|e| corrupt(file, e))?;
         let version = meta
             .get(FORMAT_VERSION_KEY)
-            .map_err(|e| corrupt(&e))?
+            .map_err(|e| corrupt(file, e))?
             .map(|v| v.value());
         match version {
             Some(record::FORMAT_VERSION) => {}
@@ -297,12 +264,12 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
             }
             None => {
                 meta.insert(FORMAT_VERSION_KEY, record::FORMAT_VERSION)
-                    .map_err(|e| corrupt(&e))?;
+                    .map_err(|e| corrupt(file, e))?;
             }
         }
-        tx.open_table(JOBS).map_err(|e| corrupt(&e))?;
+        tx.open_table(JOBS).map_err(|e| corrupt(file, e))?;
     }
-    tx.commit().map_err(|e| corrupt(&e))?;
+    tx.commit().map_err(|e| corrupt(file, e))?;
     Ok(db)
 }
 
@@ -312,22 +279,23 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
 /// seen, the spare's included, so no generation is ever written twice into one file.
 fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
     let logs = wal::existing(dir).map_err(|e| {
-        StoreError::Unavailable(format!("cannot list the logs in {}: {e}", dir.display()).into())
+        StoreError::unavailable(format_args!("cannot list the logs in {}", dir.display()), e)
     })?;
     for (generation, log) in &logs {
         let entries = wal::read(log, *generation).map_err(|e| {
-            StoreError::Unavailable(format!("cannot read {}: {e}", log.display()).into())
+            StoreError::unavailable(format_args!("cannot read {}", log.display()), e)
         })?;
         let n = entries.len();
-        writer::apply(db, file, entries).map_err(|e| StoreError::Corrupt(e.into()))?;
+        writer::apply(db, file, entries).map_err(StoreError::Corrupt)?;
         wal::retire(dir, log).map_err(|e| {
-            StoreError::Unavailable(format!("cannot retire {}: {e}", log.display()).into())
+            StoreError::unavailable(format_args!("cannot retire {}", log.display()), e)
         })?;
         tracing::info!(log = %log.display(), changes = n, "replayed a write-ahead log");
     }
     let spare = wal::spare_generation(dir).map_err(|e| {
-        StoreError::Unavailable(
-            format!("cannot read the spare log in {}: {e}", dir.display()).into(),
+        StoreError::unavailable(
+            format_args!("cannot read the spare log in {}", dir.display()),
+            e,
         )
     })?;
     let last = logs.last().map(|(g, _)| *g).max(spare);
@@ -337,12 +305,11 @@ fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
 /// Reads and decodes every job record.
 fn load(db: &Database, file: &Path) -> StoreResult<Vec<Job>> {
     let shown = file.display();
-    let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt(format!("{shown}: {e}").into());
-    let tx = db.begin_read().map_err(|e| corrupt(&e))?;
-    let table = tx.open_table(JOBS).map_err(|e| corrupt(&e))?;
-    let mut jobs = Vec::with_capacity(table.len().map_err(|e| corrupt(&e))? as usize);
-    for entry in table.iter().map_err(|e| corrupt(&e))? {
-        let (k, v) = entry.map_err(|e| corrupt(&e))?;
+    let tx = db.begin_read().map_err(|e| corrupt(file, e))?;
+    let table = tx.open_table(JOBS).map_err(|e| corrupt(file, e))?;
+    let mut jobs = Vec::with_capacity(table.len().map_err(|e| corrupt(file, e))? as usize);
+    for entry in table.iter().map_err(|e| corrupt(file, e))? {
+        let (k, v) = entry.map_err(|e| corrupt(file, e))?;
         let id = k.value();
         let job = record::decode(id, v.value()).map_err(|e| {
             StoreError::Corrupt(format!("{shown}: job {id:?} cannot be decoded: {e}").into())
@@ -352,94 +319,26 @@ fn load(db: &Database, file: &Path) -> StoreResult<Vec<Job>> {
     Ok(jobs)
 }
 
-#[async_trait]
-impl Store for EmbeddedStore {
-    fn kind(&self) -> &'static str {
-        "embedded"
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    async fn push_batch(
-        &self,
-        jobs: Vec<JobSpec>,
-        mode: PushMode,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        self.apply(|e, fx| jobs.into_iter().map(|j| e.push(j, mode, now, fx)).collect())
-            .await
-    }
-
-    async fn reserve(
-        &self,
-        topics: &[Topic],
-        max: usize,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<Job>> {
-        self.apply(|e, fx| e.reserve(topics, max, now, fx)).await
-    }
-
-    async fn delete(&self, id: &JobId) -> StoreResult<JobState> {
-        self.apply(|e, fx| e.remove(id, fx)).await?
-    }
-
-    /// One engine pass and one commit for the whole batch.
-    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
-        self.apply(|e, fx| ids.iter().map(|id| e.remove(id, fx)).collect())
-            .await
-    }
-
-    async fn release(
-        &self,
-        id: &JobId,
-        delay_ms: Option<u64>,
-        now: UnixMillis,
-    ) -> StoreResult<Job> {
-        self.apply(|e, fx| e.release(id, delay_ms, now, fx)).await?
-    }
-
-    async fn touch(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        self.apply(|e, fx| e.touch(id, now, fx)).await?
-    }
-
-    async fn bury(&self, id: &JobId, _now: UnixMillis) -> StoreResult<Job> {
-        self.apply(|e, fx| e.bury(id, fx)).await?
-    }
-
-    async fn kick(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        self.apply(|e, fx| e.kick(id, now, fx)).await?
-    }
-
-    async fn kick_topic(&self, topic: &Topic, max: u64, now: UnixMillis) -> StoreResult<u64> {
-        self.apply(|e, fx| e.kick_topic(topic, max, now, fx)).await
-    }
-
-    async fn reschedule(
-        &self,
-        id: &JobId,
-        change: Reschedule,
-        now: UnixMillis,
-    ) -> StoreResult<(Job, JobState)> {
-        self.apply(|e, fx| e.reschedule(id, change, now, fx))
-            .await?
-    }
-
-    async fn get(&self, id: &JobId) -> StoreResult<Job> {
-        self.read(|e| e.get(id))?
-    }
-
-    async fn stats(&self) -> StoreResult<Stats> {
-        self.read(Engine::stats)
-    }
-
-    /// A lazy commit: answers without waiting for the disk (see the module docs).
-    async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
-        Ok(self.begin(true, |e, fx| e.tick(now, limit, fx))?.0)
-    }
-
-    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
-        self.events.subscribe()
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        self.read(|_| ())
+    #[tokio::test]
+    async fn a_data_directory_that_cannot_be_created_is_unavailable_with_its_io_error() {
+        let parent = tempfile::tempdir().unwrap();
+        let file = parent.path().join("a-file");
+        std::fs::write(&file, b"").unwrap();
+        let opened = EmbeddedStore::open(EmbeddedOptions {
+            data_dir: file.clone(),
+        })
+        .await;
+        let Err(StoreError::Unavailable(cause)) = opened else {
+            panic!("{:?}", opened.err())
+        };
+        let io = cause
+            .downcast_ref::<std::io::Error>()
+            .expect("an io::Error");
+        let want = format!("cannot create data directory {}: {io}", file.display());
+        assert_eq!(cause.message(), want);
     }
 }

@@ -81,6 +81,15 @@ impl Cause {
         }
     }
 
+    /// The same underlying error under a new message, for a caller that says more about
+    /// what failed (the message should include this cause's own).
+    pub fn restated(&self, message: impl Into<String>) -> Cause {
+        Cause {
+            message: message.into(),
+            source: self.source.clone(),
+        }
+    }
+
     /// The whole message.
     pub fn message(&self) -> &str {
         &self.message

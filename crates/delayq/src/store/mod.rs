@@ -1,6 +1,9 @@
 //! The storage interface: one method per state transition of job.rs, implemented by each backend
-//! (`redis` for the production store, `embedded` for the zero-setup default, `memory` for tests),
-//! over [`memory::Engine`]'s rules (memory, embedded) or their Lua equivalent (redis).
+//! (`redis` for the production store, `embedded` for the zero-setup default, `memory` for tests).
+//! The memory and embedded stores are one [`engine_store::EngineStore`] over
+//! [`engine::Engine`]'s rules, differing only in how a commit becomes durable; the Redis store
+//! runs the same rules in Lua. Wrappers around a store (metrics, test stores that fail) are
+//! [`hook::Hooked`]: one forwarding of every method, with a hook around each call.
 //!
 //! Stores never read the clock: every method that depends on time takes `now`, so the
 //! conformance suite drives time explicitly and the server injects a [`crate::clock::Clock`].
@@ -8,7 +11,10 @@
 //! store's [`StoreEvent`]s.
 
 pub mod embedded;
+pub mod engine;
+pub mod engine_store;
 mod error;
+pub mod hook;
 pub mod memory;
 pub mod redis;
 

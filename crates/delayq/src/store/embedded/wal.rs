@@ -2,8 +2,8 @@
 //!
 //! A commit appends one frame to the current log file (`wal-<generation>.log` in the data
 //! directory) and, when it carries an acknowledgement, `fdatasync`s it: one small sequential
-//! write per group of requests, where a redb commit rewrote ~14 pages (measured with strace in
-//! W1). redb stays the checkpoint: `writer.rs` rotates to a new log every so often and a
+//! write per group of requests, where a redb commit would rewrite pages all over its B-tree.
+//! redb stays the checkpoint: `writer.rs` rotates to a new log every so often and a
 //! checkpoint thread applies the old one's changes to redb in one durable transaction, then
 //! retires it (below). Opening the store replays every log left over (a crash, or a checkpoint
 //! that did not finish) into redb before loading, oldest generation first.
@@ -11,13 +11,12 @@
 //! **Recycling.** A checkpointed log is not deleted but renamed to [`SPARE`], and the next
 //! new log is that file renamed again and written over from the start. Overwriting blocks a
 //! file already has makes an `fdatasync` one data write and a cache flush; appending to a new
-//! file also commits the file's new size to the filesystem's journal every time. Measured
-//! here (ext4 on a virtio disk): 125 against 175 µs per write-and-fdatasync, and in W1
-//! embedded 12–15% more jobs/s (docs/benchmarks.md). What the old contents leave past the new
-//! frames must never read as a frame of the new log, so every frame's CRC covers the log's
-//! generation, and the file starts with a header naming it. Generations never repeat: opening
-//! the store starts above every log's and the spare's ([`spare_generation`]), so whatever a
-//! file held before is of older generations.
+//! file also commits the file's new size to the filesystem's journal every time, which makes
+//! each sync slower. What the old contents leave past the new frames must never read as a
+//! frame of the new log, so every frame's CRC covers the log's generation, and the file starts
+//! with a header naming it. Generations never repeat: opening the store starts above every
+//! log's and the spare's ([`spare_generation`]), so whatever a file held before is of older
+//! generations.
 //!
 //! File: [`MAGIC`] and the generation (u64 LE), then frames. Frame: `len` (u32 LE) and `crc`
 //! (CRC-32 of the generation, u64 LE, then the payload; u32 LE), then the payload: entries of
@@ -28,9 +27,10 @@
 //! header never reached the disk) means the log holds nothing: its first fsync, which would
 //! have written the header, never returned. A commit over [`MAX_FRAME`] bytes is written as
 //! several frames; a crash between them can keep part of it, which, unacknowledged, is as in
-//! doubt as any request a crash interrupts. Logs written before recycling have no header and
-//! CRCs of the payload alone; they are still read.
+//! doubt as any request a crash interrupts. A log without a file header (the first layout of
+//! this format) has CRCs of the payload alone; it is still read.
 
+use crate::store::Cause;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -120,8 +120,8 @@ fn entry_size((id, rec): &Entry) -> usize {
     9 + id.len() + rec.as_ref().map_or(0, Vec::len)
 }
 
-/// CRC-32 of a frame's payload in the log of `generation` (`None`: a log from before
-/// recycling).
+/// CRC-32 of a frame's payload in the log of `generation` (`None`: a log without a file
+/// header).
 fn checksum(generation: Option<u64>, payload: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     if let Some(g) = generation {
@@ -266,17 +266,17 @@ impl Log {
 
     /// Appends a commit's entries (not yet synced): one frame, or several past [`MAX_FRAME`].
     /// An error names the file.
-    pub fn append(&mut self, entries: &[Entry]) -> Result<(), String> {
+    pub fn append(&mut self, entries: &[Entry]) -> Result<(), Cause> {
         for frame in frames(entries, MAX_FRAME, self.generation) {
             self.append_frame(&frame)?;
         }
         Ok(())
     }
 
-    fn append_frame(&mut self, frame: &[u8]) -> Result<(), String> {
-        self.file
-            .write_all(frame)
-            .map_err(|e| format!("cannot append to {}: {e}", self.path.display()))?;
+    fn append_frame(&mut self, frame: &[u8]) -> Result<(), Cause> {
+        self.file.write_all(frame).map_err(|e| {
+            Cause::with_source(format_args!("cannot append to {}", self.path.display()), e)
+        })?;
         self.bytes += frame.len() as u64;
         Ok(())
     }
@@ -289,10 +289,10 @@ impl Log {
     }
 
     /// Makes everything appended durable. An error names the file.
-    pub fn sync(&mut self) -> Result<(), String> {
+    pub fn sync(&mut self) -> Result<(), Cause> {
         self.file
             .sync_data()
-            .map_err(|e| format!("cannot sync {}: {e}", self.path.display()))
+            .map_err(|e| Cause::with_source(format_args!("cannot sync {}", self.path.display()), e))
     }
 }
 

@@ -12,9 +12,9 @@
 //! starts a new log and hands the changes logged since the last checkpoint to the checkpoint
 //! thread, which writes them to redb in one durable transaction and then retires the old log
 //! (kept as the spare the next new log is written over, `wal.rs`). Appending a frame is one
-//! small sequential write; the redb commit it replaces rewrote ~14 pages per group of
-//! requests, and took half of the embedded store's CPU in W1 (docs/benchmarks.md). Opening
-//! the store replays whatever logs are left (`embedded.rs`).
+//! small sequential write, where a redb commit per group of requests would rewrite many pages
+//! of the B-tree; redb gets one transaction per checkpoint instead. Opening the store replays
+//! whatever logs are left (`embedded.rs`).
 //!
 //! **Lazy commits** (the timer's passes: promotions and TTR expiries, which a restart redoes by
 //! itself) have no acknowledgement and no events to hold back. A batch of only lazy commits is
@@ -31,8 +31,8 @@
 
 use super::{record, wal};
 use crate::job::{Job, JobId};
-use crate::store::memory::Change;
-use crate::store::{StoreError, StoreEvent};
+use crate::store::engine::Change;
+use crate::store::{Cause, StoreError, StoreEvent};
 use redb::{Database, Durability, TableDefinition};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -77,7 +77,7 @@ pub struct Commit {
 
 /// Set once, by the writer or the checkpoint thread, when a write fails: the reason every
 /// later request is refused with.
-pub type Failure = Arc<OnceLock<String>>;
+pub type Failure = Arc<OnceLock<Cause>>;
 
 /// Changes logged since the last checkpoint: each job's last state (`None`: removed).
 type Changes = HashMap<String, Option<Vec<u8>>>;
@@ -97,8 +97,9 @@ pub struct Writer {
     pub inject_failure: Arc<AtomicBool>,
 }
 
-/// The writer thread's own state.
-struct Logging {
+/// What the writer thread keeps between batches: the log it appends to and the changes the
+/// next checkpoint takes.
+struct WriterState {
     log: Option<wal::Log>,
     /// Changes in the logs not yet handed to a checkpoint.
     changes: Changes,
@@ -121,21 +122,21 @@ impl Writer {
             Some(Ok(handle)) => Some(handle),
             None => None,
             Some(Err(e)) => {
-                self.fail(format!("cannot start the checkpoint thread: {e}"));
+                self.fail(Cause::with_source("cannot start the checkpoint thread", e));
                 None
             }
         };
         let log = match wal::Log::create(&self.dir, self.generation) {
             Ok(log) => Some(log),
             Err(e) => {
-                self.fail(format!(
-                    "cannot create a log in {}: {e}",
-                    self.dir.display()
+                self.fail(Cause::with_source(
+                    format_args!("cannot create a log in {}", self.dir.display()),
+                    e,
                 ));
                 None
             }
         };
-        let mut state = Logging {
+        let mut state = WriterState {
             log,
             changes: Changes::new(),
             since: Instant::now(),
@@ -203,13 +204,13 @@ impl Writer {
         tracing::debug!(file = %self.file.display(), "embedded store writer stopped");
     }
 
-    fn fail(&self, reason: String) {
+    fn fail(&self, reason: Cause) {
         fail(&self.failure, &self.file, reason);
     }
 
     /// Hands the changes logged so far to the checkpoint thread, with the log that holds them
     /// (retired once they are in redb), and starts a new log if `more` are to come.
-    fn rotate(&self, state: &mut Logging, more: bool) {
+    fn rotate(&self, state: &mut WriterState, more: bool) {
         state.since = Instant::now();
         if state.changes.is_empty() {
             // Nothing logged since the last checkpoint: a last log can go (it is empty).
@@ -242,7 +243,7 @@ impl Writer {
 
     /// Logs a batch, with an fsync if `durable`; answers and publishes. Returns whether it
     /// was written.
-    fn commit(&self, state: &mut Logging, batch: Vec<Commit>, durable: bool) -> bool {
+    fn commit(&self, state: &mut WriterState, batch: Vec<Commit>, durable: bool) -> bool {
         let mut changes = Vec::new();
         let mut waiting = Vec::with_capacity(batch.len());
         for c in batch {
@@ -281,10 +282,10 @@ impl Writer {
     /// finished within one batch costs nothing on disk.
     fn write(
         &self,
-        state: &mut Logging,
+        state: &mut WriterState,
         changes: Vec<Change>,
         durable: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Cause> {
         let mut last: HashMap<JobId, Option<Job>> = HashMap::with_capacity(changes.len());
         for change in changes {
             match change {
@@ -296,7 +297,7 @@ impl Writer {
             return Err("injected commit failure".into());
         }
         let Some(log) = state.log.as_mut() else {
-            return Err(format!("no log to write in {}", self.dir.display()));
+            return Err(format!("no log to write in {}", self.dir.display()).into());
         };
         let entries: Vec<wal::Entry> = last
             .into_iter()
@@ -339,7 +340,7 @@ fn checkpoint_loop(
 
 /// Records why the store stopped (a failed log write or checkpoint): every later request is
 /// refused with it.
-fn fail(failure: &Failure, file: &Path, reason: String) {
+fn fail(failure: &Failure, file: &Path, reason: Cause) {
     tracing::error!(
         file = %file.display(),
         %reason,
@@ -354,39 +355,65 @@ pub fn apply(
     db: &Database,
     file: &Path,
     changes: impl IntoIterator<Item = wal::Entry>,
-) -> Result<(), String> {
+) -> Result<(), Cause> {
     let shown = file.display();
     catch_unwind(AssertUnwindSafe(|| {
-        let mut tx = db
-            .begin_write()
-            .map_err(|e| format!("cannot begin a write transaction on {shown}: {e}"))?;
+        let mut tx = db.begin_write().map_err(|e| {
+            Cause::with_source(
+                format_args!("cannot begin a write transaction on {shown}"),
+                e,
+            )
+        })?;
         tx.set_durability(Durability::Immediate)
-            .map_err(|e| format!("cannot set durability on {shown}: {e}"))?;
+            .map_err(|e| Cause::with_source(format_args!("cannot set durability on {shown}"), e))?;
         {
-            let mut table = tx
-                .open_table(JOBS)
-                .map_err(|e| format!("cannot open the jobs table of {shown}: {e}"))?;
+            let mut table = tx.open_table(JOBS).map_err(|e| {
+                Cause::with_source(format_args!("cannot open the jobs table of {shown}"), e)
+            })?;
             for (id, rec) in changes {
                 let written = match rec {
                     Some(r) => table.insert(id.as_str(), r.as_slice()).map(drop),
                     None => table.remove(id.as_str()).map(drop),
                 };
-                written.map_err(|e| format!("cannot write job {id:?} to {shown}: {e}"))?;
+                written.map_err(|e| {
+                    Cause::with_source(format_args!("cannot write job {id:?} to {shown}"), e)
+                })?;
             }
         }
         tx.commit()
-            .map_err(|e| format!("commit to {shown} failed: {e}"))
+            .map_err(|e| Cause::with_source(format_args!("commit to {shown} failed"), e))
     }))
     .unwrap_or_else(|_| Err("redb panicked while writing (damaged file?)".into()))
 }
 
-/// The error of every request after a failed commit.
-pub fn failed_error(reason: &str) -> StoreError {
-    StoreError::Unavailable(
-        format!(
-            "the embedded store stopped after a failed commit ({reason}); the last acknowledged \
+/// The error of every request after a failed commit; keeps the failure's typed source.
+pub fn failed_error(reason: &Cause) -> StoreError {
+    StoreError::Unavailable(reason.restated(format!(
+        "the embedded store stopped after a failed commit ({reason}); the last acknowledged \
          changes are on disk, later ones may not be: restart delayq to reload them"
-        )
-        .into(),
-    )
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_error_after_a_failed_commit_keeps_the_failure_s_source() {
+        let io = std::io::Error::new(std::io::ErrorKind::StorageFull, "disk full");
+        let reason = Cause::with_source("cannot sync wal-1.log", io);
+        let StoreError::Unavailable(cause) = failed_error(&reason) else {
+            panic!("not Unavailable")
+        };
+        assert!(
+            cause
+                .message()
+                .starts_with("the embedded store stopped after a failed commit (cannot sync wal-1.log: disk full); "),
+            "{cause}"
+        );
+        let typed = cause
+            .downcast_ref::<std::io::Error>()
+            .expect("an io::Error");
+        assert_eq!(typed.kind(), std::io::ErrorKind::StorageFull);
+    }
 }

@@ -1,0 +1,468 @@
+//! The state machine over in-memory indexes: job.rs's transitions applied to every job at once,
+//! with no I/O, no clock and no locking.
+//!
+//! [`Engine`] is synchronous and single-threaded (its store holds it behind a lock,
+//! `engine_store.rs`). Each transition records its [`Effects`]: the job records it wrote or
+//! removed (so a durable store can persist them) and the [`StoreEvent`]s it caused. It decides
+//! nothing that job.rs does not say; it does not persist, publish or wait (the store around it
+//! does).
+//!
+//! Indexes: `timeline` orders delayed jobs by due time and reserved jobs by TTR deadline (the
+//! timer reads its head); `ready` orders each topic's ready jobs by (priority, run_at, seq);
+//! `dead` orders each topic's dead jobs by burial stamp. Every index entry points at a job in
+//! `jobs` in the matching state: `Engine::take` and `Engine::put` keep them in step.
+
+use crate::job::{self, Job, JobId, JobSpec, JobState, Topic, UnixMillis};
+use crate::store::{
+    PushMode, PushOutcome, Reschedule, Stats, StoreError, StoreEvent, StoreResult, TickOutcome,
+    TopicCounts,
+};
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, btree_map};
+use std::hash::{Hash, Hasher};
+
+/// A job record written or removed by a transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Put(Job),
+    Remove(JobId),
+}
+
+/// What a transition did besides its return value.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// Job records to persist, in order.
+    pub changes: Vec<Change>,
+    /// Events to publish once the changes are durable.
+    pub events: Vec<StoreEvent>,
+}
+
+impl Effects {
+    fn ready(&mut self, topic: &Topic) {
+        let ev = StoreEvent::Ready(topic.clone());
+        if !self.events.contains(&ev) {
+            self.events.push(ev);
+        }
+    }
+}
+
+type ReadyKey = (u32, UnixMillis, u64, JobId);
+
+/// A job in [`Engine`]'s table, found by its id. The table holds each job once, without a
+/// second copy of its id as a key, and boxed, so the table's spare capacity (up to half of it,
+/// just after it grows) costs a pointer per slot instead of a whole job. Ids and topics are
+/// shared with the index entries (job.rs, [`Engine::index`]); `examples/pending_memory.rs`
+/// measures what a pending job costs.
+#[derive(Debug)]
+struct Stored(Box<Job>);
+
+// Hash and Eq are the id's, as `Borrow<JobId>` requires.
+impl PartialEq for Stored {
+    fn eq(&self, other: &Stored) -> bool {
+        self.0.spec.id == other.0.spec.id
+    }
+}
+
+impl Eq for Stored {}
+
+impl Hash for Stored {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.spec.id.hash(state);
+    }
+}
+
+impl Borrow<JobId> for Stored {
+    fn borrow(&self) -> &JobId {
+        &self.0.spec.id
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Engine {
+    jobs: HashSet<Stored>,
+    timeline: BTreeSet<(UnixMillis, JobId)>,
+    ready: HashMap<Topic, BTreeSet<ReadyKey>>,
+    dead: HashMap<Topic, BTreeSet<(u64, JobId)>>,
+    counts: BTreeMap<Topic, TopicCounts>,
+    next_seq: u64,
+}
+
+fn count_of(c: &mut TopicCounts, state: JobState) -> &mut u64 {
+    match state {
+        JobState::Delayed => &mut c.delayed,
+        JobState::Ready => &mut c.ready,
+        JobState::Reserved => &mut c.reserved,
+        JobState::Dead => &mut c.dead,
+    }
+}
+
+impl Engine {
+    pub fn new() -> Engine {
+        Engine::default()
+    }
+
+    /// Rebuilds an engine from stored job records (the embedded store's start-up). A reserved
+    /// record without a deadline is treated as expired.
+    pub fn load(jobs: impl IntoIterator<Item = Job>) -> Engine {
+        let mut e = Engine::new();
+        for mut j in jobs {
+            if j.state == JobState::Reserved && j.reserved_until.is_none() {
+                j.reserved_until = Some(0);
+            }
+            if j.state != JobState::Reserved {
+                j.reserved_until = None;
+            }
+            e.next_seq = e.next_seq.max(j.seq + 1);
+            e.index(&mut j);
+            e.jobs.replace(Stored(Box::new(j)));
+        }
+        e
+    }
+
+    fn stamp(&mut self) -> u64 {
+        let s = self.next_seq;
+        self.next_seq += 1;
+        s
+    }
+
+    /// Adds a job's index entries and count, and gives it the topic every other job of its
+    /// topic holds (the counts' key), so a topic's name is stored once, not once per job.
+    fn index(&mut self, j: &mut Job) {
+        let counts = match self.counts.entry(j.spec.topic.clone()) {
+            btree_map::Entry::Occupied(o) => {
+                j.spec.topic = o.key().clone();
+                o.into_mut()
+            }
+            btree_map::Entry::Vacant(v) => v.insert(TopicCounts::default()),
+        };
+        *count_of(counts, j.state) += 1;
+        let id = j.spec.id.clone();
+        match j.state {
+            JobState::Delayed => {
+                self.timeline.insert((j.spec.run_at, id));
+            }
+            JobState::Reserved => {
+                self.timeline.insert((j.reserved_until.unwrap_or(0), id));
+            }
+            JobState::Ready => {
+                let (p, r, s) = j.ready_key();
+                self.ready
+                    .entry(j.spec.topic.clone())
+                    .or_default()
+                    .insert((p, r, s, id));
+            }
+            JobState::Dead => {
+                self.dead
+                    .entry(j.spec.topic.clone())
+                    .or_default()
+                    .insert((j.seq, id));
+            }
+        }
+    }
+
+    fn unindex(&mut self, j: &Job) {
+        let id = j.spec.id.clone();
+        let topic = &j.spec.topic;
+        match j.state {
+            JobState::Delayed => {
+                self.timeline.remove(&(j.spec.run_at, id));
+            }
+            JobState::Reserved => {
+                self.timeline.remove(&(j.reserved_until.unwrap_or(0), id));
+            }
+            JobState::Ready => {
+                let (p, r, s) = j.ready_key();
+                if let Some(set) = self.ready.get_mut(topic) {
+                    set.remove(&(p, r, s, id));
+                    if set.is_empty() {
+                        self.ready.remove(topic);
+                    }
+                }
+            }
+            JobState::Dead => {
+                if let Some(set) = self.dead.get_mut(topic) {
+                    set.remove(&(j.seq, id));
+                    if set.is_empty() {
+                        self.dead.remove(topic);
+                    }
+                }
+            }
+        }
+        if let Some(c) = self.counts.get_mut(topic) {
+            let n = count_of(c, j.state);
+            *n = n.saturating_sub(1);
+            if c.total() == 0 {
+                self.counts.remove(topic);
+            }
+        }
+    }
+
+    /// Removes a job and its index entries.
+    fn take(&mut self, id: &JobId) -> StoreResult<Job> {
+        let j = *self.jobs.take(id).ok_or(StoreError::NotFound)?.0;
+        self.unindex(&j);
+        Ok(j)
+    }
+
+    /// Stores a job (new or modified) with its index entries, records the change and the events
+    /// it causes.
+    fn put(&mut self, mut j: Job, fx: &mut Effects) -> Job {
+        if let Some(t) = j.timer_at() {
+            let earlier = self.timeline.first().is_none_or(|(head, _)| t < *head);
+            if earlier {
+                fx.events.push(StoreEvent::Due(t));
+            }
+        }
+        if j.state == JobState::Ready {
+            fx.ready(&j.spec.topic);
+        }
+        self.index(&mut j);
+        self.jobs.replace(Stored(Box::new(j.clone())));
+        fx.changes.push(Change::Put(j.clone()));
+        j
+    }
+
+    /// The job as dead: out of any reservation, stamped with the burial order (each topic's
+    /// dead jobs are kicked oldest burial first).
+    fn entomb(&mut self, mut j: Job) -> Job {
+        j.state = JobState::Dead;
+        j.reserved_until = None;
+        j.seq = self.stamp();
+        j
+    }
+
+    pub fn push(
+        &mut self,
+        spec: JobSpec,
+        mode: PushMode,
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> StoreResult<PushOutcome> {
+        let outcome = match (self.jobs.contains(&spec.id), mode) {
+            (false, _) => PushOutcome::Created,
+            (true, PushMode::Reject) => return Err(StoreError::Exists),
+            (true, PushMode::Replace) => PushOutcome::Replaced(self.take(&spec.id)?.state),
+        };
+        let seq = self.stamp();
+        self.put(Job::new(spec, now, seq), fx);
+        Ok(outcome)
+    }
+
+    pub fn reserve(
+        &mut self,
+        topics: &[Topic],
+        max: usize,
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> Vec<Job> {
+        let mut out = Vec::new();
+        for topic in topics {
+            while out.len() < max {
+                let Some(id) = self
+                    .ready
+                    .get(topic)
+                    .and_then(|s| s.first())
+                    .map(|k| k.3.clone())
+                else {
+                    break;
+                };
+                let Ok(mut j) = self.take(&id) else { break };
+                j.state = JobState::Reserved;
+                j.attempts = j.attempts.saturating_add(1);
+                j.reserved_until = Some(job::after(now, j.spec.ttr_ms));
+                out.push(self.put(j, fx));
+            }
+        }
+        out
+    }
+
+    /// Removes a job in any state (finish and delete are the same transition).
+    pub fn remove(&mut self, id: &JobId, fx: &mut Effects) -> StoreResult<JobState> {
+        let j = self.take(id)?;
+        fx.changes.push(Change::Remove(id.clone()));
+        Ok(j.state)
+    }
+
+    /// Takes a job only if it is in one of `allowed` states.
+    fn take_in(&mut self, id: &JobId, allowed: &[JobState]) -> StoreResult<Job> {
+        let state = self.jobs.get(id).ok_or(StoreError::NotFound)?.0.state;
+        if !allowed.contains(&state) {
+            return Err(StoreError::WrongState(state));
+        }
+        self.take(id)
+    }
+
+    /// Applies [`job::after_delivery_failed`] to a reserved job that was taken out.
+    fn fail_delivery(&mut self, mut j: Job, delay: Option<u64>, now: UnixMillis) -> Job {
+        let (state, run_at) = job::after_delivery_failed(&j.spec, j.attempts, delay, now);
+        if state == JobState::Dead {
+            return self.entomb(j);
+        }
+        j.state = state;
+        j.spec.run_at = run_at;
+        j.reserved_until = None;
+        j
+    }
+
+    pub fn release(
+        &mut self,
+        id: &JobId,
+        delay_ms: Option<u64>,
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> StoreResult<Job> {
+        let j = self.take_in(id, &[JobState::Reserved])?;
+        let j = self.fail_delivery(j, delay_ms, now);
+        Ok(self.put(j, fx))
+    }
+
+    pub fn touch(&mut self, id: &JobId, now: UnixMillis, fx: &mut Effects) -> StoreResult<Job> {
+        let mut j = self.take_in(id, &[JobState::Reserved])?;
+        j.reserved_until = Some(job::after(now, j.spec.ttr_ms));
+        Ok(self.put(j, fx))
+    }
+
+    pub fn bury(&mut self, id: &JobId, fx: &mut Effects) -> StoreResult<Job> {
+        let j = self.take_in(
+            id,
+            &[JobState::Delayed, JobState::Ready, JobState::Reserved],
+        )?;
+        let j = self.entomb(j);
+        Ok(self.put(j, fx))
+    }
+
+    pub fn kick(&mut self, id: &JobId, now: UnixMillis, fx: &mut Effects) -> StoreResult<Job> {
+        let mut j = self.take_in(id, &[JobState::Dead])?;
+        j.state = JobState::Ready;
+        j.attempts = 0;
+        j.spec.run_at = now;
+        Ok(self.put(j, fx))
+    }
+
+    pub fn kick_topic(
+        &mut self,
+        topic: &Topic,
+        max: u64,
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> u64 {
+        let ids: Vec<JobId> = self
+            .dead
+            .get(topic)
+            .map(|s| s.iter().take(max as usize).map(|k| k.1.clone()).collect())
+            .unwrap_or_default();
+        let mut n = 0;
+        for id in ids {
+            if self.kick(&id, now, fx).is_ok() {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    pub fn reschedule(
+        &mut self,
+        id: &JobId,
+        change: Reschedule,
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> StoreResult<(Job, JobState)> {
+        let mut j = self.take_in(id, &[JobState::Delayed, JobState::Ready])?;
+        let previous = j.state;
+        j.spec.run_at = change.run_at;
+        if let Some(body) = change.body {
+            j.spec.body = body;
+        }
+        if let Some(p) = change.priority {
+            j.spec.priority = p;
+        }
+        j.state = j.spec.initial_state(now);
+        Ok((self.put(j, fx), previous))
+    }
+
+    pub fn get(&self, id: &JobId) -> StoreResult<Job> {
+        self.jobs
+            .get(id)
+            .map(|s| Job::clone(&s.0))
+            .ok_or(StoreError::NotFound)
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            topics: self.counts.clone(),
+            next_due: self.timeline.first().map(|(t, _)| *t),
+        }
+    }
+
+    pub fn tick(&mut self, now: UnixMillis, limit: usize, fx: &mut Effects) -> TickOutcome {
+        let mut out = TickOutcome::default();
+        let mut moved = 0;
+        while let Some((t, id)) = self.timeline.first().cloned() {
+            if t > now {
+                break;
+            }
+            if moved == limit {
+                out.next_due = Some(now);
+                return out;
+            }
+            moved += 1;
+            let Ok(mut j) = self.take(&id) else {
+                // Unreachable while the indexes are consistent; never loop on it.
+                self.timeline.remove(&(t, id));
+                continue;
+            };
+            match j.state {
+                JobState::Delayed => {
+                    j.state = JobState::Ready;
+                    out.promoted += 1;
+                }
+                _ => {
+                    j = self.fail_delivery(j, None, now);
+                    out.expired += 1;
+                }
+            }
+            self.put(j, fx);
+        }
+        out.next_due = self.timeline.first().map(|(t, _)| *t);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(id: &str) -> JobSpec {
+        // Every call parses the topic anew, as every request does.
+        JobSpec::new(
+            Topic::parse("emails").unwrap(),
+            JobId::parse(id).unwrap(),
+            "body",
+            2_000,
+        )
+    }
+
+    fn topic_at(e: &Engine, id: &str) -> *const u8 {
+        let j = e.get(&JobId::parse(id).unwrap()).unwrap();
+        j.spec.topic.as_str().as_ptr()
+    }
+
+    /// The engine stores a topic's name once, for jobs pushed and for jobs loaded at start.
+    #[test]
+    fn jobs_of_one_topic_share_one_copy_of_its_name() {
+        let mut pushed = Engine::new();
+        let mut fx = Effects::default();
+        for id in ["a", "b", "c"] {
+            pushed
+                .push(spec(id), PushMode::Reject, 1_000, &mut fx)
+                .unwrap();
+        }
+        assert_eq!(topic_at(&pushed, "a"), topic_at(&pushed, "b"));
+        assert_eq!(topic_at(&pushed, "a"), topic_at(&pushed, "c"));
+
+        let loaded =
+            Engine::load((1..=3).map(|seq| Job::new(spec(&format!("j{seq}")), 1_000, seq)));
+        assert_eq!(topic_at(&loaded, "j1"), topic_at(&loaded, "j2"));
+        assert_eq!(topic_at(&loaded, "j1"), topic_at(&loaded, "j3"));
+    }
+}

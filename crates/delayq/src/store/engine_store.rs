@@ -1,0 +1,348 @@
+//! The one [`Store`] over the [`Engine`]: [`EngineStore`], generic over how a transition's
+//! changes become durable ([`Durability`]). The memory store keeps nothing (`memory.rs`); the
+//! embedded store logs every change to disk before it answers (`embedded.rs`).
+//!
+//! Each call locks the engine, runs its transition, and, if the transition changed any job,
+//! hands the changes to the durability while still holding the lock, so they reach it in
+//! engine order. Events the durability does not hold back are published at once, also under
+//! the lock, so a transition one of them prompts comes after this one. The caller then waits
+//! for the durability's acknowledgement outside the lock, so concurrent callers share one
+//! commit. A transition that changed nothing answers at once; the timer's passes (`tick`) are
+//! lazy commits, which nobody waits for (a restart redoes a lost promotion or expiry by
+//! itself). Reads (`get`, `stats`, `ping`) see the engine.
+//!
+//! Not here: the rules (`engine.rs`, job.rs), and what durable means (each [`Durability`]).
+//! The durability is a type parameter, not a trait object: each store is compiled for its own.
+
+use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
+use crate::store::engine::{Effects, Engine};
+use crate::store::{
+    PushMode, PushOutcome, Reschedule, Stats, Store, StoreEvent, StoreResult, TickOutcome,
+};
+use async_trait::async_trait;
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
+use tokio::sync::broadcast;
+
+/// How an [`EngineStore`]'s transitions become durable.
+pub trait Durability: Send + Sync + 'static {
+    /// The store's [`Store::kind`].
+    const KIND: &'static str;
+
+    /// What a caller holds, outside the engine lock, until its changes are durable.
+    type Ack: Send;
+
+    /// Whether the store still takes calls, asked under the engine lock before every call
+    /// (reads included); an `Err` is that call's answer.
+    fn check(&self) -> StoreResult<()>;
+
+    /// Takes a transition's changes (`fx.changes`, never empty), under the engine lock, and
+    /// the events that must wait until they are durable; the events it leaves in `fx.events`
+    /// are published at once. Returns what to wait for: `None` when there is nothing to wait
+    /// for, always so for a `lazy` commit (see the module docs).
+    fn commit(&self, fx: &mut Effects, lazy: bool) -> StoreResult<Option<Self::Ack>>;
+
+    /// Resolves once the commit `ack` belongs to is durable, or failed.
+    fn wait(ack: Self::Ack) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+/// A [`Store`] running the [`Engine`] in this process, made durable by `D`.
+pub struct EngineStore<D> {
+    engine: Mutex<Engine>,
+    events: broadcast::Sender<StoreEvent>,
+    durability: D,
+}
+
+impl<D: Durability> EngineStore<D> {
+    /// A store over `engine`, publishing on `events` (which `durability` may publish on too,
+    /// for the events it holds back).
+    pub(crate) fn with_durability(
+        engine: Engine,
+        events: broadcast::Sender<StoreEvent>,
+        durability: D,
+    ) -> EngineStore<D> {
+        EngineStore {
+            engine: Mutex::new(engine),
+            events,
+            durability,
+        }
+    }
+
+    pub(crate) fn durability(&self) -> &D {
+        &self.durability
+    }
+
+    fn lock(&self) -> StoreResult<MutexGuard<'_, Engine>> {
+        let engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        self.durability.check()?;
+        Ok(engine)
+    }
+
+    /// Runs one transition under the lock and, if it changed anything, commits the changes
+    /// before releasing the lock. Returns the result and what to wait for.
+    fn begin<T>(
+        &self,
+        lazy: bool,
+        f: impl FnOnce(&mut Engine, &mut Effects) -> T,
+    ) -> StoreResult<(T, Option<D::Ack>)> {
+        let mut engine = self.lock()?;
+        let mut fx = Effects::default();
+        let out = f(&mut engine, &mut fx);
+        let ack = if fx.changes.is_empty() {
+            None
+        } else {
+            self.durability.commit(&mut fx, lazy)?
+        };
+        for ev in fx.events {
+            let _ = self.events.send(ev);
+        }
+        Ok((out, ack))
+    }
+
+    /// Runs one transition and waits until it is durable.
+    async fn apply<T>(&self, f: impl FnOnce(&mut Engine, &mut Effects) -> T) -> StoreResult<T> {
+        let (out, ack) = self.begin(false, f)?;
+        if let Some(ack) = ack {
+            D::wait(ack).await?;
+        }
+        Ok(out)
+    }
+
+    /// Reads the engine without changing it.
+    fn read<T>(&self, f: impl FnOnce(&Engine) -> T) -> StoreResult<T> {
+        let engine = self.lock()?;
+        Ok(f(&engine))
+    }
+}
+
+#[async_trait]
+impl<D: Durability> Store for EngineStore<D> {
+    fn kind(&self) -> &'static str {
+        D::KIND
+    }
+
+    async fn push_batch(
+        &self,
+        jobs: Vec<JobSpec>,
+        mode: PushMode,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
+        self.apply(|e, fx| jobs.into_iter().map(|j| e.push(j, mode, now, fx)).collect())
+            .await
+    }
+
+    async fn reserve(
+        &self,
+        topics: &[Topic],
+        max: usize,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<Job>> {
+        self.apply(|e, fx| e.reserve(topics, max, now, fx)).await
+    }
+
+    async fn delete(&self, id: &JobId) -> StoreResult<JobState> {
+        self.apply(|e, fx| e.remove(id, fx)).await?
+    }
+
+    /// One engine pass and one commit for the whole batch.
+    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
+        self.apply(|e, fx| ids.iter().map(|id| e.remove(id, fx)).collect())
+            .await
+    }
+
+    async fn release(
+        &self,
+        id: &JobId,
+        delay_ms: Option<u64>,
+        now: UnixMillis,
+    ) -> StoreResult<Job> {
+        self.apply(|e, fx| e.release(id, delay_ms, now, fx)).await?
+    }
+
+    async fn touch(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
+        self.apply(|e, fx| e.touch(id, now, fx)).await?
+    }
+
+    async fn bury(&self, id: &JobId, _now: UnixMillis) -> StoreResult<Job> {
+        self.apply(|e, fx| e.bury(id, fx)).await?
+    }
+
+    async fn kick(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
+        self.apply(|e, fx| e.kick(id, now, fx)).await?
+    }
+
+    async fn kick_topic(&self, topic: &Topic, max: u64, now: UnixMillis) -> StoreResult<u64> {
+        self.apply(|e, fx| e.kick_topic(topic, max, now, fx)).await
+    }
+
+    async fn reschedule(
+        &self,
+        id: &JobId,
+        change: Reschedule,
+        now: UnixMillis,
+    ) -> StoreResult<(Job, JobState)> {
+        self.apply(|e, fx| e.reschedule(id, change, now, fx))
+            .await?
+    }
+
+    async fn get(&self, id: &JobId) -> StoreResult<Job> {
+        self.read(|e| e.get(id))?
+    }
+
+    async fn stats(&self) -> StoreResult<Stats> {
+        self.read(Engine::stats)
+    }
+
+    /// A lazy commit: answers without waiting for the durability (see the module docs).
+    async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
+        Ok(self.begin(true, |e, fx| e.tick(now, limit, fx))?.0)
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+        self.events.subscribe()
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.read(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+    use std::sync::Mutex;
+
+    /// Records each commit (how many changes, whether lazy) and holds back the events of every
+    /// commit that is waited for, as a durable store does until the commit is on disk (here
+    /// they are never published). Refuses every call while `down` holds an error.
+    #[derive(Default)]
+    struct Recording {
+        commits: Mutex<Vec<(usize, bool)>>,
+        down: Mutex<Option<StoreError>>,
+    }
+
+    impl Durability for Recording {
+        const KIND: &'static str = "recording";
+        type Ack = ();
+
+        fn check(&self) -> StoreResult<()> {
+            match &*self.down.lock().unwrap() {
+                Some(e) => Err(e.clone()),
+                None => Ok(()),
+            }
+        }
+
+        fn commit(&self, fx: &mut Effects, lazy: bool) -> StoreResult<Option<()>> {
+            self.commits.lock().unwrap().push((fx.changes.len(), lazy));
+            if lazy {
+                return Ok(None);
+            }
+            fx.events.clear();
+            Ok(Some(()))
+        }
+
+        async fn wait(_: ()) -> StoreResult<()> {
+            Ok(())
+        }
+    }
+
+    fn store() -> EngineStore<Recording> {
+        EngineStore::with_durability(
+            Engine::new(),
+            broadcast::channel(16).0,
+            Recording::default(),
+        )
+    }
+
+    fn topic(name: &str) -> Topic {
+        Topic::parse(name).unwrap()
+    }
+
+    fn id(name: &str) -> JobId {
+        JobId::parse(name).unwrap()
+    }
+
+    fn spec(name: &str, run_at: UnixMillis) -> JobSpec {
+        JobSpec::new(topic("t"), id(name), "body", run_at)
+    }
+
+    fn commits(store: &EngineStore<Recording>) -> Vec<(usize, bool)> {
+        store.durability().commits.lock().unwrap().clone()
+    }
+
+    #[tokio::test]
+    async fn only_transitions_that_change_jobs_are_committed_and_only_ticks_lazily() {
+        let store = store();
+        let mut events = store.subscribe();
+        let pushed = store
+            .push_batch(vec![spec("a", 0), spec("b", 50)], PushMode::Reject, 10)
+            .await
+            .unwrap();
+        assert_eq!(pushed.len(), 2);
+        assert_eq!(commits(&store), [(2, false)]);
+        assert!(events.try_recv().is_err(), "held back by the durability");
+
+        // Refusals, empty answers and reads change nothing: nothing to commit.
+        assert!(
+            store
+                .reserve(&[topic("other")], 5, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(store.finish(&id("zz")).await, Err(StoreError::NotFound));
+        assert_eq!(
+            store.touch(&id("a"), 10).await,
+            Err(StoreError::WrongState(JobState::Ready))
+        );
+        store.get(&id("a")).await.unwrap();
+        store.stats().await.unwrap();
+        store.ping().await.unwrap();
+        assert_eq!(commits(&store), [(2, false)]);
+
+        // The timer's pass is lazy: committed, not held back, its events out at once.
+        let tick = store.tick(100, 10).await.unwrap();
+        assert_eq!(tick.promoted, 1);
+        assert_eq!(commits(&store), [(2, false), (1, true)]);
+        assert_eq!(events.try_recv(), Ok(StoreEvent::Ready(topic("t"))));
+        store.tick(100, 10).await.unwrap();
+        assert_eq!(commits(&store), [(2, false), (1, true)], "nothing was due");
+        assert_eq!(store.kind(), "recording");
+    }
+
+    #[tokio::test]
+    async fn while_the_durability_refuses_every_call_is_refused_reads_included() {
+        let store = store();
+        store
+            .push(spec("a", 0), PushMode::Reject, 10)
+            .await
+            .unwrap();
+        let down = StoreError::Unavailable("the disk is gone".into());
+        *store.durability().down.lock().unwrap() = Some(down.clone());
+
+        let refused = Err(down);
+        assert_eq!(
+            store
+                .push(spec("b", 0), PushMode::Reject, 10)
+                .await
+                .map(drop),
+            refused
+        );
+        assert_eq!(store.reserve(&[topic("t")], 5, 10).await.map(drop), refused);
+        assert_eq!(store.finish(&id("a")).await.map(drop), refused);
+        assert_eq!(store.get(&id("a")).await.map(drop), refused);
+        assert_eq!(store.stats().await.map(drop), refused);
+        assert_eq!(store.tick(10, 10).await.map(drop), refused);
+        assert_eq!(store.ping().await, refused);
+
+        *store.durability().down.lock().unwrap() = None;
+        assert_eq!(
+            commits(&store),
+            [(1, false)],
+            "no refused call reached the engine"
+        );
+        let stats = store.stats().await.unwrap();
+        assert_eq!(stats.topics[&topic("t")].ready, 1);
+    }
+}

@@ -1,0 +1,573 @@
+//! One way to wrap a store: [`Hooked`] forwards every [`Store`] method to the store it wraps
+//! and calls a [`StoreHook`] around each call, with the call ([`Call`]) and its answer
+//! ([`Reply`]). A wrapper (the metrics, a test store that fails on demand) is a hook: it says
+//! what to do around a call and never forwards one itself, so a new transition is forwarded
+//! here, once, for every wrapper.
+//!
+//! Not here: what any hook does (metrics.rs counts; tests make calls fail). Hooks are generic
+//! parameters, not trait objects, so a hook that only looks (the metrics) costs a call per
+//! method and no allocation.
+
+use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
+use crate::store::{
+    PushMode, PushOutcome, Reschedule, Stats, Store, StoreError, StoreEvent, StoreResult,
+    TickOutcome,
+};
+use async_trait::async_trait;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::sync::broadcast;
+
+/// A [`Store`] call and its arguments, borrowed from the caller. One variant per method that
+/// [`Hooked`] forwards; [`Store::push`] arrives as a `PushBatch` of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call<'a> {
+    /// The jobs themselves are moved into the store, so only their number is given.
+    PushBatch {
+        count: usize,
+        mode: PushMode,
+        now: UnixMillis,
+    },
+    Reserve {
+        topics: &'a [Topic],
+        max: usize,
+        now: UnixMillis,
+    },
+    Finish {
+        id: &'a JobId,
+    },
+    FinishBatch {
+        ids: &'a [JobId],
+    },
+    Delete {
+        id: &'a JobId,
+    },
+    Release {
+        id: &'a JobId,
+        delay_ms: Option<u64>,
+        now: UnixMillis,
+    },
+    Touch {
+        id: &'a JobId,
+        now: UnixMillis,
+    },
+    Bury {
+        id: &'a JobId,
+        now: UnixMillis,
+    },
+    Kick {
+        id: &'a JobId,
+        now: UnixMillis,
+    },
+    KickTopic {
+        topic: &'a Topic,
+        max: u64,
+        now: UnixMillis,
+    },
+    /// The change is moved into the store, so only its new due time is given (the new body
+    /// and priority are in the [`Reply`]).
+    Reschedule {
+        id: &'a JobId,
+        run_at: UnixMillis,
+        now: UnixMillis,
+    },
+    Get {
+        id: &'a JobId,
+    },
+    Stats,
+    Tick {
+        now: UnixMillis,
+        limit: usize,
+    },
+    Ping,
+}
+
+/// What a call answered when it succeeded, borrowed from the answer its caller gets: one
+/// variant per [`Call`] variant, of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply<'a> {
+    PushBatch(&'a [StoreResult<PushOutcome>]),
+    Reserve(&'a [Job]),
+    /// The state the job was in.
+    Finish(JobState),
+    FinishBatch(&'a [StoreResult<JobState>]),
+    /// The state the job was in.
+    Delete(JobState),
+    /// The job as it now is (dead when it was out of attempts).
+    Release(&'a Job),
+    Touch(&'a Job),
+    Bury(&'a Job),
+    Kick(&'a Job),
+    /// How many dead jobs were kicked.
+    KickTopic(u64),
+    Reschedule {
+        job: &'a Job,
+        previous: JobState,
+    },
+    Get(&'a Job),
+    Stats(&'a Stats),
+    Tick(&'a TickOutcome),
+    Ping,
+}
+
+/// What a wrapper does around each call of the store it wraps (see [`Hooked`]). Every method
+/// has a default that changes nothing.
+pub trait StoreHook: Send + Sync + 'static {
+    /// Called before each call. An `Err` is the call's answer: the wrapped store is not asked
+    /// and [`StoreHook::after`] is not called.
+    fn before(&self, _call: &Call<'_>) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// Called once the wrapped store answered a call, with the answer.
+    fn after(&self, _call: &Call<'_>, _result: Result<Reply<'_>, &StoreError>) {}
+
+    /// [`Store::kind`] of the wrapper: the wrapped store's unless the hook names another.
+    fn kind(&self, inner: &dyn Store) -> &'static str {
+        inner.kind()
+    }
+
+    /// [`Store::subscribe`] of the wrapper: the wrapped store's events unless the hook hands
+    /// out others.
+    fn subscribe(&self, inner: &dyn Store) -> broadcast::Receiver<StoreEvent> {
+        inner.subscribe()
+    }
+}
+
+/// A hook shared with whoever else holds it (to read what it counted, or to switch it).
+impl<H: StoreHook + ?Sized> StoreHook for Arc<H> {
+    fn before(&self, call: &Call<'_>) -> StoreResult<()> {
+        (**self).before(call)
+    }
+
+    fn after(&self, call: &Call<'_>, result: Result<Reply<'_>, &StoreError>) {
+        (**self).after(call, result)
+    }
+
+    fn kind(&self, inner: &dyn Store) -> &'static str {
+        (**self).kind(inner)
+    }
+
+    fn subscribe(&self, inner: &dyn Store) -> broadcast::Receiver<StoreEvent> {
+        (**self).subscribe(inner)
+    }
+}
+
+/// A [`Store`] that forwards every call to `inner`, with `hook` around each. `finish` and
+/// `finish_batch` are forwarded as themselves, so the wrapped store's own batching is kept.
+pub struct Hooked<H> {
+    inner: Arc<dyn Store>,
+    hook: H,
+}
+
+impl<H: StoreHook> Hooked<H> {
+    pub fn new(inner: Arc<dyn Store>, hook: H) -> Hooked<H> {
+        Hooked { inner, hook }
+    }
+
+    pub fn hook(&self) -> &H {
+        &self.hook
+    }
+
+    /// Runs `call` on the wrapped store (`run`) between the hook's `before` and `after`;
+    /// `reply` describes a success for `after`.
+    async fn around<T, F>(
+        &self,
+        call: Call<'_>,
+        run: impl FnOnce() -> F,
+        reply: impl for<'r> FnOnce(&'r T) -> Reply<'r>,
+    ) -> StoreResult<T>
+    where
+        F: Future<Output = StoreResult<T>>,
+    {
+        self.hook.before(&call)?;
+        let result = run().await;
+        self.hook.after(&call, result.as_ref().map(reply));
+        result
+    }
+}
+
+#[async_trait]
+impl<H: StoreHook> Store for Hooked<H> {
+    fn kind(&self) -> &'static str {
+        self.hook.kind(&*self.inner)
+    }
+
+    async fn push_batch(
+        &self,
+        jobs: Vec<JobSpec>,
+        mode: PushMode,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
+        let call = Call::PushBatch {
+            count: jobs.len(),
+            mode,
+            now,
+        };
+        let run = || self.inner.push_batch(jobs, mode, now);
+        self.around(call, run, |r| Reply::PushBatch(r)).await
+    }
+
+    async fn reserve(
+        &self,
+        topics: &[Topic],
+        max: usize,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<Job>> {
+        let call = Call::Reserve { topics, max, now };
+        let run = || self.inner.reserve(topics, max, now);
+        self.around(call, run, |jobs| Reply::Reserve(jobs)).await
+    }
+
+    async fn finish(&self, id: &JobId) -> StoreResult<JobState> {
+        let run = || self.inner.finish(id);
+        self.around(Call::Finish { id }, run, |s| Reply::Finish(*s))
+            .await
+    }
+
+    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
+        let run = || self.inner.finish_batch(ids);
+        self.around(Call::FinishBatch { ids }, run, |r| Reply::FinishBatch(r))
+            .await
+    }
+
+    async fn delete(&self, id: &JobId) -> StoreResult<JobState> {
+        let run = || self.inner.delete(id);
+        self.around(Call::Delete { id }, run, |s| Reply::Delete(*s))
+            .await
+    }
+
+    async fn release(
+        &self,
+        id: &JobId,
+        delay_ms: Option<u64>,
+        now: UnixMillis,
+    ) -> StoreResult<Job> {
+        let call = Call::Release { id, delay_ms, now };
+        let run = || self.inner.release(id, delay_ms, now);
+        self.around(call, run, |r| Reply::Release(r)).await
+    }
+
+    async fn touch(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
+        let run = || self.inner.touch(id, now);
+        self.around(Call::Touch { id, now }, run, |r| Reply::Touch(r))
+            .await
+    }
+
+    async fn bury(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
+        let run = || self.inner.bury(id, now);
+        self.around(Call::Bury { id, now }, run, |r| Reply::Bury(r))
+            .await
+    }
+
+    async fn kick(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
+        let run = || self.inner.kick(id, now);
+        self.around(Call::Kick { id, now }, run, |r| Reply::Kick(r))
+            .await
+    }
+
+    async fn kick_topic(&self, topic: &Topic, max: u64, now: UnixMillis) -> StoreResult<u64> {
+        let call = Call::KickTopic { topic, max, now };
+        let run = || self.inner.kick_topic(topic, max, now);
+        self.around(call, run, |n| Reply::KickTopic(*n)).await
+    }
+
+    async fn reschedule(
+        &self,
+        id: &JobId,
+        change: Reschedule,
+        now: UnixMillis,
+    ) -> StoreResult<(Job, JobState)> {
+        let call = Call::Reschedule {
+            id,
+            run_at: change.run_at,
+            now,
+        };
+        let run = || self.inner.reschedule(id, change, now);
+        self.around(call, run, |(job, previous)| Reply::Reschedule {
+            job,
+            previous: *previous,
+        })
+        .await
+    }
+
+    async fn get(&self, id: &JobId) -> StoreResult<Job> {
+        let run = || self.inner.get(id);
+        self.around(Call::Get { id }, run, |r| Reply::Get(r)).await
+    }
+
+    async fn stats(&self) -> StoreResult<Stats> {
+        let run = || self.inner.stats();
+        self.around(Call::Stats, run, |r| Reply::Stats(r)).await
+    }
+
+    async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
+        let run = || self.inner.tick(now, limit);
+        self.around(Call::Tick { now, limit }, run, |r| Reply::Tick(r))
+            .await
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+        self.hook.subscribe(&*self.inner)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        let run = || self.inner.ping();
+        self.around(Call::Ping, run, |()| Reply::Ping).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    fn topic(name: &str) -> Topic {
+        Topic::parse(name).unwrap()
+    }
+
+    fn id(name: &str) -> JobId {
+        JobId::parse(name).unwrap()
+    }
+
+    fn spec(name: &str, run_at: UnixMillis) -> JobSpec {
+        JobSpec::new(topic("t"), id(name), "body", run_at)
+    }
+
+    /// Writes down every call it sees, and every answer.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl StoreHook for Recorder {
+        fn before(&self, call: &Call<'_>) -> StoreResult<()> {
+            self.0.lock().unwrap().push(format!("before {call:?}"));
+            Ok(())
+        }
+
+        fn after(&self, call: &Call<'_>, result: Result<Reply<'_>, &StoreError>) {
+            let line = format!("after {call:?}: {result:?}");
+            self.0.lock().unwrap().push(line);
+        }
+    }
+
+    impl Recorder {
+        /// Asserts that since the last check the hook saw `call` once, before and after, and
+        /// `result` as its answer.
+        fn saw(&self, call: Call<'_>, result: Result<Reply<'_>, &StoreError>) {
+            let seen = std::mem::take(&mut *self.0.lock().unwrap());
+            let want = [
+                format!("before {call:?}"),
+                format!("after {call:?}: {result:?}"),
+            ];
+            assert_eq!(seen, want);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_hook_sees_each_call_once_with_its_arguments_and_its_answer() {
+        let rec = Arc::new(Recorder::default());
+        let store = Hooked::new(Arc::new(MemoryStore::new()), rec.clone());
+        let (t, a, b) = (topic("t"), id("a"), id("b"));
+
+        let pushed = store
+            .push_batch(vec![spec("a", 0), spec("b", 50)], PushMode::Reject, 10)
+            .await
+            .unwrap();
+        let call = Call::PushBatch {
+            count: 2,
+            mode: PushMode::Reject,
+            now: 10,
+        };
+        rec.saw(call, Ok(Reply::PushBatch(&pushed)));
+        // `push` is a batch of one.
+        let again = store.push(spec("a", 0), PushMode::Reject, 11).await;
+        assert_eq!(again, Err(StoreError::Exists));
+        let call = Call::PushBatch {
+            count: 1,
+            mode: PushMode::Reject,
+            now: 11,
+        };
+        rec.saw(call, Ok(Reply::PushBatch(&[Err(StoreError::Exists)])));
+
+        let topics = [t.clone()];
+        let jobs = store.reserve(&topics, 5, 20).await.unwrap();
+        assert_eq!(jobs.len(), 1);
+        let call = Call::Reserve {
+            topics: &topics,
+            max: 5,
+            now: 20,
+        };
+        rec.saw(call, Ok(Reply::Reserve(&jobs)));
+        let job = store.touch(&a, 30).await.unwrap();
+        rec.saw(Call::Touch { id: &a, now: 30 }, Ok(Reply::Touch(&job)));
+        let job = store.release(&a, Some(1_000), 40).await.unwrap();
+        let call = Call::Release {
+            id: &a,
+            delay_ms: Some(1_000),
+            now: 40,
+        };
+        rec.saw(call, Ok(Reply::Release(&job)));
+        let change = Reschedule {
+            run_at: 60,
+            ..Reschedule::default()
+        };
+        let (job, previous) = store.reschedule(&a, change, 45).await.unwrap();
+        let call = Call::Reschedule {
+            id: &a,
+            run_at: 60,
+            now: 45,
+        };
+        rec.saw(
+            call,
+            Ok(Reply::Reschedule {
+                job: &job,
+                previous,
+            }),
+        );
+        let job = store.bury(&a, 50).await.unwrap();
+        rec.saw(Call::Bury { id: &a, now: 50 }, Ok(Reply::Bury(&job)));
+        let job = store.kick(&a, 55).await.unwrap();
+        rec.saw(Call::Kick { id: &a, now: 55 }, Ok(Reply::Kick(&job)));
+        store.bury(&a, 56).await.unwrap();
+        rec.0.lock().unwrap().clear();
+        assert_eq!(store.kick_topic(&t, 10, 57).await, Ok(1));
+        let call = Call::KickTopic {
+            topic: &t,
+            max: 10,
+            now: 57,
+        };
+        rec.saw(call, Ok(Reply::KickTopic(1)));
+        let job = store.get(&a).await.unwrap();
+        rec.saw(Call::Get { id: &a }, Ok(Reply::Get(&job)));
+        let stats = store.stats().await.unwrap();
+        rec.saw(Call::Stats, Ok(Reply::Stats(&stats)));
+        let tick = store.tick(100, 10).await.unwrap();
+        assert_eq!(tick.promoted, 1);
+        rec.saw(
+            Call::Tick {
+                now: 100,
+                limit: 10,
+            },
+            Ok(Reply::Tick(&tick)),
+        );
+        store.ping().await.unwrap();
+        rec.saw(Call::Ping, Ok(Reply::Ping));
+
+        let state = store.finish(&a).await.unwrap();
+        rec.saw(Call::Finish { id: &a }, Ok(Reply::Finish(state)));
+        // One call for the batch: the wrapped store's own, not one finish per id.
+        let ids = [b.clone(), a.clone()];
+        let out = store.finish_batch(&ids).await.unwrap();
+        assert_eq!(out, [Ok(JobState::Ready), Err(StoreError::NotFound)]);
+        rec.saw(
+            Call::FinishBatch { ids: &ids },
+            Ok(Reply::FinishBatch(&out)),
+        );
+        let err = store.delete(&a).await.unwrap_err();
+        assert_eq!(err, StoreError::NotFound);
+        rec.saw(Call::Delete { id: &a }, Err(&err));
+    }
+
+    /// Refuses every call while closed (as a test store fails its ticks on demand), counting
+    /// what it sees.
+    #[derive(Default)]
+    struct Gate {
+        closed: AtomicBool,
+        before: AtomicU64,
+        after: AtomicU64,
+    }
+
+    impl StoreHook for Gate {
+        fn before(&self, _: &Call<'_>) -> StoreResult<()> {
+            self.before.fetch_add(1, Ordering::SeqCst);
+            if self.closed.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable("closed".into()));
+            }
+            Ok(())
+        }
+
+        fn after(&self, _: &Call<'_>, _: Result<Reply<'_>, &StoreError>) {
+            self.after.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Gate {
+        fn counts(&self) -> (u64, u64) {
+            let before = self.before.load(Ordering::SeqCst);
+            (before, self.after.load(Ordering::SeqCst))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refusal_before_a_call_is_its_answer_and_the_wrapped_store_is_not_asked() {
+        let inner = Arc::new(MemoryStore::new());
+        let store = Hooked::new(inner.clone(), Gate::default());
+        store.hook().closed.store(true, Ordering::SeqCst);
+        let closed = StoreError::Unavailable("closed".into());
+        let refused = store.push(spec("a", 0), PushMode::Reject, 10).await;
+        assert_eq!(refused, Err(closed.clone()));
+        assert_eq!(store.tick(10, 10).await, Err(closed));
+        assert_eq!(
+            inner.stats().await,
+            Ok(Stats::default()),
+            "nothing reached it"
+        );
+        assert_eq!(
+            store.hook().counts(),
+            (2, 0),
+            "no `after` for a refused call"
+        );
+
+        store.hook().closed.store(false, Ordering::SeqCst);
+        let pushed = store.push(spec("a", 0), PushMode::Reject, 10).await;
+        assert_eq!(pushed, Ok(PushOutcome::Created));
+        assert_eq!(inner.get(&id("a")).await.unwrap().state, JobState::Ready);
+        assert_eq!(store.hook().counts(), (3, 1));
+    }
+
+    /// Names the store and hands out a channel of its own.
+    struct Renamed(broadcast::Sender<StoreEvent>);
+
+    impl StoreHook for Renamed {
+        fn kind(&self, _: &dyn Store) -> &'static str {
+            "renamed"
+        }
+
+        fn subscribe(&self, _: &dyn Store) -> broadcast::Receiver<StoreEvent> {
+            self.0.subscribe()
+        }
+    }
+
+    struct Plain;
+
+    impl StoreHook for Plain {}
+
+    #[tokio::test]
+    async fn kind_and_events_are_the_wrapped_store_s_unless_the_hook_says_otherwise() {
+        let plain = Hooked::new(Arc::new(MemoryStore::new()), Plain);
+        let mut events = plain.subscribe();
+        plain
+            .push(spec("a", 0), PushMode::Reject, 10)
+            .await
+            .unwrap();
+        assert_eq!(plain.kind(), "memory");
+        assert_eq!(events.try_recv(), Ok(StoreEvent::Ready(topic("t"))));
+
+        let renamed = Hooked::new(
+            Arc::new(MemoryStore::new()),
+            Renamed(broadcast::channel(4).0),
+        );
+        let mut events = renamed.subscribe();
+        renamed
+            .push(spec("a", 0), PushMode::Reject, 10)
+            .await
+            .unwrap();
+        assert_eq!(renamed.kind(), "renamed");
+        assert!(
+            events.try_recv().is_err(),
+            "the wrapped store's events are not handed out"
+        );
+    }
+}
