@@ -106,9 +106,20 @@ impl IntoResponse for Refusal {
 }
 
 impl From<InvalidField> for Refusal {
-    /// `field: message`, e.g. `topic: must not contain whitespace ...`.
+    /// `field: message` under this API's name for the field, e.g. `topic: must not contain
+    /// whitespace ...`.
     fn from(e: InvalidField) -> Refusal {
-        Refusal(e.to_string())
+        Refusal(format!("{}: {}", field_of_spec(e.field), e.message))
+    }
+}
+
+/// This API's request field for a field of `JobSpec` (as job.rs's validation errors name it):
+/// `ttr` for `ttr_ms`, `delay` for `run_at`; `topic`, `id` and `body` are the same word.
+fn field_of_spec(spec_field: &'static str) -> &'static str {
+    match spec_field {
+        "ttr_ms" => Field::Ttr.name(),
+        "run_at" => Field::Delay.name(),
+        other => other,
     }
 }
 
@@ -414,6 +425,26 @@ mod tests {
 
     fn push(s: &str) -> Result<Request, serde_json::Error> {
         decode(s.as_bytes(), PUSH_FIELDS)
+    }
+
+    #[test]
+    fn spec_validation_errors_name_this_apis_fields() {
+        let topic = Topic::parse("t").unwrap();
+        let spec = JobSpec::new(topic, JobId::parse("j").unwrap(), "four", 0);
+        let refusal =
+            |spec: &JobSpec, max_body| Refusal::from(spec.validate(max_body).unwrap_err()).0;
+        assert_eq!(
+            refusal(&spec, 3),
+            "body: is 4 bytes, more than the limit of 3"
+        );
+        let mut long_ttr = spec.clone();
+        long_ttr.ttr_ms = job::MAX_TTR_MS + 1;
+        assert!(refusal(&long_ttr, 4).starts_with("ttr: "));
+        let mut late = spec.clone();
+        late.run_at = job::MAX_RUN_AT + 1;
+        assert!(refusal(&late, 4).starts_with("delay: "));
+        let r = Refusal::from(Topic::parse("a b").unwrap_err()).0;
+        assert!(r.starts_with("topic: "), "{r}");
     }
 
     #[test]

@@ -143,6 +143,15 @@ fn due_time(f: &mut Fields, now: UnixMillis) -> ApiResult<Option<UnixMillis>> {
     }
 }
 
+/// The `NewJob` field that sets a field of `JobSpec` (as job.rs's validation errors name it).
+fn field_of_spec(spec_field: &'static str) -> &'static str {
+    match spec_field {
+        "run_at" => "run_at_ms",
+        // `topic`, `id`, `body`, `ttr_ms`, `backoff_ms`: the same word.
+        other => other,
+    }
+}
+
 /// A validated `NewJob` and its own `replace` flag, if it gave one.
 struct NewJob {
     spec: JobSpec,
@@ -184,15 +193,8 @@ fn new_job(mut f: Fields, now: UnixMillis, max_body_bytes: usize) -> ApiResult<N
     }
     let replace = f.bool("replace")?;
     // Everything was checked above; this is the domain's own word on it, kept as a backstop.
-    spec.validate(max_body_bytes).map_err(|e| {
-        let field = match e.field {
-            "ttr" => "ttr_ms",
-            "delay" => "run_at_ms",
-            "backoff" => "backoff_ms",
-            other => other,
-        };
-        ApiError::from_invalid(f.name(field), e)
-    })?;
+    spec.validate(max_body_bytes)
+        .map_err(|e| ApiError::from_invalid(f.name(field_of_spec(e.field)), e))?;
     Ok(NewJob { spec, replace })
 }
 
@@ -522,6 +524,23 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Json<StatsView>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spec_validation_errors_name_the_new_job_fields() {
+        let topic = Topic::parse("t").unwrap();
+        let mut spec = JobSpec::new(topic, JobId::parse("j").unwrap(), "b", job::MAX_RUN_AT + 1);
+        let field = |spec: &JobSpec| field_of_spec(spec.validate(1).unwrap_err().field);
+        assert_eq!(field(&spec), "run_at_ms");
+        spec.run_at = 0;
+        spec.ttr_ms = 0;
+        assert_eq!(field(&spec), "ttr_ms");
+        spec.ttr_ms = 1;
+        spec.backoff_ms = vec![0; job::MAX_BACKOFF_STEPS + 1];
+        assert_eq!(field(&spec), "backoff_ms");
+        spec.backoff_ms.clear();
+        spec.body = "two".into();
+        assert_eq!(field(&spec), "body");
+    }
 
     #[test]
     fn job_paths_percent_encode_everything_but_unreserved_characters() {
