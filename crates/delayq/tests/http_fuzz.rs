@@ -1,6 +1,6 @@
 //! Property tests over generated requests: malformed JSON, wrong types, huge and negative
 //! numbers, invalid UTF-8, deep nesting, unknown fields and oversized lists, sent to every
-//! endpoint of both APIs. Only 4xx (or the seed API's code 1) may come back for bad input,
+//! endpoint of both APIs. Only 4xx (or the compat API's code 1) may come back for bad input,
 //! never a 5xx or a panic, and the store stays consistent.
 //!
 //! `PROPTEST_CASES` sets the number of cases per endpoint group (default 256).
@@ -40,7 +40,7 @@ const FIELDS: &[&str] = &[
     "unknown",
 ];
 
-const SEED_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get"];
+const COMPAT_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get"];
 const V1_POSTS: &[&str] = &[
     "/v1/jobs",
     "/v1/jobs/batch",
@@ -145,10 +145,10 @@ fn run<S: Strategy>(
     tokio::task::block_in_place(|| runner.run(&strategy, test)).map_err(|e| e.to_string())
 }
 
-async fn seed_api_answers_code_1_never_5xx(b: &Backend) {
+async fn compat_api_answers_code_1_never_5xx(b: &Backend) {
     let app = fuzz_app(b);
     let handle = tokio::runtime::Handle::current();
-    let strategy = (prop::sample::select(SEED_PATHS), raw_body());
+    let strategy = (prop::sample::select(COMPAT_PATHS), raw_body());
     let result = run(strategy, |(path, body)| {
         let reply = handle.block_on(app.send(Method::POST, path, body.clone(), None));
         let shown = String::from_utf8_lossy(&body)
@@ -247,7 +247,7 @@ async fn assert_store_consistent(b: &Backend) {
 }
 
 backend_tests!(
-    seed_api_answers_code_1_never_5xx,
+    compat_api_answers_code_1_never_5xx,
     v1_answers_4xx_naming_the_problem_never_5xx,
     odd_paths_never_5xx,
 );

@@ -1,6 +1,6 @@
-//! The seed-compatible API: `/push`, `/pop`, `/finish`, `/delete`, `/get` as served by
-//! ouqiang/delay-queue v0.4, so its existing clients keep working. docs/compat.md is the
-//! user-facing description and lists every deliberate difference from the original.
+//! The compat API: `/push`, `/pop`, `/finish`, `/delete`, `/get`, compatible with
+//! ouqiang/delay-queue v0.4, so that project's existing clients keep working. docs/compat.md
+//! is the user-facing description and lists every deliberate difference from the original.
 //!
 //! What this file reproduces: any HTTP method; the body read as JSON whatever its
 //! Content-Type, decoded with Go `encoding/json` rules (keys matched case-insensitively,
@@ -126,7 +126,7 @@ fn field_of_spec(spec_field: &'static str) -> &'static str {
 impl From<StoreError> for Refusal {
     /// `store unavailable: ...` for an outage; logged.
     fn from(e: StoreError) -> Refusal {
-        tracing::warn!(error = %e, "seed api: store call failed");
+        tracing::warn!(error = %e, "compat api: store call failed");
         Refusal(e.to_string())
     }
 }
@@ -331,7 +331,7 @@ async fn push(State(state): State<AppState>, body: Result<Bytes, BytesRejection>
     spec.validate(state.config.max_body_bytes)?;
     let (job_id, topic) = (spec.id.clone(), spec.topic.clone());
     let outcome = state.store.push(spec, PushMode::Replace, now).await?;
-    tracing::debug!(job_id = %job_id, topic = %topic, ?outcome, "seed api: push");
+    tracing::debug!(job_id = %job_id, topic = %topic, ?outcome, "compat api: push");
     Ok(success::<()>(MSG_PUSHED, None))
 }
 
@@ -369,7 +369,7 @@ async fn pop(State(state): State<AppState>, body: Result<Bytes, BytesRejection>)
     let Some(j) = jobs.first() else {
         return Ok(success::<()>(MSG_OK, None));
     };
-    tracing::debug!(job_id = %j.spec.id, topic = %j.spec.topic, "seed api: pop");
+    tracing::debug!(job_id = %j.spec.id, topic = %j.spec.topic, "compat api: pop");
     let popped = PoppedJob {
         id: j.spec.id.as_str(),
         body: &j.spec.body,
