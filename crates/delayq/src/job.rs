@@ -226,7 +226,9 @@ impl JobSpec {
         }
     }
 
-    /// Checks the limits that do not depend on configuration other than the body size.
+    /// Checks the limits that do not depend on configuration other than the body size. The
+    /// error names the field of `JobSpec` at fault (`body`, `ttr_ms`, `run_at`, `backoff_ms`),
+    /// not the field of a request: each API maps it to its own name.
     pub fn validate(&self, max_body_bytes: usize) -> Result<(), InvalidField> {
         if self.body.len() > max_body_bytes {
             return Err(InvalidField::new(
@@ -253,30 +255,36 @@ impl JobSpec {
     }
 }
 
+/// Checks a time-to-run: 1 ms to [`MAX_TTR_MS`]. The error names [`JobSpec::ttr_ms`]; each API
+/// says it in its own words.
 pub fn validate_ttr_ms(ttr_ms: u64) -> Result<(), InvalidField> {
     if ttr_ms == 0 || ttr_ms > MAX_TTR_MS {
         return Err(InvalidField::new(
-            "ttr",
+            "ttr_ms",
             format!("must be between 1 ms and {MAX_TTR_MS} ms (1 day), got {ttr_ms} ms"),
         ));
     }
     Ok(())
 }
 
+/// Checks a due time: at most [`MAX_RUN_AT`]. The error names [`JobSpec::run_at`]; each API
+/// says it in its own words (a delay or an absolute time).
 pub fn validate_run_at(run_at: UnixMillis) -> Result<(), InvalidField> {
     if run_at > MAX_RUN_AT {
         return Err(InvalidField::new(
-            "delay",
+            "run_at",
             format!("puts the due time after the year 9999 (run_at {run_at} ms)"),
         ));
     }
     Ok(())
 }
 
+/// Checks a backoff schedule: at most [`MAX_BACKOFF_STEPS`] steps of at most `MAX_RUN_AT / 2`
+/// ms each. The error names [`JobSpec::backoff_ms`]; each API says it in its own words.
 pub fn validate_backoff(backoff_ms: &[u64]) -> Result<(), InvalidField> {
     if backoff_ms.len() > MAX_BACKOFF_STEPS {
         return Err(InvalidField::new(
-            "backoff",
+            "backoff_ms",
             format!(
                 "has {} steps, at most {MAX_BACKOFF_STEPS} allowed",
                 backoff_ms.len()
@@ -285,7 +293,7 @@ pub fn validate_backoff(backoff_ms: &[u64]) -> Result<(), InvalidField> {
     }
     if let Some(step) = backoff_ms.iter().find(|&&s| s > MAX_RUN_AT / 2) {
         return Err(InvalidField::new(
-            "backoff",
+            "backoff_ms",
             format!("step {step} ms is too long"),
         ));
     }

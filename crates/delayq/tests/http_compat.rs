@@ -1,8 +1,8 @@
-//! The seed-compatible API (`/push`, `/pop`, `/finish`, `/delete`, `/get`), row by row of
-//! docs/compat.md: each happy path, each original validation message, the Go JSON decoding
-//! rules, long polls, replace semantics, limits, health checks, and graceful shutdown of
-//! `server::run` over a real socket. Every per-backend test runs on each backend of
-//! `backend_tests!`.
+//! The compat API (`/push`, `/pop`, `/finish`, `/delete`, `/get`, compatible with
+//! ouqiang/delay-queue), row by row of docs/compat.md: each happy path, each original
+//! validation message, the Go JSON decoding rules, long polls, replace semantics, limits,
+//! health checks, and graceful shutdown of `server::run` over a real socket. Every
+//! per-backend test runs on each backend of `backend_tests!`.
 
 mod support;
 

@@ -1,7 +1,8 @@
 //! Property tests over generated requests: malformed JSON, wrong types, huge and negative
 //! numbers, invalid UTF-8, deep nesting, unknown fields and oversized lists, sent to every
-//! endpoint of both APIs. Only 4xx (or the seed API's code 1) may come back for bad input,
-//! never a 5xx or a panic, and the store stays consistent.
+//! endpoint of both APIs. Only 4xx (or the compat API's code 1) may come back for bad input,
+//! never a 5xx or a panic, and the store stays consistent. Integers written as `5.0` or
+//! `5e0` are read as the integer they are, as JSON Schema (and so the OpenAPI document) says.
 //!
 //! `PROPTEST_CASES` sets the number of cases per endpoint group (default 256).
 
@@ -40,7 +41,7 @@ const FIELDS: &[&str] = &[
     "unknown",
 ];
 
-const SEED_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get"];
+const COMPAT_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get"];
 const V1_POSTS: &[&str] = &[
     "/v1/jobs",
     "/v1/jobs/batch",
@@ -145,10 +146,10 @@ fn run<S: Strategy>(
     tokio::task::block_in_place(|| runner.run(&strategy, test)).map_err(|e| e.to_string())
 }
 
-async fn seed_api_answers_code_1_never_5xx(b: &Backend) {
+async fn compat_api_answers_code_1_never_5xx(b: &Backend) {
     let app = fuzz_app(b);
     let handle = tokio::runtime::Handle::current();
-    let strategy = (prop::sample::select(SEED_PATHS), raw_body());
+    let strategy = (prop::sample::select(COMPAT_PATHS), raw_body());
     let result = run(strategy, |(path, body)| {
         let reply = handle.block_on(app.send(Method::POST, path, body.clone(), None));
         let shown = String::from_utf8_lossy(&body)
@@ -239,6 +240,65 @@ async fn odd_paths_never_5xx(b: &Backend) {
     }
 }
 
+/// The integer fields of `NewJob` (the other /v1 integers are read by the same code).
+const INTEGER_FIELDS: &[&str] = &[
+    "delay_ms",
+    "run_at_ms",
+    "ttr_ms",
+    "priority",
+    "max_attempts",
+];
+
+/// A push whose integer field is written `n`, `n.0`, `ne0` or `n.0e0` is answered alike: the
+/// same status, the same stored value (or the same field named in the refusal). Every /v1
+/// integer is at most 2^53 (where an `f64` stops being exact), so past it all four forms are
+/// refused.
+async fn integers_are_read_alike_in_any_notation(b: &Backend) {
+    let app = fuzz_app(b);
+    let handle = tokio::runtime::Handle::current();
+    let number = prop_oneof![
+        0u64..100_000,
+        any::<u32>().prop_map(u64::from),
+        any::<u64>()
+    ];
+    let strategy = (prop::sample::select(INTEGER_FIELDS), number);
+    let seq = std::sync::atomic::AtomicU64::new(0);
+    let result = run(strategy, |(field, n)| {
+        let mut answers = Vec::new();
+        for text in [
+            n.to_string(),
+            format!("{n}.0"),
+            format!("{n}e0"),
+            format!("{n}.0e0"),
+        ] {
+            let id = format!(
+                "n{}",
+                seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            let body = format!(r#"{{"topic":"t","id":"{id}","{field}":{text}}}"#);
+            let r = handle.block_on(app.send(Method::POST, "/v1/jobs", body.clone(), None));
+            // `run_at_ms` of a pushed job is the value itself; a delay is relative to now.
+            let value = if field == "delay_ms" {
+                Value::Null
+            } else {
+                r.json[field].clone()
+            };
+            answers.push((r.status, value, r.json["error"]["field"].clone(), body));
+        }
+        let (status, value, refused, body) = &answers[0];
+        for (s, v, f, b) in &answers[1..] {
+            prop_assert_eq!((s, v, f), (status, value, refused), "{} vs {}", b, body);
+        }
+        if status.is_client_error() {
+            prop_assert_eq!(refused, &json!(field), "{}", body);
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
 async fn assert_store_consistent(b: &Backend) {
     let stats = b.store.stats().await.expect("stats after fuzzing");
     for (topic, counts) in stats.topics {
@@ -247,7 +307,8 @@ async fn assert_store_consistent(b: &Backend) {
 }
 
 backend_tests!(
-    seed_api_answers_code_1_never_5xx,
+    compat_api_answers_code_1_never_5xx,
     v1_answers_4xx_naming_the_problem_never_5xx,
     odd_paths_never_5xx,
+    integers_are_read_alike_in_any_notation,
 );

@@ -56,7 +56,7 @@ async fn request_slower_than_the_request_timeout_is_answered_503() {
     assert!(elapsed >= Duration::from_millis(900), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
 
-    // The seed API answers in its own envelope.
+    // The compat API answers in its own envelope.
     let (status, body, _) = stalled_upload(&app, "/push").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(

@@ -215,7 +215,7 @@ async fn the_seed_api_is_counted_like_v1(b: &Backend) {
     let other = if first == "s1" { "s2" } else { "s1" };
     ok(&app, "/finish", json!({"id": first})).await;
     ok(&app, "/delete", json!({"id": other})).await;
-    // Unknown ids succeed on the seed API, and count nothing.
+    // Unknown ids succeed on the compat API, and count nothing.
     ok(&app, "/finish", json!({"id": "nobody"})).await;
     ok(&app, "/delete", json!({"id": "nobody"})).await;
 

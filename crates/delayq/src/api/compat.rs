@@ -1,6 +1,6 @@
-//! The seed-compatible API: `/push`, `/pop`, `/finish`, `/delete`, `/get` as served by
-//! ouqiang/delay-queue v0.4, so its existing clients keep working. docs/compat.md is the
-//! user-facing description and lists every deliberate difference from the original.
+//! The compat API: `/push`, `/pop`, `/finish`, `/delete`, `/get`, compatible with
+//! ouqiang/delay-queue v0.4, so that project's existing clients keep working. docs/compat.md
+//! is the user-facing description and lists every deliberate difference from the original.
 //!
 //! What this file reproduces: any HTTP method; the body read as JSON whatever its
 //! Content-Type, decoded with Go `encoding/json` rules (keys matched case-insensitively,
@@ -106,16 +106,27 @@ impl IntoResponse for Refusal {
 }
 
 impl From<InvalidField> for Refusal {
-    /// `field: message`, e.g. `topic: must not contain whitespace ...`.
+    /// `field: message` under this API's name for the field, e.g. `topic: must not contain
+    /// whitespace ...`.
     fn from(e: InvalidField) -> Refusal {
-        Refusal(e.to_string())
+        Refusal(format!("{}: {}", field_of_spec(e.field), e.message))
+    }
+}
+
+/// This API's request field for a field of `JobSpec` (as job.rs's validation errors name it):
+/// `ttr` for `ttr_ms`, `delay` for `run_at`; `topic`, `id` and `body` are the same word.
+fn field_of_spec(spec_field: &'static str) -> &'static str {
+    match spec_field {
+        "ttr_ms" => Field::Ttr.name(),
+        "run_at" => Field::Delay.name(),
+        other => other,
     }
 }
 
 impl From<StoreError> for Refusal {
     /// `store unavailable: ...` for an outage; logged.
     fn from(e: StoreError) -> Refusal {
-        tracing::warn!(error = %e, "seed api: store call failed");
+        tracing::warn!(error = %e, "compat api: store call failed");
         Refusal(e.to_string())
     }
 }
@@ -320,7 +331,7 @@ async fn push(State(state): State<AppState>, body: Result<Bytes, BytesRejection>
     spec.validate(state.config.max_body_bytes)?;
     let (job_id, topic) = (spec.id.clone(), spec.topic.clone());
     let outcome = state.store.push(spec, PushMode::Replace, now).await?;
-    tracing::debug!(job_id = %job_id, topic = %topic, ?outcome, "seed api: push");
+    tracing::debug!(job_id = %job_id, topic = %topic, ?outcome, "compat api: push");
     Ok(success::<()>(MSG_PUSHED, None))
 }
 
@@ -358,7 +369,7 @@ async fn pop(State(state): State<AppState>, body: Result<Bytes, BytesRejection>)
     let Some(j) = jobs.first() else {
         return Ok(success::<()>(MSG_OK, None));
     };
-    tracing::debug!(job_id = %j.spec.id, topic = %j.spec.topic, "seed api: pop");
+    tracing::debug!(job_id = %j.spec.id, topic = %j.spec.topic, "compat api: pop");
     let popped = PoppedJob {
         id: j.spec.id.as_str(),
         body: &j.spec.body,
@@ -414,6 +425,26 @@ mod tests {
 
     fn push(s: &str) -> Result<Request, serde_json::Error> {
         decode(s.as_bytes(), PUSH_FIELDS)
+    }
+
+    #[test]
+    fn spec_validation_errors_name_this_apis_fields() {
+        let topic = Topic::parse("t").unwrap();
+        let spec = JobSpec::new(topic, JobId::parse("j").unwrap(), "four", 0);
+        let refusal =
+            |spec: &JobSpec, max_body| Refusal::from(spec.validate(max_body).unwrap_err()).0;
+        assert_eq!(
+            refusal(&spec, 3),
+            "body: is 4 bytes, more than the limit of 3"
+        );
+        let mut long_ttr = spec.clone();
+        long_ttr.ttr_ms = job::MAX_TTR_MS + 1;
+        assert!(refusal(&long_ttr, 4).starts_with("ttr: "));
+        let mut late = spec.clone();
+        late.run_at = job::MAX_RUN_AT + 1;
+        assert!(refusal(&late, 4).starts_with("delay: "));
+        let r = Refusal::from(Topic::parse("a b").unwrap_err()).0;
+        assert!(r.starts_with("topic: "), "{r}");
     }
 
     #[test]

@@ -1,10 +1,10 @@
-//! The HTTP layer: the seed-compatible API (`compat.rs`), the /v1 API (`v1.rs`, described by
+//! The HTTP layer: the compat API (`compat.rs`), the /v1 API (`v1.rs`, described by
 //! `openapi.rs`), health checks and Prometheus metrics (here). Only this module knows HTTP; it
 //! validates input, calls the store or the dispatcher, and maps results to responses.
 //!
 //! Cross-cutting layers are applied here, once, for every route: the request body limit
 //! ([`request_body_limit`], enforced by axum's `DefaultBodyLimit`, so body extractors reject
-//! oversized requests: /v1 answers 413, the seed API its code-1 reply), bearer-token
+//! oversized requests: /v1 answers 413, the compat API its code-1 reply), bearer-token
 //! authentication when tokens are configured (`auth.rs`), the request deadline ([`deadline`])
 //! and `TraceLayer`. Refusals made by these layers, outside any handler, have the error body of
 //! the API the path belongs to ([`refusal`]).
@@ -98,15 +98,15 @@ pub fn router(state: AppState) -> Router {
         .layer(TraceLayer::new_for_http())
 }
 
-/// The seed API's paths: refusals there have its `{"code","message","data"}` body.
+/// The compat API's paths: refusals there have its `{"code","message","data"}` body.
 const COMPAT_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get"];
 
 /// The long-poll paths: they may wait up to `max_wait` for a job before answering.
 const LONG_POLL_PATHS: &[&str] = &["/pop", "/v1/reserve"];
 
 /// A refusal made outside the handlers (401, request timeout), in the shape of the path's API:
-/// the seed envelope `{"code":1,"message":...,"data":null}` on the seed paths, else the /v1
-/// error body `{"error":{"code","field":null,"message"}}`. Both with `status`: a seed client
+/// the compat envelope `{"code":1,"message":...,"data":null}` on the compat paths, else the
+/// /v1 error body `{"error":{"code","field":null,"message"}}`. Both with `status`: a compat client
 /// gets a non-200 here, where the original had no such refusal at all.
 pub(crate) fn refusal(path: &str, status: StatusCode, code: &str, message: &str) -> Response {
     let body = if COMPAT_PATHS.contains(&path) {
@@ -123,7 +123,7 @@ struct Deadlines {
     /// `request_timeout`.
     request: Duration,
     /// `request_timeout + max_wait`: a long poll waits at most `max_wait` (reserve refuses a
-    /// longer `timeout_ms`, seed `/pop` caps it), then has the ordinary time for the rest.
+    /// longer `timeout_ms`, compat `/pop` caps it), then has the ordinary time for the rest.
     long_poll: Duration,
 }
 

@@ -4,24 +4,124 @@
 //! It is a description, not a source of truth: docs/api.md is the contract, v1.rs implements it,
 //! and this file follows both. It is not generated from the handlers (that would pull in a
 //! schema-derive dependency and still miss the hand-written validation); instead
-//! tests/http_v1.rs checks that every route of the router appears here. Health checks are
-//! described too, since clients use them, though another module serves them.
+//! tests/http_v1.rs checks that every route of the router appears here, and `.ci/schemathesis`
+//! sends the server requests generated from this document and fails on any request the
+//! document allows and the server refuses, or the reverse. So every limit the handlers enforce
+//! is written here: lengths and character sets (`pattern`), ranges, the limits taken from the
+//! configuration (`max_batch`, `max_wait`, `max_body_bytes`: the document describes the server
+//! that serves it), `null` wherever the handlers read it as an absent field, and the rules that
+//! tie fields together (`not`, `oneOf`). Health checks are described too, since clients use
+//! them, though another module serves them.
 
+use super::AppState;
+use super::v1::MAX_DELAY_MS;
+use crate::config::Config;
+use crate::job::{
+    DEFAULT_PRIORITY, DEFAULT_TTR_MS, MAX_BACKOFF_STEPS, MAX_ID_CHARS, MAX_RUN_AT, MAX_TOPIC_CHARS,
+    MAX_TTR_MS,
+};
 use axum::Json;
+use axum::extract::State;
 use serde_json::{Value, json};
-use std::sync::LazyLock;
 
-/// The document, built once.
-static DOCUMENT: LazyLock<Value> = LazyLock::new(build);
+/// Characters a job id must not contain: the control characters (`char::is_control`, Unicode
+/// category Cc), as `JobId::parse` refuses them. Inclusive ranges.
+const ID_FORBIDDEN: &[(char, char)] = &[('\u{0}', '\u{1f}'), ('\u{7f}', '\u{9f}')];
 
-/// The OpenAPI document of /v1.
-pub fn document() -> &'static Value {
-    &DOCUMENT
+/// Characters a topic must not contain: control characters, whitespace (`char::is_whitespace`,
+/// Unicode White_Space) and the comma, as `Topic::parse` refuses them. Inclusive ranges.
+const TOPIC_FORBIDDEN: &[(char, char)] = &[
+    ('\u{0}', ' '),
+    (',', ','),
+    ('\u{7f}', '\u{a0}'),
+    ('\u{1680}', '\u{1680}'),
+    ('\u{2000}', '\u{200a}'),
+    ('\u{2028}', '\u{2029}'),
+    ('\u{202f}', '\u{202f}'),
+    ('\u{205f}', '\u{205f}'),
+    ('\u{3000}', '\u{3000}'),
+];
+
+/// A regular expression matching strings of one or more characters outside `forbidden`,
+/// written with `\uXXXX` escapes only, which ECMA-262 (the dialect of JSON Schema), Python and
+/// Rust's `regex` read alike. Classes such as `\s` are avoided: each dialect has its own.
+fn pattern_without(forbidden: &[(char, char)]) -> String {
+    let mut class = String::new();
+    for &(lo, hi) in forbidden {
+        class.push_str(&format!("\\u{:04x}", u32::from(lo)));
+        if hi != lo {
+            class.push_str(&format!("-\\u{:04x}", u32::from(hi)));
+        }
+    }
+    format!("^[^{class}]+$")
 }
 
-/// `GET /v1/openapi.json`.
-pub async fn serve() -> Json<&'static Value> {
-    Json(document())
+/// `GET /v1/openapi.json`: the document of this server's configuration.
+pub async fn serve(State(state): State<AppState>) -> Json<Value> {
+    Json(document(&state.config))
+}
+
+/// The OpenAPI document of /v1 as served with `config`.
+pub fn document(config: &Config) -> Value {
+    let mut paths = paths();
+    add_unauthorized(&mut paths);
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "delayq /v1 API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A delay queue: jobs become ready at a given time; consumers reserve them and finish them within their time-to-run. Times are Unix milliseconds. Every refusal has the body `Error`. Bodies are JSON whatever the Content-Type; `null` counts as an absent field; unknown fields are refused; a number is an integer when its fractional part is zero (`5.0` is 5). Ids in paths are percent-encoded (`a%2Fb` for `a/b`). The limits that depend on the server's configuration (`max_batch`, `max_wait`, `max_body_bytes`) are this server's.",
+            "license": {"name": "MIT OR Apache-2.0", "identifier": "MIT OR Apache-2.0"}
+        },
+        "tags": [
+            {"name": "jobs", "description": "Pushing and managing jobs"},
+            {"name": "consumers", "description": "Reserving and finishing jobs"},
+            {"name": "admin", "description": "Statistics, health and this document"}
+        ],
+        "paths": paths,
+        // Either a bearer token or nothing: which one the server wants is its configuration.
+        "security": [{"bearer": []}, {}],
+        "components": {
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "Required on every operation but `GET /healthz` when the server is configured with tokens (`auth_tokens`, `auth_token_file`): `Authorization: Bearer <token>`. Without it, or with a wrong one, the answer is 401 `unauthorized` with `WWW-Authenticate: Bearer`."
+                }
+            },
+            "parameters": {
+                "JobId": {
+                    "name": "id", "in": "path", "required": true,
+                    "description": "The job id, percent-encoded (`a%2Fb` for `a/b`, `a%20b` for `a b`)",
+                    "schema": {"$ref": "#/components/schemas/JobId"}
+                }
+            },
+            "schemas": schemas(&Limits::of(config))
+        }
+    })
+}
+
+/// The limits of the configuration that the request schemas state.
+struct Limits {
+    /// `max_batch`: most jobs, topics or ids in one request, and the largest `max`.
+    batch: usize,
+    /// `max_wait` in milliseconds: the longest `timeout_ms` of a reserve.
+    wait_ms: u64,
+    /// `max_body_bytes`, the `maxLength` of a job body. The server counts UTF-8 bytes, JSON
+    /// Schema's `maxLength` characters: a body over `maxLength` is over the limit in bytes too,
+    /// but a body of multi-byte characters may be refused (413) below it, which no JSON Schema
+    /// keyword can say.
+    body_bytes: usize,
+}
+
+impl Limits {
+    fn of(config: &Config) -> Limits {
+        Limits {
+            batch: config.max_batch,
+            wait_ms: config.max_wait_secs.saturating_mul(1000),
+            body_bytes: config.max_body_bytes,
+        }
+    }
 }
 
 /// A response with an `Error` body.
@@ -93,45 +193,6 @@ fn job_op(op_id: &str, summary: &str, body: Option<(&str, bool)>, specific: Valu
     op
 }
 
-fn build() -> Value {
-    let mut paths = paths();
-    add_unauthorized(&mut paths);
-    json!({
-        "openapi": "3.1.0",
-        "info": {
-            "title": "delayq /v1 API",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": "A delay queue: jobs become ready at a given time; consumers reserve them and finish them within their time-to-run. Times are Unix milliseconds. Every refusal has the body `Error`. Bodies are JSON whatever the Content-Type; `null` counts as an absent field; unknown fields are refused. Ids in paths are percent-encoded (`a%2Fb` for `a/b`).",
-            "license": {"name": "MIT OR Apache-2.0", "identifier": "MIT OR Apache-2.0"}
-        },
-        "tags": [
-            {"name": "jobs", "description": "Pushing and managing jobs"},
-            {"name": "consumers", "description": "Reserving and finishing jobs"},
-            {"name": "admin", "description": "Statistics, health and this document"}
-        ],
-        "paths": paths,
-        // Either a bearer token or nothing: which one the server wants is its configuration.
-        "security": [{"bearer": []}, {}],
-        "components": {
-            "securitySchemes": {
-                "bearer": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "Required on every operation but `GET /healthz` when the server is configured with tokens (`auth_tokens`, `auth_token_file`): `Authorization: Bearer <token>`. Without it, or with a wrong one, the answer is 401 `unauthorized` with `WWW-Authenticate: Bearer`."
-                }
-            },
-            "parameters": {
-                "JobId": {
-                    "name": "id", "in": "path", "required": true,
-                    "description": "The job id, percent-encoded (`a%2Fb` for `a/b`, `a%20b` for `a b`)",
-                    "schema": {"$ref": "#/components/schemas/JobId"}
-                }
-            },
-            "schemas": schemas()
-        }
-    })
-}
-
 /// Adds the 401 of bearer authentication to every operation, and marks `/healthz`, the one
 /// path that never asks for a token, as needing no security.
 fn add_unauthorized(paths: &mut Value) {
@@ -155,6 +216,19 @@ fn add_unauthorized(paths: &mut Value) {
             }
         }
     }
+}
+
+/// A `POST` with a required JSON body of schema `request_schema`, answering 200 `reply`.
+/// `what` is the operation's id, summary and tag.
+fn post_op(what: [&str; 3], request_schema: &str, reply: Value) -> Value {
+    let [op_id, summary, tag] = what;
+    json!({
+        "operationId": op_id,
+        "summary": summary,
+        "tags": [tag],
+        "requestBody": request(request_schema, true),
+        "responses": responses(map(json!({"200": reply})), true)
+    })
 }
 
 fn paths() -> Value {
@@ -182,7 +256,14 @@ fn paths() -> Value {
                 })), true)
             }
         },
+        // `batch` is also a job id: the job whose id is `batch` is read and deleted here, since
+        // this path, not `/v1/jobs/{id}`, is the one its URL matches; its other operations
+        // (`/v1/jobs/batch/finish`, ...) are those of `/v1/jobs/{id}`.
         "/v1/jobs/batch": {
+            "get": job_op("getJobBatch", "Get the job whose id is `batch`", None, json!({"200": job.clone(), "404": not_found.clone()})),
+            "delete": job_op("deleteJobBatch", "Delete the job whose id is `batch`, whatever its state", None, json!({
+                "204": {"description": "Deleted"}, "404": not_found.clone()
+            })),
             "post": {
                 "operationId": "pushBatch",
                 "summary": "Push several jobs",
@@ -240,41 +321,29 @@ fn paths() -> Value {
             }))
         },
         "/v1/reserve": {
-            "post": {
-                "operationId": "reserve",
-                "summary": "Reserve ready jobs, waiting up to `timeout_ms` for one",
-                "tags": ["consumers"],
-                "requestBody": request("ReserveRequest", true),
-                "responses": responses(map(json!({
-                    "200": ok("The reserved jobs; empty when none became ready in time", "ReserveReply")
-                })), true)
-            }
+            "post": post_op(
+                ["reserve", "Reserve ready jobs, waiting up to `timeout_ms` for one", "consumers"],
+                "ReserveRequest",
+                ok("The reserved jobs; empty when none became ready in time", "ReserveReply")
+            )
         },
         "/v1/finish": {
-            "post": {
-                "operationId": "finishBatch",
-                "summary": "Finish several jobs",
-                "tags": ["consumers"],
-                "requestBody": request("FinishBatch", true),
-                "responses": responses(map(json!({
-                    "200": ok("How many were finished and which ids were not found", "FinishBatchReply")
-                })), true)
-            }
+            "post": post_op(
+                ["finishBatch", "Finish several jobs", "consumers"],
+                "FinishBatch",
+                ok("How many were finished and which ids were not found", "FinishBatchReply")
+            )
         },
         "/v1/topics/{topic}/kick": {
             "parameters": [{
                 "name": "topic", "in": "path", "required": true,
                 "schema": {"$ref": "#/components/schemas/Topic"}
             }],
-            "post": {
-                "operationId": "kickTopic",
-                "summary": "Return up to `max` dead jobs of a topic, oldest burial first, to ready",
-                "tags": ["jobs"],
-                "requestBody": request("KickTopic", true),
-                "responses": responses(map(json!({
-                    "200": ok("How many were kicked", "KickTopicReply")
-                })), true)
-            }
+            "post": post_op(
+                ["kickTopic", "Return up to `max` dead jobs of a topic, oldest burial first, to ready", "jobs"],
+                "KickTopic",
+                ok("How many were kicked", "KickTopicReply")
+            )
         },
         "/v1/stats": {
             "get": {
@@ -332,36 +401,81 @@ fn paths() -> Value {
     })
 }
 
-fn schemas() -> Value {
+/// `schema` or `null`, for an optional field: the handlers read `null` as an absent field.
+fn or_null(schema: Value) -> Value {
+    json!({"oneOf": [schema, {"type": "null"}]})
+}
+
+/// A schema of `components` by name.
+fn schema_ref(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+/// Adds `description` to a schema object.
+fn described(mut schema: Value, description: &str) -> Value {
+    if let Value::Object(m) = &mut schema {
+        m.insert("description".into(), json!(description));
+    }
+    schema
+}
+
+/// Adds `default` (the value an absent field stands for) to a schema object.
+fn defaulting(mut schema: Value, default: Value) -> Value {
+    if let Value::Object(m) = &mut schema {
+        m.insert("default".into(), default);
+    }
+    schema
+}
+
+/// An integer in `min..=max`.
+fn int(min: u64, max: u64) -> Value {
+    json!({"type": "integer", "minimum": min, "maximum": max})
+}
+
+fn schemas(limits: &Limits) -> Value {
+    let u32_max = u64::from(u32::MAX);
+    let batch = u64::try_from(limits.batch).unwrap_or(u64::MAX);
+    // `validate_backoff`'s bound on one step.
+    let backoff_step = MAX_RUN_AT / 2;
+    let body = json!({"type": "string", "maxLength": limits.body_bytes});
+    let body_description = "Stored byte-for-byte; at most `max_body_bytes` bytes of UTF-8 (413 when over; `maxLength` counts characters, so a body of multi-byte characters may be refused below it)";
+    let delay = described(
+        int(0, MAX_DELAY_MS),
+        "Due this long after now; 0 is ready now; at most 1000 years",
+    );
+    // Both due times given (neither `null`): refused, naming `run_at_ms`.
+    let both_due_times = json!({
+        "required": ["delay_ms", "run_at_ms"],
+        "properties": {"delay_ms": {"type": "integer"}, "run_at_ms": {"type": "integer"}}
+    });
     let mut all = map(json!({
         "JobId": {
-            "type": "string", "minLength": 1, "maxLength": 256,
+            "type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS,
+            "pattern": pattern_without(ID_FORBIDDEN),
             "description": "1–256 characters, no control characters; unique across topics"
         },
         "Topic": {
-            "type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[^\\s,\\x00-\\x1f\\x7f-\\x9f]+$",
+            "type": "string", "minLength": 1, "maxLength": MAX_TOPIC_CHARS,
+            "pattern": pattern_without(TOPIC_FORBIDDEN),
             "description": "1–128 characters, no whitespace, control characters or commas"
         },
-        "UnixMillis": {"type": "integer", "format": "int64", "minimum": 0, "maximum": 253_402_300_799_000_u64},
+        "UnixMillis": {"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_RUN_AT},
         "JobState": {"type": "string", "enum": ["delayed", "ready", "reserved", "dead"]},
         "Job": {
             "type": "object",
             "required": ["id", "topic", "body", "state", "run_at_ms", "ttr_ms", "priority", "max_attempts", "backoff_ms", "attempts", "reserved_until_ms"],
             "properties": {
-                "id": {"$ref": "#/components/schemas/JobId"},
-                "topic": {"$ref": "#/components/schemas/Topic"},
+                "id": schema_ref("JobId"),
+                "topic": schema_ref("Topic"),
                 "body": {"type": "string"},
-                "state": {"$ref": "#/components/schemas/JobState"},
-                "run_at_ms": {"$ref": "#/components/schemas/UnixMillis"},
-                "ttr_ms": {"type": "integer", "minimum": 1, "maximum": 86_400_000},
-                "priority": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64},
-                "max_attempts": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64},
-                "backoff_ms": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": 64},
+                "state": schema_ref("JobState"),
+                "run_at_ms": schema_ref("UnixMillis"),
+                "ttr_ms": int(1, MAX_TTR_MS),
+                "priority": int(0, u32_max),
+                "max_attempts": int(0, u32_max),
+                "backoff_ms": {"type": "array", "items": int(0, backoff_step), "maxItems": MAX_BACKOFF_STEPS},
                 "attempts": {"type": "integer", "minimum": 0},
-                "reserved_until_ms": {
-                    "oneOf": [{"$ref": "#/components/schemas/UnixMillis"}, {"type": "null"}],
-                    "description": "Set only while reserved"
-                }
+                "reserved_until_ms": described(or_null(schema_ref("UnixMillis")), "Set only while reserved")
             }
         },
         "NewJob": {
@@ -370,156 +484,240 @@ fn schemas() -> Value {
             "required": ["topic"],
             "description": "`null` is the same as an absent field. Giving both `delay_ms` and `run_at_ms` is an error.",
             "properties": {
-                "topic": {"$ref": "#/components/schemas/Topic"},
-                "id": {"allOf": [{"$ref": "#/components/schemas/JobId"}], "description": "Default: a new UUIDv7 (time-ordered)"},
-                "body": {"type": "string", "default": "", "description": "Stored byte-for-byte; at most `max_body_bytes` (413 when over)"},
-                "delay_ms": {"type": "integer", "minimum": 0, "default": 0, "description": "Due this long after now; 0 is ready now"},
-                "run_at_ms": {"allOf": [{"$ref": "#/components/schemas/UnixMillis"}], "description": "Absolute due time instead of `delay_ms`; a past time is ready now"},
-                "ttr_ms": {"type": "integer", "minimum": 1, "maximum": 86_400_000, "default": 60_000},
-                "priority": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64, "default": 1024, "description": "0 is most urgent"},
-                "max_attempts": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64, "default": 0, "description": "Deliveries before the job is dead; 0 = unlimited"},
-                "backoff_ms": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": 64, "default": [], "description": "Delay before the n-th redelivery; the last step repeats"},
-                "replace": {"type": "boolean", "default": false, "description": "Replace an existing job with this id instead of answering 409"}
-            }
+                "topic": schema_ref("Topic"),
+                "id": described(or_null(schema_ref("JobId")), "Default: a new UUIDv7 (time-ordered)"),
+                "body": defaulting(described(or_null(body.clone()), body_description), json!("")),
+                "delay_ms": defaulting(or_null(delay.clone()), json!(0)),
+                "run_at_ms": described(or_null(schema_ref("UnixMillis")), "Absolute due time instead of `delay_ms`; a past time is ready now"),
+                "ttr_ms": defaulting(described(or_null(int(1, MAX_TTR_MS)), "Time-to-run: 1 ms to 1 day"), json!(DEFAULT_TTR_MS)),
+                "priority": defaulting(described(or_null(int(0, u32_max)), "0 is most urgent"), json!(DEFAULT_PRIORITY)),
+                "max_attempts": defaulting(described(or_null(int(0, u32_max)), "Deliveries before the job is dead; 0 = unlimited"), json!(0)),
+                "backoff_ms": defaulting(described(
+                    or_null(json!({"type": "array", "items": int(0, backoff_step), "maxItems": MAX_BACKOFF_STEPS})),
+                    "Delay before the n-th redelivery; the last step repeats"
+                ), json!([])),
+                "replace": defaulting(described(or_null(json!({"type": "boolean"})), "Replace an existing job with this id instead of answering 409"), json!(false))
+            },
+            "not": both_due_times.clone()
         }
     }));
     all.extend(map(json!({
-                "BatchPush": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["jobs"],
+        "BatchPush": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["jobs"],
+            "description": "A batch has one mode: a job's own `replace`, if given, must equal the batch's.",
+            "properties": {
+                "jobs": {"type": "array", "items": schema_ref("NewJob"), "maxItems": batch, "description": "At most `max_batch`"},
+                "replace": defaulting(or_null(json!({"type": "boolean"})), json!(false))
+            },
+            "oneOf": [
+                {
+                    "required": ["replace"],
                     "properties": {
-                        "jobs": {"type": "array", "items": {"$ref": "#/components/schemas/NewJob"}, "description": "At most `max_batch` (default 1000)"},
-                        "replace": {"type": "boolean", "default": false}
+                        "replace": {"const": true},
+                        "jobs": {"items": {"properties": {"replace": {"enum": [true, null]}}}}
                     }
                 },
-                "PushResult": {
-                    "type": "object",
-                    "required": ["id", "status"],
+                {
                     "properties": {
-                        "id": {"$ref": "#/components/schemas/JobId"},
-                        "status": {"type": "string", "enum": ["created", "replaced", "exists"]}
-                    }
-                },
-                "BatchPushReply": {
-                    "type": "object",
-                    "required": ["results"],
-                    "properties": {"results": {"type": "array", "items": {"$ref": "#/components/schemas/PushResult"}}}
-                },
-                "Release": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "description": "The body may be empty",
-                    "properties": {
-                        "delay_ms": {"type": "integer", "minimum": 0, "description": "Default: the job's backoff schedule"}
-                    }
-                },
-                "Reschedule": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "description": "Exactly one of `delay_ms` and `run_at_ms`",
-                    "properties": {
-                        "delay_ms": {"type": "integer", "minimum": 0},
-                        "run_at_ms": {"$ref": "#/components/schemas/UnixMillis"},
-                        "body": {"type": "string"},
-                        "priority": {"type": "integer", "minimum": 0, "maximum": 4_294_967_295_u64}
-                    }
-                },
-                "RescheduleReply": {
-                    "type": "object",
-                    "required": ["job", "previous_state"],
-                    "properties": {
-                        "job": {"$ref": "#/components/schemas/Job"},
-                        "previous_state": {"type": "string", "enum": ["delayed", "ready"]}
+                        "replace": {"enum": [false, null]},
+                        "jobs": {"items": {"properties": {"replace": {"enum": [false, null]}}}}
                     }
                 }
-            })));
+            ]
+        },
+        "PushResult": {
+            "type": "object",
+            "required": ["id", "status"],
+            "properties": {
+                "id": schema_ref("JobId"),
+                "status": {"type": "string", "enum": ["created", "replaced", "exists"]}
+            }
+        },
+        "BatchPushReply": {
+            "type": "object",
+            "required": ["results"],
+            "properties": {"results": {"type": "array", "items": schema_ref("PushResult")}}
+        },
+        "Release": {
+            "type": "object",
+            "additionalProperties": false,
+            "description": "The body may be empty",
+            "properties": {
+                "delay_ms": described(or_null(int(0, MAX_DELAY_MS)), "Default: the job's backoff schedule; at most 1000 years")
+            }
+        },
+        "Reschedule": {
+            "type": "object",
+            "additionalProperties": false,
+            "description": "Exactly one of `delay_ms` and `run_at_ms`",
+            "properties": {
+                "delay_ms": or_null(delay),
+                "run_at_ms": or_null(schema_ref("UnixMillis")),
+                "body": described(or_null(body), body_description),
+                "priority": or_null(int(0, u32_max))
+            },
+            "oneOf": [
+                {"required": ["delay_ms"], "properties": {"delay_ms": {"type": "integer"}}},
+                {"required": ["run_at_ms"], "properties": {"run_at_ms": {"type": "integer"}}}
+            ]
+        },
+        "RescheduleReply": {
+            "type": "object",
+            "required": ["job", "previous_state"],
+            "properties": {
+                "job": schema_ref("Job"),
+                "previous_state": {"type": "string", "enum": ["delayed", "ready"]}
+            }
+        }
+    })));
     all.extend(map(json!({
-                "ReserveRequest": {
+        "ReserveRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["topics"],
+            "properties": {
+                "topics": {"type": "array", "items": schema_ref("Topic"), "minItems": 1, "maxItems": batch, "description": "Preferred in the order given (a repeated name counts once); at most `max_batch`"},
+                "max": defaulting(described(or_null(int(1, batch)), "At most `max_batch`"), json!(1)),
+                "timeout_ms": defaulting(described(or_null(int(0, limits.wait_ms)), "How long to wait when nothing is ready, at most `max_wait` × 1000"), json!(0))
+            }
+        },
+        "ReserveReply": {
+            "type": "object",
+            "required": ["jobs"],
+            "properties": {"jobs": {"type": "array", "items": schema_ref("Job")}}
+        },
+        "FinishBatch": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["ids"],
+            "properties": {"ids": {"type": "array", "items": schema_ref("JobId"), "maxItems": batch, "description": "At most `max_batch`; a repeated id counts once"}}
+        },
+        "FinishBatchReply": {
+            "type": "object",
+            "required": ["finished", "missing"],
+            "properties": {
+                "finished": {"type": "integer", "minimum": 0},
+                "missing": {"type": "array", "items": schema_ref("JobId")}
+            }
+        },
+        "KickTopic": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["max"],
+            "properties": {"max": described(int(1, batch), "At most `max_batch`")}
+        },
+        "KickTopicReply": {
+            "type": "object",
+            "required": ["kicked"],
+            "properties": {"kicked": {"type": "integer", "minimum": 0}}
+        },
+        "TopicCounts": {
+            "type": "object",
+            "required": ["delayed", "ready", "reserved", "dead"],
+            "properties": {
+                "delayed": {"type": "integer", "minimum": 0},
+                "ready": {"type": "integer", "minimum": 0},
+                "reserved": {"type": "integer", "minimum": 0},
+                "dead": {"type": "integer", "minimum": 0}
+            }
+        },
+        "Stats": {
+            "type": "object",
+            "required": ["topics", "next_due_ms"],
+            "properties": {
+                "topics": {"type": "object", "additionalProperties": schema_ref("TopicCounts"), "description": "Topics with at least one job"},
+                "next_due_ms": described(
+                    or_null(schema_ref("UnixMillis")),
+                    "The earliest due time of a delayed job or reservation deadline"
+                )
+            }
+        },
+        "Health": {
+            "type": "object",
+            "required": ["status"],
+            "properties": {
+                "status": {"type": "string", "enum": ["ok", "unavailable"]},
+                "store": {"type": "string"},
+                "error": {"type": "string", "description": "Why the store is unavailable"}
+            }
+        },
+        "Error": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {
                     "type": "object",
-                    "additionalProperties": false,
-                    "required": ["topics"],
+                    "required": ["code", "field", "message"],
                     "properties": {
-                        "topics": {"type": "array", "items": {"$ref": "#/components/schemas/Topic"}, "minItems": 1, "description": "Preferred in the order given; at most `max_batch`"},
-                        "max": {"type": "integer", "minimum": 1, "default": 1, "description": "At most `max_batch` (default 1000)"},
-                        "timeout_ms": {"type": "integer", "minimum": 0, "default": 0, "description": "How long to wait when nothing is ready; at most `max_wait_secs` × 1000 (default 300000)"}
-                    }
-                },
-                "ReserveReply": {
-                    "type": "object",
-                    "required": ["jobs"],
-                    "properties": {"jobs": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}}}
-                },
-                "FinishBatch": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["ids"],
-                    "properties": {"ids": {"type": "array", "items": {"$ref": "#/components/schemas/JobId"}, "description": "At most `max_batch`"}}
-                },
-                "FinishBatchReply": {
-                    "type": "object",
-                    "required": ["finished", "missing"],
-                    "properties": {
-                        "finished": {"type": "integer", "minimum": 0},
-                        "missing": {"type": "array", "items": {"$ref": "#/components/schemas/JobId"}}
-                    }
-                },
-                "KickTopic": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["max"],
-                    "properties": {"max": {"type": "integer", "minimum": 1, "description": "At most `max_batch`"}}
-                },
-                "KickTopicReply": {
-                    "type": "object",
-                    "required": ["kicked"],
-                    "properties": {"kicked": {"type": "integer", "minimum": 0}}
-                },
-                "TopicCounts": {
-                    "type": "object",
-                    "required": ["delayed", "ready", "reserved", "dead"],
-                    "properties": {
-                        "delayed": {"type": "integer", "minimum": 0},
-                        "ready": {"type": "integer", "minimum": 0},
-                        "reserved": {"type": "integer", "minimum": 0},
-                        "dead": {"type": "integer", "minimum": 0}
-                    }
-                },
-                "Stats": {
-                    "type": "object",
-                    "required": ["topics", "next_due_ms"],
-                    "properties": {
-                        "topics": {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/TopicCounts"}, "description": "Topics with at least one job"},
-                        "next_due_ms": {
-                            "oneOf": [{"$ref": "#/components/schemas/UnixMillis"}, {"type": "null"}],
-                            "description": "The earliest due time of a delayed job or reservation deadline"
-                        }
-                    }
-                },
-                "Health": {
-                    "type": "object",
-                    "required": ["status"],
-                    "properties": {
-                        "status": {"type": "string"},
-                        "store": {"type": "string"}
-                    }
-                },
-                "Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": {
-                        "error": {
-                            "type": "object",
-                            "required": ["code", "field", "message"],
-                            "properties": {
-                                "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "unauthorized", "timeout", "store_unavailable", "too_many_waiters", "internal"]},
-                                "field": {"type": ["string", "null"], "description": "The offending field (`jobs[3].topic` in batches) for `invalid_field`, and for `too_large` about a job body"},
-                                "message": {"type": "string"},
-                                "state": {"allOf": [{"$ref": "#/components/schemas/JobState"}], "description": "Only with `wrong_state`: the job's current state"}
-                            }
-                        }
+                        "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "unauthorized", "timeout", "store_unavailable", "too_many_waiters", "internal"]},
+                        "field": {"type": ["string", "null"], "description": "The offending field (`jobs[3].topic` in batches) for `invalid_field`, and for `too_large` about a job body"},
+                        "message": {"type": "string"},
+                        "state": described(json!({"allOf": [schema_ref("JobState")]}), "Only with `wrong_state`: the job's current state")
                     }
                 }
-            })));
+            }
+        }
+    })));
     Value::Object(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{self, JobId, Topic};
+
+    fn excluded(ranges: &[(char, char)], c: char) -> bool {
+        ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
+    }
+
+    #[test]
+    fn the_patterns_exclude_exactly_the_characters_ids_and_topics_refuse() {
+        for c in (0..=u32::from(char::MAX)).filter_map(char::from_u32) {
+            let s = c.to_string();
+            let id_refused = JobId::parse(s.as_str()).is_err();
+            assert_eq!(excluded(ID_FORBIDDEN, c), id_refused, "id {c:?}");
+            let topic_refused = Topic::parse(s).is_err();
+            assert_eq!(excluded(TOPIC_FORBIDDEN, c), topic_refused, "topic {c:?}");
+        }
+    }
+
+    #[test]
+    fn patterns_are_written_with_four_digit_escapes() {
+        assert_eq!(
+            pattern_without(ID_FORBIDDEN),
+            r"^[^\u0000-\u001f\u007f-\u009f]+$"
+        );
+        assert_eq!(pattern_without(&[(',', ',')]), r"^[^\u002c]+$");
+    }
+
+    /// The non-null schema of an optional field of `schema` in `doc`.
+    fn field<'a>(doc: &'a Value, schema: &str, field: &str) -> &'a Value {
+        let s = &doc["components"]["schemas"][schema]["properties"][field];
+        s["oneOf"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["type"] != "null"))
+            .unwrap_or(s)
+    }
+
+    fn maximum(schema: &Value) -> u64 {
+        schema["maximum"].as_u64().expect("a maximum")
+    }
+
+    #[test]
+    fn the_documents_bounds_are_the_validators() {
+        let doc = document(&Config::default());
+        let ttr = maximum(field(&doc, "NewJob", "ttr_ms"));
+        assert!(job::validate_ttr_ms(ttr).is_ok() && job::validate_ttr_ms(ttr + 1).is_err());
+        let run_at = maximum(&doc["components"]["schemas"]["UnixMillis"]);
+        assert!(job::validate_run_at(run_at).is_ok() && job::validate_run_at(run_at + 1).is_err());
+        let backoff = field(&doc, "NewJob", "backoff_ms");
+        let step = maximum(&backoff["items"]);
+        assert!(job::validate_backoff(&[step]).is_ok());
+        assert!(job::validate_backoff(&[step + 1]).is_err());
+        let steps = backoff["maxItems"].as_u64().unwrap() as usize;
+        assert!(job::validate_backoff(&vec![0; steps]).is_ok());
+        assert!(job::validate_backoff(&vec![0; steps + 1]).is_err());
+    }
 }

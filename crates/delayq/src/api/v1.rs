@@ -64,6 +64,12 @@ type Body = Result<Bytes, BytesRejection>;
 /// A path parameter (`{id}` or `{topic}`), percent-decoded.
 type IdPath = Result<Path<String>, PathRejection>;
 
+/// The longest `delay_ms` /v1 accepts: 1000 years of 365 days. A fixed bound, so that the
+/// OpenAPI document can state it: the bound that "not after the year 9999"
+/// ([`job::MAX_RUN_AT`]) puts on a delay shrinks as the clock moves. `now + MAX_DELAY_MS` stays
+/// within `MAX_RUN_AT` until the year 8999.
+pub const MAX_DELAY_MS: u64 = 1000 * 365 * 86_400_000;
+
 /// The fields of `NewJob` (docs/api.md).
 const NEW_JOB_FIELDS: &[&str] = &[
     "topic",
@@ -116,6 +122,34 @@ fn limit_u64(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
+/// Refuses a list of `len` jobs or ids (`field`) longer than `max_batch`.
+fn batch_len(field: &str, len: usize, max_batch: usize) -> ApiResult<()> {
+    if len > max_batch {
+        return Err(ApiError::field(
+            field,
+            format!("has {len} {field}, at most {max_batch} allowed"),
+        ));
+    }
+    Ok(())
+}
+
+/// The due time `delay_ms` after `now`; `field` names the delay in errors.
+fn after_delay(field: String, delay_ms: u64, now: UnixMillis) -> ApiResult<UnixMillis> {
+    if delay_ms > MAX_DELAY_MS {
+        return Err(ApiError::field(
+            field,
+            format!("must be at most {MAX_DELAY_MS} (1000 years), got {delay_ms}"),
+        ));
+    }
+    match now.checked_add(delay_ms) {
+        Some(t) if t <= job::MAX_RUN_AT => Ok(t),
+        _ => Err(ApiError::field(
+            field,
+            format!("{delay_ms} ms puts the due time after the year 9999"),
+        )),
+    }
+}
+
 /// Reads `delay_ms` / `run_at_ms` (at most one of them) as an absolute due time.
 fn due_time(f: &mut Fields, now: UnixMillis) -> ApiResult<Option<UnixMillis>> {
     let delay = f.u64("delay_ms")?;
@@ -125,13 +159,7 @@ fn due_time(f: &mut Fields, now: UnixMillis) -> ApiResult<Option<UnixMillis>> {
             f.name("run_at_ms"),
             "give either delay_ms or run_at_ms, not both",
         )),
-        (Some(d), None) => match now.checked_add(d) {
-            Some(t) if t <= job::MAX_RUN_AT => Ok(Some(t)),
-            _ => Err(ApiError::field(
-                f.name("delay_ms"),
-                format!("{d} ms puts the due time after the year 9999"),
-            )),
-        },
+        (Some(d), None) => after_delay(f.name("delay_ms"), d, now).map(Some),
         (None, Some(t)) if t > job::MAX_RUN_AT => Err(ApiError::field(
             f.name("run_at_ms"),
             format!(
@@ -140,6 +168,15 @@ fn due_time(f: &mut Fields, now: UnixMillis) -> ApiResult<Option<UnixMillis>> {
             ),
         )),
         (None, t) => Ok(t),
+    }
+}
+
+/// The `NewJob` field that sets a field of `JobSpec` (as job.rs's validation errors name it).
+fn field_of_spec(spec_field: &'static str) -> &'static str {
+    match spec_field {
+        "run_at" => "run_at_ms",
+        // `topic`, `id`, `body`, `ttr_ms`, `backoff_ms`: the same word.
+        other => other,
     }
 }
 
@@ -184,15 +221,8 @@ fn new_job(mut f: Fields, now: UnixMillis, max_body_bytes: usize) -> ApiResult<N
     }
     let replace = f.bool("replace")?;
     // Everything was checked above; this is the domain's own word on it, kept as a backstop.
-    spec.validate(max_body_bytes).map_err(|e| {
-        let field = match e.field {
-            "ttr" => "ttr_ms",
-            "delay" => "run_at_ms",
-            "backoff" => "backoff_ms",
-            other => other,
-        };
-        ApiError::from_invalid(f.name(field), e)
-    })?;
+    spec.validate(max_body_bytes)
+        .map_err(|e| ApiError::from_invalid(f.name(field_of_spec(e.field)), e))?;
     Ok(NewJob { spec, replace })
 }
 
@@ -231,16 +261,7 @@ async fn push_batch(State(st): State<AppState>, body: Body) -> ApiResult<Json<Ba
     let items = f.array("jobs")?;
     let items = required(&f, "jobs", items)?;
     tracing::Span::current().record("jobs", items.len());
-    if items.len() > st.config.max_batch {
-        return Err(ApiError::field(
-            "jobs",
-            format!(
-                "has {} jobs, at most {} allowed",
-                items.len(),
-                st.config.max_batch
-            ),
-        ));
-    }
+    batch_len("jobs", items.len(), st.config.max_batch)?;
     let mut specs = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         let name = format!("jobs[{i}]");
@@ -318,13 +339,8 @@ async fn release(State(st): State<AppState>, path: IdPath, body: Body) -> ApiRes
     let id = path_id(path)?;
     let mut f = Fields::new(input::object(&body?, true)?, "", &["delay_ms"])?;
     let delay = f.u64("delay_ms")?;
-    if let Some(d) = delay
-        && now.checked_add(d).is_none_or(|t| t > job::MAX_RUN_AT)
-    {
-        return Err(ApiError::field(
-            "delay_ms",
-            format!("{d} ms puts the due time after the year 9999"),
-        ));
+    if let Some(d) = delay {
+        after_delay(f.name("delay_ms"), d, now)?;
     }
     Ok(Json(st.store.release(&id, delay, now).await?.into()))
 }
@@ -459,16 +475,7 @@ async fn finish_batch(State(st): State<AppState>, body: Body) -> ApiResult<Json<
     let raw = f.strings("ids")?;
     let raw = required(&f, "ids", raw)?;
     tracing::Span::current().record("ids", raw.len());
-    if raw.len() > st.config.max_batch {
-        return Err(ApiError::field(
-            "ids",
-            format!(
-                "has {} ids, at most {} allowed",
-                raw.len(),
-                st.config.max_batch
-            ),
-        ));
-    }
+    batch_len("ids", raw.len(), st.config.max_batch)?;
     let mut seen = HashSet::new();
     let mut ids = Vec::with_capacity(raw.len());
     for (i, s) in raw.into_iter().enumerate() {
@@ -522,6 +529,23 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Json<StatsView>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spec_validation_errors_name_the_new_job_fields() {
+        let topic = Topic::parse("t").unwrap();
+        let mut spec = JobSpec::new(topic, JobId::parse("j").unwrap(), "b", job::MAX_RUN_AT + 1);
+        let field = |spec: &JobSpec| field_of_spec(spec.validate(1).unwrap_err().field);
+        assert_eq!(field(&spec), "run_at_ms");
+        spec.run_at = 0;
+        spec.ttr_ms = 0;
+        assert_eq!(field(&spec), "ttr_ms");
+        spec.ttr_ms = 1;
+        spec.backoff_ms = vec![0; job::MAX_BACKOFF_STEPS + 1];
+        assert_eq!(field(&spec), "backoff_ms");
+        spec.backoff_ms.clear();
+        spec.body = "two".into();
+        assert_eq!(field(&spec), "body");
+    }
 
     #[test]
     fn job_paths_percent_encode_everything_but_unreserved_characters() {

@@ -117,23 +117,21 @@ impl Fields {
         }
     }
 
-    /// A non-negative integer that fits in a `u64`.
+    /// A non-negative integer that fits in a `u64` ([`integer`]: `5.0` is 5).
     pub fn u64(&mut self, field: &str) -> Result<Option<u64>, ApiError> {
         match self.take(field) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
+            Some(v) => integer(&v)
                 .map(Some)
                 .ok_or_else(|| ApiError::field(self.name(field), not_u64(&v))),
         }
     }
 
-    /// A non-negative integer that fits in a `u32`.
+    /// A non-negative integer that fits in a `u32` ([`integer`]: `5.0` is 5).
     pub fn u32(&mut self, field: &str) -> Result<Option<u32>, ApiError> {
         match self.take(field) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
+            Some(v) => integer(&v)
                 .and_then(|n| u32::try_from(n).ok())
                 .map(Some)
                 .ok_or_else(|| {
@@ -190,11 +188,29 @@ impl Fields {
             .iter()
             .enumerate()
             .map(|(i, v)| {
-                v.as_u64()
-                    .ok_or_else(|| ApiError::field(format!("{name}[{i}]"), not_u64(v)))
+                integer(v).ok_or_else(|| ApiError::field(format!("{name}[{i}]"), not_u64(v)))
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
+    }
+}
+
+/// The value of a JSON number that is a non-negative integer fitting in a `u64`. As in JSON
+/// Schema, which the OpenAPI document is written in, a number is an integer when its fractional
+/// part is zero, however it is written: `1614`, `1614.0` and `1.614e3` are all 1614. A number
+/// written with a fraction or an exponent is read as an `f64`, exact up to 2^53, beyond every
+/// limit /v1 accepts.
+fn integer(v: &Value) -> Option<u64> {
+    let Value::Number(n) = v else { return None };
+    if let Some(u) = n.as_u64() {
+        return Some(u);
+    }
+    // 2^64 as an `f64`: the first value that no longer fits.
+    const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
+    match n.as_f64() {
+        // `-0.0 >= 0.0`, so minus zero is 0, as in JSON Schema.
+        Some(f) if f.fract() == 0.0 && (0.0..TWO_POW_64).contains(&f) => Some(f as u64),
+        _ => None,
     }
 }
 
@@ -208,4 +224,39 @@ fn describe(v: &Value) -> String {
 
 fn not_u64(v: &Value) -> String {
     format!("must be an integer >= 0, got {}", describe(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(json: &str) -> Option<u64> {
+        integer(&serde_json::from_str(json).unwrap())
+    }
+
+    #[test]
+    fn an_integer_may_have_a_zero_fraction_or_an_exponent() {
+        assert_eq!(read("1614"), Some(1614));
+        assert_eq!(read("1614.0"), Some(1614));
+        assert_eq!(read("1.614e3"), Some(1614));
+        assert_eq!(read("-0.0"), Some(0));
+        assert_eq!(read("18446744073709551615"), Some(u64::MAX));
+        assert_eq!(read("1e19"), Some(10_000_000_000_000_000_000));
+    }
+
+    #[test]
+    fn fractions_negatives_and_numbers_past_u64_are_not_integers_here() {
+        for json in [
+            "1614.5",
+            "1e-3",
+            "-1",
+            "-1.0",
+            "18446744073709551616",
+            "1e20",
+            "\"5\"",
+            "null",
+        ] {
+            assert_eq!(read(json), None, "{json}");
+        }
+    }
 }
