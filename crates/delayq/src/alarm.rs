@@ -1,12 +1,11 @@
-//! A precise one-shot alarm for the timer (dispatch.rs): one OS thread that sleeps until the
-//! deadline it was given and then wakes an async waiter.
+//! A precise one-shot alarm for the timer (dispatch/timer.rs): one OS thread that sleeps until
+//! the deadline it was given and then wakes an async waiter.
 //!
 //! Why not `tokio::time::sleep`: tokio's timer wheel has 1 ms ticks and rounds every deadline
 //! up to its next tick, which is not aligned with the wall clock's milliseconds, so a job due
-//! at the start of a millisecond was promoted 0–2 ms after it (≈1 ms on average, before any
-//! other work). A condition variable's timed wait ends within the kernel's timer slack (50 µs
-//! by default) of its deadline. The thread costs nothing while it sleeps and one wake-up per
-//! alarm, at most one per timer pass.
+//! at the start of a millisecond would be promoted up to 2 ms after it. A condition variable's
+//! timed wait ends within the kernel's timer slack (50 µs by default) of its deadline. The
+//! thread costs nothing while it sleeps and one wake-up per alarm, at most one per timer pass.
 //!
 //! Never early: the thread re-checks the deadline against the monotonic clock after every
 //! wake-up (spurious or not) and fires only once it has passed.

@@ -1,8 +1,10 @@
-//! Shared test support: real backing services and the per-backend test macro. Each test binary
-//! uses a subset, hence `dead_code` is allowed.
-#![allow(dead_code, unused_imports, unused_macros)]
+//! Shared test support: real backing services and the per-backend test macro. Each of the
+//! three test binaries (store, http, faults) includes this module once, by `#[path]`, and uses
+//! a subset of it, hence `dead_code` is allowed.
+#![allow(dead_code)]
 
 pub mod app;
+#[macro_use]
 pub mod backends;
 pub mod failing;
 pub mod load;

@@ -3,10 +3,10 @@
 //! data directory exits at once with a clear message.
 //!
 //! Driven over plain HTTP (the /v1 API of docs/api.md) against the compiled binary
-//! (`cargo test -p delayq --test embedded_crash -- --nocapture` shows the figures).
+//! (`cargo test -p delayq --test store embedded_crash:: -- --nocapture` shows the figures).
 //! Not here: the store's own reopen rules (embedded_store.rs).
 
-mod support;
+use crate::support;
 
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};

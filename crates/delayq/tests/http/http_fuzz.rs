@@ -6,7 +6,7 @@
 //!
 //! `PROPTEST_CASES` sets the number of cases per endpoint group (default 256).
 
-mod support;
+use crate::support;
 
 use axum::http::{Method, StatusCode};
 use delayq::config::Config;

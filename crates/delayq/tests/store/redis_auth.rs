@@ -5,7 +5,7 @@
 //! handshake: against a server whose certificate is self-signed, the connection is refused for
 //! that reason (this build trusts the public web roots only, see README "Security").
 
-mod support;
+use crate::support;
 
 use support::process::DelayqProcess;
 

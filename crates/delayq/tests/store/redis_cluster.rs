@@ -4,7 +4,7 @@
 //! `delayq serve --redis-cluster` works end to end through the seed API; an unreachable
 //! cluster is refused fast; and a master's failover to its replica loses no replicated job.
 
-mod support;
+use crate::support;
 
 use delayq::job::{JobId, JobSpec, Topic, UnixMillis};
 use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget, key_slot};

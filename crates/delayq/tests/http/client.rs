@@ -2,7 +2,7 @@
 //! every method round-trips through the /v1 API. And the CLI verbs against a running
 //! `delayq serve` process, as a user would type them.
 
-mod support;
+use crate::support;
 
 use delayq::config::Config;
 use delayq_client::{Client, ClientError, JobState, NewJob, PushStatus, Reschedule};

@@ -3,13 +3,13 @@
 //! a refused request changes nothing.
 //!
 //! Time-dependent checks use due times far in the past or future, or generous bounds; the few
-//! tests that need the real long-poll and timer of dispatch.rs say so in their `#[ignore]`.
+//! tests that need the real long-poll and timer of dispatch/ say so in their `#[ignore]`.
 
 // `backend_tests!` (support/backends.rs) names `crate::support` on purpose: the support module
 // lives in each test crate, not in delayq, so `$crate` would be wrong.
 #![allow(clippy::crate_in_macro_def)]
 
-mod support;
+use crate::support;
 
 use axum::http::{Method, StatusCode};
 use delayq::api::v1::MAX_DELAY_MS;

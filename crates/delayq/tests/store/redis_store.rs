@@ -4,11 +4,11 @@
 //! recovering after, script reload, far-future windows drained by two instances at once, and
 //! memory per pending job (printed, and at most 200 bytes with 12-character ids).
 //!
-//! The backend-independent semantics are the conformance suite's job (tests/conformance.rs);
+//! The backend-independent semantics are the conformance suite's job (tests/store/conformance.rs);
 //! the few semantic checks here exercise what sharding and Lua could get wrong. Time is always
 //! passed explicitly; nothing sleeps to let time pass.
 
-mod support;
+use crate::support;
 
 use delayq::job::{JobId, JobSpec, JobState, Topic};
 use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget, shard_of};
@@ -262,7 +262,7 @@ async fn pushed_records_are_what_the_scripts_would_write() {
     // script's, so the record is taken before it.
     let repack = format!(
         "local record = ARGV[1]\n{}\nreturn encode(decode(cmsgpack.unpack(record)))",
-        include_str!("../src/store/redis/lib.lua")
+        include_str!("../../src/store/redis/lib.lua")
     );
     let mut specs = Vec::new();
     for (n, len) in [0usize, 31, 32, 255, 256, 65_535, 65_536]

@@ -14,6 +14,7 @@
 //! Not here: the embedded store's crash test (embedded_crash.rs), several instances on one
 //! Redis (multi_instance.rs), the store-level outage test (redis_store.rs).
 
+#[path = "../support/mod.rs"]
 mod support;
 
 use reqwest::{Client, RequestBuilder, StatusCode};

@@ -5,7 +5,7 @@
 //! Each generated case works in its own topics and ids (prefixed with the case number), so one
 //! backend instance serves all cases. `PROPTEST_CASES` sets the number of cases (default 48).
 
-mod support;
+use crate::support;
 
 use delayq::job::{self, Job, JobId, JobSpec, JobState, Topic, UnixMillis};
 use delayq::store::{PushMode, PushOutcome, Reschedule, StoreError, TopicCounts};

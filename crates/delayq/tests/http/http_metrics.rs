@@ -8,7 +8,7 @@
 // lives in each test crate, not in delayq, so `$crate` would be wrong.
 #![allow(clippy::crate_in_macro_def)]
 
-mod support;
+use crate::support;
 
 use axum::http::{Method, StatusCode};
 use delayq::clock::{Clock, SystemClock};

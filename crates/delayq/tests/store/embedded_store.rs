@@ -323,7 +323,7 @@ async fn second_process_cannot_open_a_directory_in_use() {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "lock_probe_child",
+            "embedded_store::lock_probe_child",
             "--nocapture",
             "--test-threads=1",
         ])

@@ -6,7 +6,7 @@
 //! socket with the Rust client. Authentication does not depend on the store, so the memory
 //! store serves.
 
-mod support;
+use crate::support;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};

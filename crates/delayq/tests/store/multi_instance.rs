@@ -4,9 +4,9 @@
 //!
 //! The CI versions are bounded (1,000–1,500 jobs, paced so a debug build on 2 shared cores keeps
 //! up: lateness then measures the timer, not a backlog); the soak runs tens of thousands:
-//! `DELAYQ_SOAK_JOBS=50000 cargo test --release --test multi_instance -- --ignored`.
+//! `DELAYQ_SOAK_JOBS=50000 cargo test --release --test store multi_instance:: -- --ignored`.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -201,7 +201,7 @@ async fn three_instances_on_one_redis_deliver_every_job_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak: DELAYQ_SOAK_JOBS=50000 cargo test --release --test multi_instance -- --ignored"]
+#[ignore = "soak: DELAYQ_SOAK_JOBS=50000 cargo test --release --test store multi_instance:: -- --ignored"]
 async fn three_instances_soak() {
     let jobs = std::env::var("DELAYQ_SOAK_JOBS")
         .ok()

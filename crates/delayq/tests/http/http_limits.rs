@@ -4,7 +4,7 @@
 //! real socket, a connection that does not send a complete request head within `idle_timeout`,
 //! or sits idle after a request, is closed. Real time, with bounds generous for a loaded machine.
 
-mod support;
+use crate::support;
 
 use axum::body::{Body, Bytes};
 use axum::http::{Method, Request, StatusCode};

@@ -4,7 +4,7 @@
 //! health checks, and graceful shutdown of `server::run` over a real socket. Every
 //! per-backend test runs on each backend of `backend_tests!`.
 
-mod support;
+use crate::support;
 
 use axum::http::{Method, StatusCode};
 use delayq::clock::{Clock, SystemClock};

@@ -4,7 +4,7 @@
 //! Time is explicit: every call passes `now`, so nothing here sleeps. Each test uses its own
 //! topic and id names; backends are fresh per test.
 
-mod support;
+use crate::support;
 
 use delayq::job::{JobId, JobSpec, JobState, Topic, UnixMillis};
 use delayq::store::{PushMode, PushOutcome, Reschedule, StoreError, StoreEvent};
