@@ -165,12 +165,9 @@ pub(super) mod tests {
     use super::super::test_fixture::*;
     use super::*;
     use crate::clock::SystemClock;
-    use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
+    use crate::store::hook::{Call, Hooked, StoreHook};
     use crate::store::memory::MemoryStore;
-    use crate::store::{
-        PushMode, PushOutcome, Reschedule, Stats, StoreError, StoreResult, TickOutcome,
-    };
-    use async_trait::async_trait;
+    use crate::store::{PushMode, StoreError, StoreResult};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,9 +222,8 @@ pub(super) mod tests {
         assert!(f.clock.now() >= run_at);
     }
 
-    /// A MemoryStore whose `tick` can be made to fail, counting calls.
+    /// A hook over a MemoryStore whose `tick` can be made to fail, counting calls.
     pub(in crate::dispatch) struct FlakyTicks {
-        pub(in crate::dispatch) inner: MemoryStore,
         pub(in crate::dispatch) failing: AtomicBool,
         pub(in crate::dispatch) ticks: AtomicU64,
         /// When set, `subscribe` hands out this channel, on which nothing is ever sent: the
@@ -235,83 +231,47 @@ pub(super) mod tests {
         pub(in crate::dispatch) silence: Option<broadcast::Sender<StoreEvent>>,
     }
 
-    #[async_trait]
-    impl Store for FlakyTicks {
-        fn kind(&self) -> &'static str {
+    impl FlakyTicks {
+        /// A MemoryStore behind this hook, its ticks failing while `failing` is set.
+        pub(in crate::dispatch) fn store(
+            failing: bool,
+            silence: Option<broadcast::Sender<StoreEvent>>,
+        ) -> Arc<Hooked<FlakyTicks>> {
+            let hook = FlakyTicks {
+                failing: AtomicBool::new(failing),
+                ticks: AtomicU64::new(0),
+                silence,
+            };
+            Arc::new(Hooked::new(Arc::new(MemoryStore::new()), hook))
+        }
+    }
+
+    impl StoreHook for FlakyTicks {
+        fn before(&self, call: &Call<'_>) -> StoreResult<()> {
+            if let Call::Tick { .. } = call {
+                self.ticks.fetch_add(1, Ordering::SeqCst);
+                if self.failing.load(Ordering::SeqCst) {
+                    return Err(StoreError::Unavailable("test outage".into()));
+                }
+            }
+            Ok(())
+        }
+
+        fn kind(&self, _inner: &dyn Store) -> &'static str {
             "flaky"
         }
-        async fn push_batch(
-            &self,
-            jobs: Vec<JobSpec>,
-            mode: PushMode,
-            now: UnixMillis,
-        ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-            self.inner.push_batch(jobs, mode, now).await
-        }
-        async fn reserve(&self, t: &[Topic], max: usize, now: UnixMillis) -> StoreResult<Vec<Job>> {
-            self.inner.reserve(t, max, now).await
-        }
-        async fn finish(&self, id: &JobId) -> StoreResult<JobState> {
-            self.inner.finish(id).await
-        }
-        async fn delete(&self, id: &JobId) -> StoreResult<JobState> {
-            self.inner.delete(id).await
-        }
-        async fn release(&self, id: &JobId, d: Option<u64>, now: UnixMillis) -> StoreResult<Job> {
-            self.inner.release(id, d, now).await
-        }
-        async fn touch(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-            self.inner.touch(id, now).await
-        }
-        async fn bury(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-            self.inner.bury(id, now).await
-        }
-        async fn kick(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-            self.inner.kick(id, now).await
-        }
-        async fn kick_topic(&self, t: &Topic, max: u64, now: UnixMillis) -> StoreResult<u64> {
-            self.inner.kick_topic(t, max, now).await
-        }
-        async fn reschedule(
-            &self,
-            id: &JobId,
-            c: Reschedule,
-            now: UnixMillis,
-        ) -> StoreResult<(Job, JobState)> {
-            self.inner.reschedule(id, c, now).await
-        }
-        async fn get(&self, id: &JobId) -> StoreResult<Job> {
-            self.inner.get(id).await
-        }
-        async fn stats(&self) -> StoreResult<Stats> {
-            self.inner.stats().await
-        }
-        async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
-            self.ticks.fetch_add(1, Ordering::SeqCst);
-            if self.failing.load(Ordering::SeqCst) {
-                return Err(StoreError::Unavailable("test outage".into()));
-            }
-            self.inner.tick(now, limit).await
-        }
-        fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+
+        fn subscribe(&self, inner: &dyn Store) -> broadcast::Receiver<StoreEvent> {
             match &self.silence {
                 Some(quiet) => quiet.subscribe(),
-                None => self.inner.subscribe(),
+                None => inner.subscribe(),
             }
-        }
-        async fn ping(&self) -> StoreResult<()> {
-            self.inner.ping().await
         }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn timer_backs_off_while_the_store_fails_and_recovers_after() {
-        let store = Arc::new(FlakyTicks {
-            inner: MemoryStore::new(),
-            failing: AtomicBool::new(true),
-            ticks: AtomicU64::new(0),
-            silence: None,
-        });
+        let store = FlakyTicks::store(true, None);
         let clock = Arc::new(SystemClock);
         let dispatcher = Dispatcher::new(store.clone(), clock.clone());
         let shutdown = CancellationToken::new();
@@ -322,13 +282,13 @@ pub(super) mod tests {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(800)).await;
-        let during_outage = store.ticks.load(Ordering::SeqCst);
+        let during_outage = store.hook().ticks.load(Ordering::SeqCst);
         // 100 + 200 + 400 ms backoff: about 4 calls in 800 ms; a hot loop makes thousands.
         assert!(
             during_outage <= 10,
             "{during_outage} tick calls during the outage"
         );
-        store.failing.store(false, Ordering::SeqCst);
+        store.hook().failing.store(false, Ordering::SeqCst);
         let got = dispatcher
             .poll(vec![topic("t")], 1, Duration::from_secs(30))
             .await
@@ -357,12 +317,7 @@ pub(super) mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn idle_timer_does_not_spin() {
-        let store = Arc::new(FlakyTicks {
-            inner: MemoryStore::new(),
-            failing: AtomicBool::new(false),
-            ticks: AtomicU64::new(0),
-            silence: None,
-        });
+        let store = FlakyTicks::store(false, None);
         let dispatcher = Dispatcher::new(store.clone(), Arc::new(SystemClock));
         let shutdown = CancellationToken::new();
         let task = dispatcher.start(shutdown.clone());
@@ -376,7 +331,7 @@ pub(super) mod tests {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let ticks = store.ticks.load(Ordering::SeqCst);
+        let ticks = store.hook().ticks.load(Ordering::SeqCst);
         assert!(ticks <= 3, "{ticks} ticks while idle");
         shutdown.cancel();
         joined(task).await;

@@ -338,7 +338,6 @@ mod tests {
     use crate::job::{JobId, JobSpec, JobState};
     use crate::store::PushMode;
     use crate::store::memory::MemoryStore;
-    use std::sync::atomic::{AtomicBool, AtomicU64};
     use tokio::time::Instant;
     use tokio_util::sync::CancellationToken;
 
@@ -487,12 +486,7 @@ mod tests {
     /// of the same topic waits, even when the job's Ready event never arrived.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_newcomer_does_not_overtake_an_older_waiter_of_its_topic() {
-        let store = Arc::new(FlakyTicks {
-            inner: MemoryStore::new(),
-            failing: AtomicBool::new(false),
-            ticks: AtomicU64::new(0),
-            silence: Some(broadcast::channel(1).0),
-        });
+        let store = FlakyTicks::store(false, Some(broadcast::channel(1).0));
         let clock = Arc::new(SystemClock);
         let dispatcher = Dispatcher::new(store.clone(), clock.clone());
         let shutdown = CancellationToken::new();
