@@ -17,13 +17,13 @@
 #
 # Usage: bench/compare.sh [--runs 3] [--w2-runs N] [--jobs 50000] [--pending 1000000] [--big]
 #                         [--systems "delayq-redis beanstalkd ..."] [--skip-build] [--out DIR]
-#                         [--batch N] [--delayq-api seed|v1] [--workloads "w1 w2"]
+#                         [--batch N] [--delayq-api compat|v1] [--workloads "w1 w2"]
 #                         [--backlog 1000000]
 #   --big         W2 with 10,000,000 pending jobs instead of --pending
 #   --w2-runs     W2 runs per system (default: --runs); W2 at 1M+ jobs is the slow part
 #   --batch       jobs per request for every system (/v1 batches, beanstalkd pipelining,
 #                 BullMQ addBulk; cleanup: /v1/finish batches, Queue.obliterate); default 1
-#   --delayq-api  API of the delayq rows: seed (the compat API, the default: one job per
+#   --delayq-api  API of the delayq rows: compat (the compat API, the default: one job per
 #                 request, like the peers) or v1
 #   --workloads   any of w1 w2 w3 w4 (default "w1 w2"); W3 (steady fire over --backlog
 #                 far-future jobs) and W4 (100,000-job burst) have no BullMQ driver
@@ -41,7 +41,7 @@ SYSTEMS="delayq-redis delayq-embedded beanstalkd beanstalkd-binlog bullmq"
 SKIP_BUILD=0
 OUT=""
 BATCH=1
-DELAYQ_API=seed
+DELAYQ_API=compat
 WORKLOADS="w1 w2"
 BACKLOG=1000000
 while [ $# -gt 0 ]; do

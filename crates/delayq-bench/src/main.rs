@@ -1,4 +1,4 @@
-//! `delayq-bench`: drives a running delayq server (seed or /v1 API) or a beanstalkd over
+//! `delayq-bench`: drives a running delayq server (compat or /v1 API) or a beanstalkd over
 //! loopback with many connections and prints what it measured, as a table or one JSON line
 //! (`--json`). `compare` turns JSON lines from several runs and systems (including the Node
 //! BullMQ driver's) into median tables with ratios. This file only parses flags and dispatches;
@@ -72,7 +72,9 @@ enum Target {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Api {
-    Seed,
+    /// The compat API (`seed` is accepted too, the name older scripts used).
+    #[value(alias = "seed")]
+    Compat,
     V1,
 }
 
@@ -81,9 +83,9 @@ struct CommonArgs {
     /// The system under test.
     #[arg(long, value_enum, default_value_t = Target::Delayq)]
     target: Target,
-    /// delayq API: `seed` (one job per request, second delays) for comparisons, `v1` for
+    /// delayq API: `compat` (one job per request, second delays) for comparisons, `v1` for
     /// batch paths and ms delays.
-    #[arg(long, value_enum, default_value_t = Api::Seed)]
+    #[arg(long, value_enum, default_value_t = Api::Compat)]
     api: Api,
     /// Server address, loopback only (default 127.0.0.1:9277, or :11300 for beanstalkd).
     #[arg(long)]
@@ -104,7 +106,7 @@ struct CommonArgs {
     #[arg(long, default_value_t = 8)]
     consumers: usize,
     /// Jobs per push request and per reserve/finish request (/v1 batches; beanstalkd
-    /// pipelines puts and deletes; the seed API sends one request per job regardless).
+    /// pipelines puts and deletes; the compat API sends one request per job regardless).
     #[arg(long, default_value_t = 1)]
     batch: usize,
     /// Body size in bytes (the due time and sequence number, padded).
@@ -147,7 +149,7 @@ impl CommonArgs {
     fn resolve(&self) -> Result<(workload::Common, String, String)> {
         let protocol = match (self.target, self.api) {
             (Target::Beanstalkd, _) => Protocol::Beanstalkd,
-            (Target::Delayq, Api::Seed) => Protocol::Seed,
+            (Target::Delayq, Api::Compat) => Protocol::Compat,
             (Target::Delayq, Api::V1) => Protocol::V1,
         };
         let addr = self.addr.clone().unwrap_or_else(|| match self.target {

@@ -14,7 +14,7 @@ pub struct RunResult {
     pub label: String,
     /// `delayq`, `beanstalkd` or `bullmq`.
     pub target: String,
-    /// Protocol used: `seed`, `v1`, `beanstalk`, `bullmq`.
+    /// Protocol used: `compat`, `v1`, `beanstalk`, `bullmq`.
     pub api: String,
     /// The workload's parameters, printed so a number is never read without them.
     pub params: BTreeMap<String, serde_json::Value>,

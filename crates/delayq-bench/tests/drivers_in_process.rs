@@ -1,4 +1,4 @@
-//! The bench binary's /v1 and seed drivers end to end: delayq's own router and dispatcher over a
+//! The bench binary's /v1 and compat drivers end to end: delayq's own router and dispatcher over a
 //! `MemoryStore`, served on a loopback port inside this test, driven by the real `delayq-bench`
 //! binary. Small runs (hundreds of jobs) that check the accounting, not the speed: nothing lost,
 //! nothing twice, nothing early, and cleanup removes every pending job. `delayq serve` itself is
@@ -130,12 +130,12 @@ async fn memory_run_pushes_then_deletes_every_pending_job() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lifecycle_over_the_seed_api_loses_nothing_and_delivers_once() {
+async fn lifecycle_over_the_compat_api_loses_nothing_and_delivers_once() {
     let addr = serve_in_process().await;
     let r = bench(&[
         "w1",
         "--api",
-        "seed",
+        "compat",
         "--addr",
         &addr,
         "--jobs",
@@ -151,7 +151,7 @@ async fn lifecycle_over_the_seed_api_loses_nothing_and_delivers_once() {
         "--json",
     ])
     .await;
-    assert_eq!(r["api"], "seed");
+    assert_eq!(r["api"], "compat");
     assert_eq!(metric(&r, "delivered"), 200.0, "{r}");
     assert_eq!(metric(&r, "lost"), 0.0, "{r}");
     assert_eq!(metric(&r, "duplicates"), 0.0, "{r}");

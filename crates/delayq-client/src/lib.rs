@@ -2,7 +2,7 @@
 //! that mirror the JSON, and refusals parsed into [`ClientError::Api`].
 //!
 //! What it does not do: retry, pool across servers, validate input (the server does, and says
-//! which field is wrong), or speak the seed-compatible API. It does not depend on the `delayq`
+//! which field is wrong), or speak the compat API. It does not depend on the `delayq`
 //! crate, so a producer or consumer can use it without pulling in the server. Plain `http://`
 //! only for now: it is built without TLS.
 //!

@@ -3,8 +3,8 @@
 //! (docs/semantics.md describes it for users).
 //!
 //! This module does no I/O and knows nothing of HTTP or storage. The stores *perform* the
-//! transitions decided here: the embedded store calls these functions through `memory::Engine`, the Redis store's
-//! Lua scripts implement the same rules, and the conformance suite (tests/conformance.rs) checks
+//! transitions decided here: the embedded store calls these functions through `store::engine::Engine`, the Redis store's
+//! Lua scripts implement the same rules, and the conformance suite (tests/store/conformance.rs) checks
 //! that both agree with this file.
 
 use serde::{Deserialize, Serialize};
@@ -20,7 +20,7 @@ pub const DEFAULT_TTR_MS: u64 = 60_000;
 pub const DEFAULT_PRIORITY: u32 = 1024;
 /// Default body limit (1 MiB); configurable with `--max-body-bytes`.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
-/// Longest accepted TTR (one day, as the seed API allows).
+/// Longest accepted TTR (one day, as the compat API allows).
 pub const MAX_TTR_MS: u64 = 86_400_000;
 /// Latest accepted due time: year 9999. Delays of centuries are fine; this only keeps
 /// arithmetic (and Lua's doubles) exact.

@@ -6,7 +6,7 @@
 //! - [`store`]: the [`store::Store`] trait and its backends (Redis, embedded).
 //! - [`dispatch`]: the timer and the long-poll waiters, generic over any store ([`alarm`]: the
 //!   timer's precise sleep).
-//! - [`api`]: the HTTP APIs (seed-compatible and /v1). Only `api` knows HTTP.
+//! - [`api`]: the HTTP APIs (compat and /v1). Only `api` knows HTTP.
 //! - [`metrics`]: what the server did and what the store holds, for `GET /metrics`.
 //! - [`config`], [`server`]: settings and wiring; `main.rs` is the CLI.
 

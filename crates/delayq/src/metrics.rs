@@ -116,7 +116,7 @@ impl Metrics {
         );
         let delivered = counter(
             "jobs_delivered",
-            "Jobs handed to a consumer (reserve, seed /pop), redeliveries included",
+            "Jobs handed to a consumer (reserve, compat /pop), redeliveries included",
         );
         let redelivered = counter(
             "jobs_redelivered",
@@ -128,7 +128,7 @@ impl Metrics {
         );
         let deleted = counter(
             "jobs_deleted",
-            "Jobs deleted (seed /delete, DELETE /v1/jobs)",
+            "Jobs deleted (compat /delete, DELETE /v1/jobs)",
         );
         let released = counter(
             "jobs_released",
@@ -177,7 +177,7 @@ impl Metrics {
         let waiting = Gauge::default();
         registry.register(
             "waiting_consumers",
-            "Long polls (reserve, seed /pop) waiting in this instance for a job",
+            "Long polls (reserve, compat /pop) waiting in this instance for a job",
             waiting.clone(),
         );
         registry.register(

@@ -51,7 +51,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 }
 
 /// Opens the store the configuration selects: Redis when `redis` is set, a Redis Cluster when
-/// `redis_cluster` is (config.rs refuses both), else embedded.
+/// `redis_cluster` is (the configuration refuses both), else embedded.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let redis = |target| RedisOptions {
         target,

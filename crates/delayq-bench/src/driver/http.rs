@@ -1,4 +1,4 @@
-//! delayq's two HTTP APIs as bench connections: [`Seed`] (`/push`, `/pop`, `/finish`,
+//! delayq's two HTTP APIs as bench connections: [`Compat`] (`/push`, `/pop`, `/finish`,
 //! `/delete`; one job per request, whole-second delays) and [`V1`] (`/v1/jobs[/batch]`,
 //! `/v1/reserve`, `/v1/finish`; batches, ms delays). Each connection owns one keep-alive
 //! HTTP/1.1 connection ([`Http`], hyper's low-level client): no pool, no per-request URL
@@ -190,10 +190,10 @@ fn refused(path: &str, status: StatusCode, body: &[u8]) -> anyhow::Error {
     anyhow::anyhow!("{path}: HTTP {status}: {text}")
 }
 
-// ---------- seed API ----------
+// ---------- compat API ----------
 
 #[derive(Serialize)]
-struct SeedPush<'a> {
+struct CompatPush<'a> {
     topic: &'a str,
     id: &'a str,
     delay: u64,
@@ -202,37 +202,37 @@ struct SeedPush<'a> {
 }
 
 #[derive(Serialize)]
-struct SeedPop<'a> {
+struct CompatPop<'a> {
     topic: &'a str,
     timeout: u64,
 }
 
 #[derive(Serialize)]
-struct SeedId<'a> {
+struct CompatId<'a> {
     id: &'a str,
 }
 
 #[derive(Deserialize)]
-struct SeedResponse {
+struct CompatResponse {
     code: serde_json::Value,
     #[serde(default)]
     message: String,
     #[serde(default)]
-    data: Option<SeedJob>,
+    data: Option<CompatJob>,
 }
 
 #[derive(Deserialize)]
-struct SeedJob {
+struct CompatJob {
     id: String,
     #[serde(default)]
     body: String,
 }
 
-fn seed_ok(path: &str, status: StatusCode, body: &[u8]) -> Result<SeedResponse> {
+fn compat_ok(path: &str, status: StatusCode, body: &[u8]) -> Result<CompatResponse> {
     if !status.is_success() {
         return Err(refused(path, status, body));
     }
-    let r: SeedResponse = serde_json::from_slice(body).map_err(|e| {
+    let r: CompatResponse = serde_json::from_slice(body).map_err(|e| {
         anyhow::anyhow!(
             "{path}: bad response ({e}): {}",
             String::from_utf8_lossy(body)
@@ -244,24 +244,24 @@ fn seed_ok(path: &str, status: StatusCode, body: &[u8]) -> Result<SeedResponse> 
     Ok(r)
 }
 
-/// A connection to the seed API.
-pub struct Seed {
+/// A connection to the compat API.
+pub struct Compat {
     http: Http,
 }
 
-impl Seed {
-    pub async fn connect(ep: Arc<Endpoint>) -> Result<Seed> {
-        Ok(Seed {
+impl Compat {
+    pub async fn connect(ep: Arc<Endpoint>) -> Result<Compat> {
+        Ok(Compat {
             http: Http::connect(ep).await?,
         })
     }
 
-    /// One `/push` per job (the seed API has no batch).
+    /// One `/push` per job (the compat API has no batch).
     pub async fn push(&mut self, jobs: &[NewJob]) -> Result<Vec<bool>> {
         let mut acked = Vec::with_capacity(jobs.len());
         for j in jobs {
             let ep = &self.http.ep;
-            let req = SeedPush {
+            let req = CompatPush {
                 topic: &ep.topic,
                 id: &j.id,
                 delay: due_secs(j.due, now_ms()),
@@ -270,7 +270,7 @@ impl Seed {
             };
             let uri = self.http.paths.push.clone();
             let (st, b) = self.http.post(uri, json(&req)?, Duration::ZERO).await?;
-            seed_ok("/push", st, &b)?;
+            compat_ok("/push", st, &b)?;
             acked.push(true);
         }
         Ok(acked)
@@ -279,7 +279,7 @@ impl Seed {
     /// `/pop` with `timeout` in whole seconds (at least 1, so an idle consumer does not spin).
     pub async fn reserve(&mut self, timeout_ms: u64) -> Result<Vec<Delivered>> {
         let timeout = timeout_ms.div_ceil(1000).max(1);
-        let req = SeedPop {
+        let req = CompatPop {
             topic: &self.http.ep.topic,
             timeout,
         };
@@ -288,7 +288,7 @@ impl Seed {
             .http
             .post(uri, json(&req)?, Duration::from_secs(timeout))
             .await?;
-        let r = seed_ok("/pop", st, &b)?;
+        let r = compat_ok("/pop", st, &b)?;
         Ok(r.data
             .map(|j| Delivered {
                 handle: j.id,
@@ -303,9 +303,9 @@ impl Seed {
             let uri = self.http.paths.finish.clone();
             let (st, b) = self
                 .http
-                .post(uri, json(&SeedId { id })?, Duration::ZERO)
+                .post(uri, json(&CompatId { id })?, Duration::ZERO)
                 .await?;
-            seed_ok("/finish", st, &b)?;
+            compat_ok("/finish", st, &b)?;
         }
         Ok(())
     }
@@ -315,9 +315,9 @@ impl Seed {
             let uri = self.http.paths.delete.clone();
             let (st, b) = self
                 .http
-                .post(uri, json(&SeedId { id })?, Duration::ZERO)
+                .post(uri, json(&CompatId { id })?, Duration::ZERO)
                 .await?;
-            seed_ok("/delete", st, &b)?;
+            compat_ok("/delete", st, &b)?;
         }
         Ok(ids.len() as u64)
     }
@@ -551,7 +551,7 @@ mod tests {
         assert_eq!(job_path("a b/c", "").unwrap().path(), "/v1/jobs/a%20b%2Fc");
     }
 
-    /// A server that answers each connection's first request with a seed-API success and
+    /// A server that answers each connection's first request with a compat-API success and
     /// `connection: close`, then closes it; returns its address and the connections it took.
     async fn closing_server() -> (String, Arc<std::sync::atomic::AtomicU64>) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -600,8 +600,8 @@ mod tests {
     #[tokio::test]
     async fn a_connection_the_server_closed_is_reopened_before_sending() {
         let (addr, accepted) = closing_server().await;
-        let ep = Endpoint::new(Protocol::Seed, &addr, "t", 60).unwrap();
-        let mut c = Seed::connect(ep).await.unwrap();
+        let ep = Endpoint::new(Protocol::Compat, &addr, "t", 60).unwrap();
+        let mut c = Compat::connect(ep).await.unwrap();
         for i in 0..3 {
             let job = NewJob {
                 id: format!("j{i}"),

@@ -1,5 +1,5 @@
 //! One connection's view of a queue, whatever speaks behind it: push jobs, reserve some, finish
-//! or delete them. Workloads use only [`Conn`], so every workload runs against the seed API, the
+//! or delete them. Workloads use only [`Conn`], so every workload runs against the compat API, the
 //! /v1 API and beanstalkd alike. Drivers do no measuring and no logging; errors are returned.
 
 pub mod beanstalkd;
@@ -11,9 +11,9 @@ use std::sync::Arc;
 /// Which system, and how it is spoken to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Protocol {
-    /// delayq's seed-compatible API (`/push`, `/pop`, `/finish`): one job per request,
+    /// delayq's compat API (`/push`, `/pop`, `/finish`): one job per request,
     /// delays in whole seconds.
-    Seed,
+    Compat,
     /// delayq's /v1 API: batch push, multi-job reserve, batch finish, delays in ms.
     V1,
     /// beanstalkd's text protocol (delays in whole seconds).
@@ -28,7 +28,7 @@ impl Protocol {
 
     pub fn name(self) -> &'static str {
         match self {
-            Protocol::Seed => "seed",
+            Protocol::Compat => "compat",
             Protocol::V1 => "v1",
             Protocol::Beanstalkd => "beanstalk",
         }
@@ -87,7 +87,7 @@ impl Endpoint {
     /// Opens one connection (for HTTP, one keep-alive HTTP/1.1 connection of its own).
     pub async fn connect(self: &Arc<Self>) -> Result<Conn> {
         Ok(match self.protocol {
-            Protocol::Seed => Conn::Seed(http::Seed::connect(self.clone()).await?),
+            Protocol::Compat => Conn::Compat(http::Compat::connect(self.clone()).await?),
             Protocol::V1 => Conn::V1(http::V1::connect(self.clone()).await?),
             Protocol::Beanstalkd => Conn::Beanstalkd(
                 beanstalkd::Beanstalkd::connect(&self.addr, &self.topic, self.ttr_s).await?,
@@ -98,7 +98,7 @@ impl Endpoint {
 
 /// One connection.
 pub enum Conn {
-    Seed(http::Seed),
+    Compat(http::Compat),
     V1(http::V1),
     Beanstalkd(beanstalkd::Beanstalkd),
 }
@@ -107,7 +107,7 @@ impl Conn {
     /// Pushes `jobs` (in one request where the protocol allows); returns which were acknowledged.
     pub async fn push(&mut self, jobs: &[NewJob]) -> Result<Vec<bool>> {
         match self {
-            Conn::Seed(c) => c.push(jobs).await,
+            Conn::Compat(c) => c.push(jobs).await,
             Conn::V1(c) => c.push(jobs).await,
             Conn::Beanstalkd(c) => c.push(jobs).await,
         }
@@ -124,7 +124,7 @@ impl Conn {
     /// Reserves up to `max` jobs, waiting up to `timeout_ms` when none is ready.
     pub async fn reserve(&mut self, max: usize, timeout_ms: u64) -> Result<Vec<Delivered>> {
         match self {
-            Conn::Seed(c) => c.reserve(timeout_ms).await,
+            Conn::Compat(c) => c.reserve(timeout_ms).await,
             Conn::V1(c) => c.reserve(max, timeout_ms).await,
             Conn::Beanstalkd(c) => c.reserve(timeout_ms).await,
         }
@@ -133,7 +133,7 @@ impl Conn {
     /// Finishes reserved jobs (acknowledges them).
     pub async fn finish(&mut self, handles: &[String]) -> Result<()> {
         match self {
-            Conn::Seed(c) => c.finish(handles).await,
+            Conn::Compat(c) => c.finish(handles).await,
             Conn::V1(c) => c.finish(handles).await,
             Conn::Beanstalkd(c) => c.delete(handles).await,
         }
@@ -142,7 +142,7 @@ impl Conn {
     /// Deletes jobs in any state (cleanup); returns how many the server said it removed.
     pub async fn delete(&mut self, handles: &[String]) -> Result<u64> {
         match self {
-            Conn::Seed(c) => c.delete(handles).await,
+            Conn::Compat(c) => c.delete(handles).await,
             Conn::V1(c) => c.delete(handles).await,
             Conn::Beanstalkd(c) => c.delete_count(handles).await,
         }

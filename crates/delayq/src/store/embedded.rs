@@ -21,7 +21,7 @@
 //! (memory may then hold changes the disk does not; restarting reloads the last commit).
 //!
 //! Not here: the state machine (job.rs, `engine.rs`), the locking and the `Store` methods
-//! (`engine_store.rs`), the timer (dispatch.rs), the record layout (`embedded/record.rs`), the
+//! (`engine_store.rs`), the timer (dispatch/), the record layout (`embedded/record.rs`), the
 //! log and redb writes (`embedded/writer.rs`, `embedded/wal.rs`). One process per data
 //! directory: redb's file lock refuses a second opener, in this process or another.
 

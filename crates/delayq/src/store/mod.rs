@@ -7,7 +7,7 @@
 //!
 //! Stores never read the clock: every method that depends on time takes `now`, so the
 //! conformance suite drives time explicitly and the server injects a [`crate::clock::Clock`].
-//! Stores never wait: long polls and the timer's sleeping live in `dispatch.rs`, woken by the
+//! Stores never wait: long polls and the timer's sleeping live in `dispatch/`, woken by the
 //! store's [`StoreEvent`]s.
 
 pub mod embedded;
@@ -31,7 +31,7 @@ pub enum PushMode {
     /// Refuse with [`StoreError::Exists`] (the /v1 default).
     Reject,
     /// Atomically replace the old job, whatever its state: the new version is delivered as if
-    /// pushed fresh and the old one never again (the seed API's behaviour).
+    /// pushed fresh and the old one never again (the compat API's behaviour).
     Replace,
 }
 
@@ -126,7 +126,7 @@ pub trait Store: Send + Sync + 'static {
     async fn reserve(&self, topics: &[Topic], max: usize, now: UnixMillis)
     -> StoreResult<Vec<Job>>;
 
-    /// Removes a job (whatever its state: the seed API's `/finish` is `/delete`). Returns the
+    /// Removes a job (whatever its state: the compat API's `/finish` is `/delete`). Returns the
     /// state it was in.
     async fn finish(&self, id: &JobId) -> StoreResult<JobState> {
         self.delete(id).await

@@ -2,7 +2,7 @@
 //! put them under a mixed /v1 load (support/load.rs), then kill -9 (or SIGTERM) delayq, kill -9
 //! Redis, keep Redis away for a while or make it hang (SIGSTOP), and prove from the clients' own record of what was acknowledged
 //! that nothing acknowledged is lost, unfinished jobs come back after their TTR, and an outage
-//! is answered clearly (503 `store_unavailable`, seed code 1) and never hangs or panics.
+//! is answered clearly (503 `store_unavailable`, compat code 1) and never hangs or panics.
 //! docs/reliability.md states the guarantees these tests back.
 //!
 //! CI runs one bounded round of each (about 8–15 s each, ~40 s for the file, in a debug build):
@@ -617,7 +617,7 @@ async fn with_snapshot<T>(ledger: &Arc<Mutex<Ledger>>, check: impl AsyncFnOnce(&
 }
 
 /// One request of every kind while the store is away, all at once: /v1 push, get and stats
-/// answer 503 `store_unavailable` and the seed push code 1 `store unavailable` within
+/// answer 503 `store_unavailable` and the compat push code 1 `store unavailable` within
 /// [`FAIL_WITHIN`]; long polls (2 s) answer that or "nothing" within their timeout plus
 /// [`FAIL_WITHIN`]; `/readyz` is 503 and `/healthz` 200. Returns the slowest answer's time.
 async fn every_request_is_answered_clearly(http: &Client, base: &str) -> Duration {
@@ -655,11 +655,11 @@ async fn every_request_is_answered_clearly(http: &Client, base: &str) -> Duratio
         );
     }
     let (took, outcome) = &seed_push;
-    assert!(*took < FAIL_WITHIN, "seed /push took {took:?}");
+    assert!(*took < FAIL_WITHIN, "compat /push took {took:?}");
     assert!(
         matches!(outcome, Outcome::Answer(StatusCode::OK, b)
             if b["code"] == 1 && b["message"].as_str().is_some_and(|m| m.contains("store unavailable"))),
-        "seed /push: {outcome:?}"
+        "compat /push: {outcome:?}"
     );
     // Long polls: a clear refusal, or "nothing" at their timeout; never longer.
     let (took, outcome) = &long_poll;
@@ -675,13 +675,13 @@ async fn every_request_is_answered_clearly(http: &Client, base: &str) -> Duratio
     let (took, outcome) = &seed_pop;
     assert!(
         *took < Duration::from_secs(2) + FAIL_WITHIN,
-        "seed /pop took {took:?}"
+        "compat /pop took {took:?}"
     );
     assert!(
         matches!(outcome, Outcome::Answer(StatusCode::OK, b)
             if (b["code"] == 1 && b["message"].as_str().is_some_and(|m| m.contains("store unavailable")))
             || (b["code"] == 0 && b["data"].is_null())),
-        "seed /pop: {outcome:?}"
+        "compat /pop: {outcome:?}"
     );
     let (took, outcome) = &readyz;
     assert!(*took < FAIL_WITHIN, "/readyz took {took:?}");

@@ -53,7 +53,7 @@ const ENDPOINTS: &[(&str, &str, &str)] = &[
     ("GET", "/no/such/route", ""),
 ];
 
-fn is_seed_path(path: &str) -> bool {
+fn is_compat_path(path: &str) -> bool {
     ["/push", "/pop", "/finish", "/delete", "/get"].contains(&path)
 }
 
@@ -105,7 +105,7 @@ fn assert_unauthorized(
         "{what}"
     );
     let path = what.split_whitespace().nth(1).unwrap();
-    let expected = if is_seed_path(path) {
+    let expected = if is_compat_path(path) {
         serde_json::json!({"code": 1, "message": "missing or invalid bearer token", "data": null})
     } else {
         serde_json::json!({"error": {

@@ -204,7 +204,7 @@ async fn every_v1_transition_is_counted_once(b: &Backend) {
     assert_eq!(s.get(&build), 1.0);
 }
 
-async fn the_seed_api_is_counted_like_v1(b: &Backend) {
+async fn the_compat_api_is_counted_like_v1(b: &Backend) {
     let app = TestApp::new(b);
     for id in ["s1", "s2"] {
         let job = json!({"topic": "seed", "id": id, "delay": 0, "ttr": 30, "body": "x"});
@@ -278,7 +278,7 @@ async fn the_timer_s_promotions_and_expiries_are_counted(b: &Backend) {
 
 backend_tests!(
     every_v1_transition_is_counted_once,
-    the_seed_api_is_counted_like_v1,
+    the_compat_api_is_counted_like_v1,
     the_timer_s_promotions_and_expiries_are_counted,
 );
 

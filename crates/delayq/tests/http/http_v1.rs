@@ -1896,7 +1896,7 @@ async fn every_path_allows_exactly_the_methods_the_document_describes() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The long-poll and the timer (dispatch.rs)
+// The long-poll and the timer (dispatch/)
 
 async fn a_waiting_reserve_is_woken_by_a_push(b: &Backend) {
     let app = Arc::new(TestApp::new(b));

@@ -1,4 +1,4 @@
-//! The HTTP tests, one binary: the /v1 API, the seed-compatible API, generated bad requests,
+//! The HTTP tests, one binary: the /v1 API, the compat API, generated bad requests,
 //! timeouts, bearer tokens and `/metrics` (in-process or on a loopback socket, per backend
 //! where it matters), and the Rust client and CLI verbs against a real server. Run one file's
 //! tests with `cargo test -p delayq --test http http_v1::`.

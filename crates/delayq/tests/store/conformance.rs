@@ -762,7 +762,7 @@ async fn store_events_announce_ready_jobs_and_new_deadlines(b: &Backend) {
     }
 }
 
-/// Runs the timer as dispatch.rs does, from `from` until nothing is due by `until`: a tick,
+/// Runs the timer as dispatch/ does, from `from` until nothing is due by `until`: a tick,
 /// then a sleep until the `next_due` it reported (at once if that is not after now). Returns
 /// the times it woke at.
 async fn run_timer(b: &Backend, from: UnixMillis, until: UnixMillis) -> Vec<UnixMillis> {

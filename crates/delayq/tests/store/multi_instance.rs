@@ -1,5 +1,5 @@
 //! Several delayq processes on one Redis (active-active), producers and consumers spread over
-//! all of them through the seed API: every job is delivered, none twice within its TTR, none
+//! all of them through the compat API: every job is delivered, none twice within its TTR, none
 //! before it is due, and lateness stays low.
 //!
 //! The CI versions are bounded (1,000–1,500 jobs, paced so a debug build on 2 shared cores keeps
@@ -174,14 +174,14 @@ async fn every_job_delivered_once(instances: usize, jobs: usize, max_delay_s: u6
     lateness.sort_unstable();
     let pct = |p: f64| lateness[((lateness.len() as f64 * p) as usize).min(lateness.len() - 1)];
     eprintln!(
-        "{instances} instances, {jobs} jobs: lateness p50 {} ms, p99 {} ms, max {} ms (seed API: delays in whole seconds, measured from before the push); deliveries per instance {per_instance:?}",
+        "{instances} instances, {jobs} jobs: lateness p50 {} ms, p99 {} ms, max {} ms (compat API: delays in whole seconds, measured from before the push); deliveries per instance {per_instance:?}",
         pct(0.5),
         pct(0.99),
         lateness.last().unwrap()
     );
     // Lateness figures belong to the benchmark (release build, no other load); here, on a
     // debug build sharing 2 cores with other tests, only a timer that stalls or a backlog that
-    // builds up is caught. Seed-API delays are whole seconds and the due time is taken before
+    // builds up is caught. Compat-API delays are whole seconds and the due time is taken before
     // the push, so lateness includes the push's own latency.
     assert!(pct(0.99) < 1_000, "p99 lateness {} ms", pct(0.99));
     assert!(

@@ -1,7 +1,7 @@
 //! Redis Cluster beyond the shared suites (which `backend_tests!` also runs on a cluster):
 //! a real 3-master cluster per test, built from redis-server processes by
 //! `support/redis_cluster.rs`. One busy topic's jobs land on every master and all come back;
-//! `delayq serve --redis-cluster` works end to end through the seed API; an unreachable
+//! `delayq serve --redis-cluster` works end to end through the compat API; an unreachable
 //! cluster is refused fast; and a master's failover to its replica loses no replicated job.
 
 use crate::support;

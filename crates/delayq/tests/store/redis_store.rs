@@ -721,7 +721,7 @@ async fn concurrent_instances_never_hand_out_a_job_twice() {
 }
 
 /// On one shard, concurrent reserves are joined into shared script calls, one per distinct
-/// topic list (mod.rs `reserve_now`): each caller still gets at most its `max`, only jobs of its
+/// topic list (reserve.rs `run_batch`): each caller still gets at most its `max`, only jobs of its
 /// topics in its order of preference, and no job goes to two callers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joined_reserves_on_one_shard_each_get_their_own_jobs() {

@@ -9,7 +9,7 @@
 //! crate's sharded/cluster pub/sub (RESP3, SSUBSCRIBE per slot); a single plain subscription
 //! is enough for one channel and works on every Redis version. Limit: a node that is up but
 //! cut off from the cluster bus stays subscribed and hears nothing; events are a latency
-//! optimisation (dispatch.rs re-checks every few seconds for lost messages), so this delays
+//! optimisation (dispatch/ re-checks every few seconds for lost messages), so this delays
 //! wake-ups, it loses no job.
 //!
 //! The task reconnects by itself (with a capped backoff) when the subscription is lost, and

@@ -28,7 +28,7 @@
 //! a push or reschedule needs (it knows the new run_at) and passes it in KEYS.
 //!
 //! Connections (`conn.rs`, `events.rs`): one multiplexed connection for all commands (a
-//! consumer in a long poll holds none: waiting lives in dispatch.rs) and one pub/sub connection
+//! consumer in a long poll holds none: waiting lives in dispatch/) and one pub/sub connection
 //! for events. With Redis down every call fails within about 2 s with
 //! [`StoreError::Unavailable`]; both connections come back by themselves.
 //!
