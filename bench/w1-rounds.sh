@@ -135,7 +135,7 @@ run() {
       >"$work/delayq.log" 2>&1 &
     dpid=$!; PIDS+=("$dpid")
     wait_port "$hp" "$dpid" "$work/delayq.log"
-    load=("$BENCH" "${w1[@]}" --api seed --addr "127.0.0.1:$hp" --server-pid "$dpid" --no-progress)
+    load=("$BENCH" "${w1[@]}" --api compat --addr "127.0.0.1:$hp" --server-pid "$dpid" --no-progress)
   fi
   local perf_pid="" safe="${spec//[^A-Za-z0-9_.=-]/_}"
   if [ "$SYSCALLS" = 1 ] && [ -n "$dpid" ]; then
