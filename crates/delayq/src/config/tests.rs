@@ -519,39 +519,36 @@ fn memory_that_is_not_a_boolean_is_refused_naming_it() {
     }
 }
 
+/// The setting a refused configuration names, where its value came from, and the message.
+fn refusal(argv: &[&str], env: &[(&str, &str)]) -> (&'static str, String, String) {
+    let e = load(argv, env).expect_err(&format!("{argv:?} {env:?} should be refused"));
+    let text = e.to_string();
+    let (setting, origin) = invalid_setting(e);
+    (setting, origin, text)
+}
+
 #[test]
 fn memory_with_redis_or_redis_cluster_is_refused_naming_both() {
-    let e = load(&["--memory", "--redis=redis://a:1"], &[]).unwrap_err();
-    let text = e.to_string();
+    let (setting, origin, text) = refusal(&["--memory", "--redis=redis://a:1"], &[]);
     assert_eq!(
-        invalid_setting(e),
-        ("memory", "--memory or DELAYQ_MEMORY".into())
+        (setting, origin.as_str()),
+        ("memory", "--memory or DELAYQ_MEMORY")
     );
     assert!(
         text.contains("with redis (from --redis or DELAYQ_REDIS)"),
         "{text}"
     );
 
-    let e = load(&["--memory", "--redis-cluster=redis://b:2"], &[]).unwrap_err();
-    let text = e.to_string();
-    assert_eq!(invalid_setting(e).0, "memory");
-    assert!(
-        text.contains("with redis_cluster (from --redis-cluster or DELAYQ_REDIS_CLUSTER)"),
-        "{text}"
-    );
+    let (setting, _, text) = refusal(&["--memory", "--redis-cluster=redis://b:2"], &[]);
+    assert_eq!(setting, "memory");
+    let cluster = "with redis_cluster (from --redis-cluster or DELAYQ_REDIS_CLUSTER)";
+    assert!(text.contains(cluster), "{text}");
 
     let f = toml_file("memory = true\n");
-    let argv = [
-        "--config",
-        f.path().to_str().unwrap(),
-        "--redis=redis://a:1",
-    ];
-    let e = load(&argv, &[]).unwrap_err();
-    let text = e.to_string();
-    assert!(
-        text.contains("`memory` in") && text.contains("--redis "),
-        "{text}"
-    );
+    let path = f.path().to_str().unwrap();
+    let (_, origin, text) = refusal(&["--config", path, "--redis=redis://a:1"], &[]);
+    assert!(origin.starts_with("`memory` in"), "{origin}");
+    assert!(text.contains("with redis (from --redis "), "{text}");
 
     // Switched off, it excludes nothing.
     let c = load(&["--memory=false", "--redis=redis://a:1"], &[]).unwrap();
@@ -560,21 +557,20 @@ fn memory_with_redis_or_redis_cluster_is_refused_naming_both() {
 
 #[test]
 fn memory_with_a_data_dir_given_is_refused_but_not_with_the_default_one() {
-    let e = load(&["--memory", "--data-dir=/d"], &[]).unwrap_err();
-    let text = e.to_string();
+    let (setting, origin, text) = refusal(&["--memory", "--data-dir=/d"], &[]);
     assert_eq!(
-        invalid_setting(e),
-        ("data_dir", "--data-dir or DELAYQ_DATA_DIR".into())
+        (setting, origin.as_str()),
+        ("data_dir", "--data-dir or DELAYQ_DATA_DIR")
     );
-    assert!(
-        text.contains("not used with memory (from --memory or DELAYQ_MEMORY)"),
-        "{text}"
+    let named = "not used with memory (from --memory or DELAYQ_MEMORY)";
+    assert!(text.contains(named), "{text}");
+    assert_eq!(
+        refusal(&["--memory"], &[("DELAYQ_DATA_DIR", "/d")]).0,
+        "data_dir"
     );
-    let e = load(&["--memory"], &[("DELAYQ_DATA_DIR", "/d")]).unwrap_err();
-    assert_eq!(invalid_setting(e).0, "data_dir");
     let f = toml_file("data_dir = \"/d\"\n");
-    let e = load(&["--memory", "--config", f.path().to_str().unwrap()], &[]).unwrap_err();
-    assert_eq!(invalid_setting(e).0, "data_dir");
+    let path = f.path().to_str().unwrap();
+    assert_eq!(refusal(&["--memory", "--config", path], &[]).0, "data_dir");
 
     let c = load(&["--memory"], &[]).unwrap();
     assert_eq!((c.memory, c.data_dir), (true, Config::default().data_dir));
