@@ -7,6 +7,7 @@
 # protocol, and stops it. Systems:
 #   delayq-redis       delayq serve --redis (its own redis-server), compat API
 #   delayq-embedded    delayq serve --data-dir (temp dir), compat API
+#   delayq-memory      delayq serve --memory (nothing kept: the ceiling of the stores above)
 #   beanstalkd         in memory
 #   beanstalkd-binlog  with -b DIR (fsync every 50 ms, the default)
 #   bullmq             BullMQ 6 (Node driver bench/peers/bullmq/bench.mjs) on its own redis-server
@@ -37,7 +38,7 @@ RUNS=3
 W2_RUNS=""
 JOBS=50000
 PENDING=1000000
-SYSTEMS="delayq-redis delayq-embedded beanstalkd beanstalkd-binlog bullmq"
+SYSTEMS="delayq-redis delayq-embedded delayq-memory beanstalkd beanstalkd-binlog bullmq"
 SKIP_BUILD=0
 OUT=""
 BATCH=1
@@ -58,7 +59,7 @@ while [ $# -gt 0 ]; do
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --backlog) BACKLOG="$2"; shift 2 ;;
     --delayq-api) DELAYQ_API="$2"; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -201,6 +202,12 @@ run_system() {
       line=$("$BENCH" "$wl" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" --data-dir "$dir" "${wargs[@]}") || true
       stop "$DQ_PID"; rm -rf "$dir" ;;
+    delayq-memory)
+      [ "$DELAYQ_OK" = 1 ] || return 0
+      start_delayq --memory
+      line=$("$BENCH" "$wl" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
+        --server-pid "$DQ_PID" "${wargs[@]}") || true
+      stop "$DQ_PID" ;;
     beanstalkd)
       start_beanstalkd
       line=$("$BENCH" "$wl" --target beanstalkd --addr "127.0.0.1:$BS_PORT" --label "$sys" \

@@ -17,7 +17,8 @@
 #
 # SYSTEM is STORE[@DIR][+VAR=VALUE...]:
 #   STORE        redis (delayq serve --redis, its own redis-server), embedded (delayq serve
-#                --data-dir, a fresh directory), bullmq (BullMQ 6 on its own redis-server)
+#                --data-dir, a fresh directory), memory (delayq serve --memory: the ceiling, no
+#                store cost), bullmq (BullMQ 6 on its own redis-server)
 #   @DIR         run the delayq binary in DIR (another build) instead of target/release
 #   +VAR=VALUE   environment of that delayq serve, e.g. +TOKIO_WORKER_THREADS=1
 # The load generator is always target/release/delayq-bench.
@@ -34,6 +35,8 @@
 #     embedded@/tmp/before/target/release embedded
 #   # BullMQ beside delayq on both stores, and one tokio worker thread
 #   bench/w1-rounds.sh --rounds 4 bullmq redis redis+TOKIO_WORKER_THREADS=1 embedded
+#   # what each store costs over the in-memory ceiling
+#   bench/w1-rounds.sh --rounds 4 memory embedded redis
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -48,7 +51,7 @@ while [ $# -gt 0 ]; do
     --jobs) JOBS="$2"; shift 2 ;;
     --syscalls) SYSCALLS=1; shift ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     -*) echo "unknown argument: $1" >&2; exit 2 ;;
     *) SYSTEMS+=("$1"); shift ;;
   esac
@@ -72,8 +75,8 @@ for s in "${SYSTEMS[@]}"; do
     bullmq*)
       [ -d "$ROOT/bench/peers/bullmq/node_modules/bullmq" ] ||
         { echo "BullMQ is not installed: (cd bench/peers/bullmq && npm install)" >&2; exit 1; } ;;
-    redis*|embedded*) ;;
-    *) echo "unknown SYSTEM $s (redis, embedded or bullmq)" >&2; exit 2 ;;
+    redis*|embedded*|memory*) ;;
+    *) echo "unknown SYSTEM $s (redis, embedded, memory or bullmq)" >&2; exit 2 ;;
   esac
 done
 
@@ -115,7 +118,7 @@ run() {
   local work="$TMP/run-$round-$RANDOM" rp="" rpid="" dpid="" hp url=""
   mkdir -p "$work"
   local -a w1=(w1 --jobs "$JOBS" --max-delay-s 3 --producers 8 --consumers 8 --json)
-  if [ "$store" != embedded ]; then
+  if [ "$store" = redis ] || [ "$store" = bullmq ]; then
     rp=$("$BENCH" free-port)
     redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$work" \
       --logfile "$work/redis.log" &
@@ -131,6 +134,7 @@ run() {
     hp=$("$BENCH" free-port)
     local -a store_args=(--data-dir "$work/data")
     [ "$store" = redis ] && store_args=(--redis "$url")
+    [ "$store" = memory ] && store_args=(--memory)
     env "${env_args[@]}" "$dir/delayq" serve --listen "127.0.0.1:$hp" "${store_args[@]}" \
       >"$work/delayq.log" 2>&1 &
     dpid=$!; PIDS+=("$dpid")
@@ -161,7 +165,7 @@ per_job = lambda s: 1e6 * s / float(jobs)
 m = r["metrics"]
 if not label.startswith("bullmq"):
     m["delayq_cpu_us_per_job"] = per_job(int(dq) / 100)
-if not label.startswith("embedded"):
+if label.startswith(("redis", "bullmq")):
     m["redis_cpu_us_per_job"] = per_job(int(rd) / 100)
 m["bench_cpu_us_per_job"] = per_job(sum(float(x) for x in bench.split()))
 print(json.dumps(r))

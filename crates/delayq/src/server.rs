@@ -18,6 +18,7 @@ use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::store::Store;
 use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
+use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, RedisTarget};
 use anyhow::Context;
 use axum::Router;
@@ -39,6 +40,12 @@ const DISPATCH_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Runs `delayq serve` with these settings until SIGINT/SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let store = open_store(&config).await?;
+    if config.memory {
+        tracing::warn!(
+            "jobs are kept in memory only (--memory): every job is lost when this process \
+             exits, restarts or crashes"
+        );
+    }
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -50,9 +57,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     run(listener, state, shutdown_signal()).await
 }
 
-/// Opens the store the configuration selects: Redis when `redis` is set, a Redis Cluster when
-/// `redis_cluster` is (the configuration refuses both), else embedded.
+/// Opens the store the configuration selects: the memory store when `memory` is set, Redis
+/// when `redis` is, a Redis Cluster when `redis_cluster` is (the configuration refuses any two
+/// of these together), else embedded.
 pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    if config.memory {
+        return Ok(Arc::new(MemoryStore::new()));
+    }
     let redis = |target| RedisOptions {
         target,
         prefix: config.prefix.clone(),
@@ -237,6 +248,20 @@ mod tests {
             format!("{err:#}").contains(&format!("cannot listen on {listen}")),
             "{err:#}"
         );
+    }
+
+    #[tokio::test]
+    async fn memory_opens_the_memory_store_and_leaves_the_data_dir_alone() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let data_dir = dir.path().join("data");
+        let config = Config {
+            memory: true,
+            data_dir: data_dir.clone(),
+            ..Config::default()
+        };
+        let store = open_store(&config).await.unwrap();
+        assert_eq!(store.kind(), "memory");
+        assert!(!data_dir.exists(), "the memory store created {data_dir:?}");
     }
 
     #[test]

@@ -225,7 +225,7 @@ pub(super) struct Setting {
     pub value_name: &'static str,
     /// What the setting does.
     pub help: &'static str,
-    /// How a list is written, for settings that take several values.
+    /// How the value is written when its form is not plain (a list, a switch).
     pub syntax: Option<&'static str>,
     /// The values the setting's rule accepts, when they fit a few words (e.g. `1–1024`).
     pub limits: Option<String>,
@@ -404,7 +404,7 @@ pub(super) fn given<'a, G: Given, T>(
 pub(super) trait Given: Sized + Clone + Send + Sync + 'static {
     /// Its form in the TOML file.
     type File: DeserializeOwned;
-    /// How several values are written, for settings that take a list.
+    /// How the value is written when its form is not plain: a list, a switch.
     const SYNTAX: Option<&'static str> = None;
     /// Sets the clap argument's value parser and arity.
     fn shape(arg: Arg) -> Arg;
@@ -426,6 +426,26 @@ impl Given for u64 {
     }
     fn from_file(n: i64) -> Result<u64, String> {
         u64::try_from(n).map_err(|_| format!("{n} is negative"))
+    }
+}
+
+/// A switch: the flag alone means `true`; `--memory=false` (or `true`, `yes`, `no`, `on`,
+/// `off`, `1`, `0`) and its variable set it either way, so a variable can turn it off; the
+/// file holds a TOML boolean.
+impl Given for bool {
+    type File = bool;
+    const SYNTAX: Option<&'static str> =
+        Some("the flag alone is `true`; `true` or `false` in the variable and the TOML file");
+    fn shape(arg: Arg) -> Arg {
+        arg.value_parser(clap::builder::BoolishValueParser::new())
+            .num_args(0..=1)
+            .default_missing_value("true")
+    }
+    fn from_matches(m: &ArgMatches, id: &str) -> Option<Self> {
+        m.get_one::<bool>(id).copied()
+    }
+    fn from_file(v: bool) -> Result<bool, String> {
+        Ok(v)
     }
 }
 
@@ -520,7 +540,7 @@ macro_rules! show_display {
         }
     )*};
 }
-show_display!(SocketAddr, String, u16, u64, usize);
+show_display!(SocketAddr, String, bool, u16, u64, usize);
 
 impl ShowDefault for PathBuf {
     fn show(&self) -> Option<String> {

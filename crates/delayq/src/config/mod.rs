@@ -75,8 +75,8 @@ settings! {
             env: "DELAYQ_REDIS",
             value_name: "URL",
             help: "Redis URL: `redis://[user:password@]host:port/db`, `rediss://` for TLS, \
-                   `unix://` for a socket; without it (and without `redis_cluster`), the \
-                   embedded store is used",
+                   `unix://` for a socket; without it (and without `redis_cluster` or \
+                   `memory`), the embedded store is used",
             given: String,
             rule: RedisUrl,
             default: None,
@@ -92,6 +92,21 @@ settings! {
             given: Vec<String>,
             rule: ClusterSeeds,
             default: None,
+        },
+        /// Off by default: a store that loses every job at exit must be chosen knowingly. It
+        /// excludes `redis` and `redis_cluster`, and a `data_dir` given with it is refused
+        /// (`Config::from_args`): either would mean the user expects jobs kept somewhere.
+        memory: bool {
+            key: memory,
+            flag: "memory",
+            env: "DELAYQ_MEMORY",
+            value_name: "BOOL",
+            help: "Keep jobs in memory only, with nothing written to disk: the fastest store, \
+                   but every job is lost when the process exits or crashes; excludes `redis`, \
+                   `redis_cluster` and `data_dir`",
+            given: bool,
+            rule: Any,
+            default: false,
         },
         data_dir: PathBuf {
             key: data_dir,
@@ -284,6 +299,32 @@ impl Config {
                 "cannot be combined with redis (from {}): give one Redis server or one cluster",
                 v.redis.origin
             )));
+        }
+        // The memory store keeps jobs nowhere else: a Redis or a data directory given with it
+        // says the user expects them kept, so the contradiction is refused, not resolved.
+        if v.memory.value {
+            let memory = &v.memory;
+            let elsewhere = [
+                ("redis", v.redis.value.is_some(), v.redis.origin),
+                (
+                    "redis_cluster",
+                    v.redis_cluster.value.is_some(),
+                    v.redis_cluster.origin,
+                ),
+            ];
+            if let Some((key, _, origin)) = elsewhere.into_iter().find(|(_, given, _)| *given) {
+                return Err(memory.invalid(format!(
+                    "cannot be combined with {key} (from {origin}): jobs are kept either in \
+                     memory or in Redis, choose one"
+                )));
+            }
+            if !matches!(v.data_dir.origin, Origin::Default) {
+                return Err(v.data_dir.invalid(format!(
+                    "is not used with memory (from {}): the memory store writes nothing to \
+                     disk; remove one of them",
+                    memory.origin
+                )));
+            }
         }
         // Unless chosen, shards follow the deployment.
         if matches!(v.shards.origin, Origin::Default) && v.redis_cluster.value.is_some() {

@@ -97,6 +97,7 @@ fn every_setting_is_read_from_flags() {
             listen: "0.0.0.0:1".parse().unwrap(),
             redis: Some("redis://r:6379/0".into()),
             redis_cluster: None,
+            memory: false,
             data_dir: "/d".into(),
             prefix: "p".into(),
             shards: 2,
@@ -484,6 +485,99 @@ fn redis_url_is_not_echoed_in_errors() {
     assert!(!e.to_string().contains("secret"), "{e}");
 }
 
+#[test]
+fn memory_comes_from_the_flag_its_variable_or_the_file() {
+    assert!(!load(&[], &[]).unwrap().memory, "off by default");
+    assert!(load(&["--memory"], &[]).unwrap().memory, "the flag alone");
+    assert!(load(&["--memory=true"], &[]).unwrap().memory);
+    assert!(!load(&["--memory=false"], &[]).unwrap().memory);
+    for (value, want) in [("true", true), ("1", true), ("false", false), ("0", false)] {
+        let c = load(&[], &[("DELAYQ_MEMORY", value)]).unwrap();
+        assert_eq!(c.memory, want, "DELAYQ_MEMORY={value}");
+    }
+    let f = toml_file("memory = true\n");
+    let path = f.path().to_str().unwrap();
+    assert!(load(&["--config", path], &[]).unwrap().memory, "the file");
+    // The variable can turn the file's switch off, and the flag the variable's.
+    let c = load(&["--config", path], &[("DELAYQ_MEMORY", "false")]).unwrap();
+    assert!(!c.memory, "variable over file");
+    let c = load(&["--memory=false"], &[("DELAYQ_MEMORY", "true")]).unwrap();
+    assert!(!c.memory, "flag over variable");
+}
+
+#[test]
+fn memory_that_is_not_a_boolean_is_refused_naming_it() {
+    let e = parse(&[], &[("DELAYQ_MEMORY", "maybe")]).unwrap_err();
+    assert!(e.to_string().contains("--memory"), "{e}");
+    let e = parse(&["--memory=maybe"], &[]).unwrap_err();
+    assert!(e.to_string().contains("--memory"), "{e}");
+    let f = toml_file("memory = \"yes\"\n");
+    let e = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap_err();
+    match e {
+        ConfigError::File { key, .. } => assert_eq!(key.as_deref(), Some("memory")),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The setting a refused configuration names, where its value came from, and the message.
+fn refusal(argv: &[&str], env: &[(&str, &str)]) -> (&'static str, String, String) {
+    let e = load(argv, env).expect_err(&format!("{argv:?} {env:?} should be refused"));
+    let text = e.to_string();
+    let (setting, origin) = invalid_setting(e);
+    (setting, origin, text)
+}
+
+#[test]
+fn memory_with_redis_or_redis_cluster_is_refused_naming_both() {
+    let (setting, origin, text) = refusal(&["--memory", "--redis=redis://a:1"], &[]);
+    assert_eq!(
+        (setting, origin.as_str()),
+        ("memory", "--memory or DELAYQ_MEMORY")
+    );
+    assert!(
+        text.contains("with redis (from --redis or DELAYQ_REDIS)"),
+        "{text}"
+    );
+
+    let (setting, _, text) = refusal(&["--memory", "--redis-cluster=redis://b:2"], &[]);
+    assert_eq!(setting, "memory");
+    let cluster = "with redis_cluster (from --redis-cluster or DELAYQ_REDIS_CLUSTER)";
+    assert!(text.contains(cluster), "{text}");
+
+    let f = toml_file("memory = true\n");
+    let path = f.path().to_str().unwrap();
+    let (_, origin, text) = refusal(&["--config", path, "--redis=redis://a:1"], &[]);
+    assert!(origin.starts_with("`memory` in"), "{origin}");
+    assert!(text.contains("with redis (from --redis "), "{text}");
+
+    // Switched off, it excludes nothing.
+    let c = load(&["--memory=false", "--redis=redis://a:1"], &[]).unwrap();
+    assert_eq!((c.memory, c.redis.as_deref()), (false, Some("redis://a:1")));
+}
+
+#[test]
+fn memory_with_a_data_dir_given_is_refused_but_not_with_the_default_one() {
+    let (setting, origin, text) = refusal(&["--memory", "--data-dir=/d"], &[]);
+    assert_eq!(
+        (setting, origin.as_str()),
+        ("data_dir", "--data-dir or DELAYQ_DATA_DIR")
+    );
+    let named = "not used with memory (from --memory or DELAYQ_MEMORY)";
+    assert!(text.contains(named), "{text}");
+    assert_eq!(
+        refusal(&["--memory"], &[("DELAYQ_DATA_DIR", "/d")]).0,
+        "data_dir"
+    );
+    let f = toml_file("data_dir = \"/d\"\n");
+    let path = f.path().to_str().unwrap();
+    assert_eq!(refusal(&["--memory", "--config", path], &[]).0, "data_dir");
+
+    let c = load(&["--memory"], &[]).unwrap();
+    assert_eq!((c.memory, c.data_dir), (true, Config::default().data_dir));
+    let c = load(&["--memory=false", "--data-dir=/d"], &[]).unwrap();
+    assert_eq!((c.memory, c.data_dir), (false, PathBuf::from("/d")));
+}
+
 /// The settings table of docs/operations.md, as the definitions give it: one row per setting
 /// in `settings!` order, then `--config`.
 fn settings_table() -> String {
@@ -582,6 +676,9 @@ fn help_shows_each_default_and_range() {
     let (short, long) = help_of("max-waiters");
     assert!(!short.contains('`') && !long.contains('`'), "{long}");
     assert!(long.lines().all(|l| l.chars().count() <= 70), "{long}");
+    let (short, long) = help_of("memory");
+    assert!(short.ends_with(" [default: false]"), "{short}");
+    assert!(flat(&long).contains("the flag alone is true"), "{long}");
     // Unset by default: no default shown.
     assert!(
         !help_of("redis").1.contains("[default"),

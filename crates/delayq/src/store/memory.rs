@@ -1,6 +1,6 @@
 //! The memory store: the [`Engine`](crate::store::engine::Engine) with nothing on disk, the
-//! reference that tests and model checks compare the other stores against. `delayq serve` does
-//! not offer it.
+//! reference that tests and model checks compare the other stores against, and the store of
+//! `delayq serve --memory`.
 //!
 //! Its durability, [`Volatile`], keeps nothing: a transition's events are published as it
 //! happens and no caller waits. Everything else is [`EngineStore`]'s.

@@ -11,11 +11,15 @@
 //! `DELAYQ_SOAK_OUTAGE_SECS` (default 60):
 //! `DELAYQ_SOAK_SECS=600 DELAYQ_SOAK_OUTAGE_SECS=120 cargo test -p delayq --test faults soak_ -- --ignored --nocapture`
 //!
+//! memory.rs: `delayq serve --memory`, whose jobs do not survive any stop.
+//!
 //! Not here: the embedded store's crash test (embedded_crash.rs), several instances on one
 //! Redis (multi_instance.rs), the store-level outage test (redis_store.rs).
 
 #[path = "../support/mod.rs"]
 mod support;
+
+mod memory;
 
 use reqwest::{Client, RequestBuilder, StatusCode};
 use serde_json::{Value, json};

@@ -18,6 +18,8 @@ pub struct DelayqProcess {
     log: Option<PathBuf>,
     /// Extra environment variables (kept across `restart`).
     env: Vec<(String, String)>,
+    /// The working directory (kept across `restart`); `None`: the test's.
+    dir: Option<PathBuf>,
 }
 
 /// A loopback port that was free a moment ago.
@@ -31,7 +33,7 @@ pub fn free_port() -> u16 {
 impl DelayqProcess {
     /// Starts `delayq serve --listen 127.0.0.1:<free port> <args>`.
     pub async fn start(args: &[&str]) -> DelayqProcess {
-        Self::start_on(free_port(), owned(args), None, Vec::new()).await
+        Self::start_on(free_port(), owned(args), None, Vec::new(), None).await
     }
 
     /// As `start`, with extra environment variables.
@@ -40,7 +42,7 @@ impl DelayqProcess {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        Self::start_on(free_port(), owned(args), None, env).await
+        Self::start_on(free_port(), owned(args), None, env, None).await
     }
 
     /// As `start`, with the process's stderr appended to `log` (also after `restart`).
@@ -50,6 +52,19 @@ impl DelayqProcess {
             owned(args),
             Some(log.to_path_buf()),
             Vec::new(),
+            None,
+        )
+        .await
+    }
+
+    /// As `start_logging_to`, run in the working directory `dir` (also after `restart`).
+    pub async fn start_in(dir: &Path, args: &[&str], log: &Path) -> DelayqProcess {
+        Self::start_on(
+            free_port(),
+            owned(args),
+            Some(log.to_path_buf()),
+            Vec::new(),
+            Some(dir.to_path_buf()),
         )
         .await
     }
@@ -59,6 +74,7 @@ impl DelayqProcess {
         args: Vec<String>,
         log: Option<PathBuf>,
         env: Vec<(String, String)>,
+        dir: Option<PathBuf>,
     ) -> DelayqProcess {
         let stderr = match &log {
             Some(path) => OpenOptions::new()
@@ -69,7 +85,11 @@ impl DelayqProcess {
                 .unwrap_or_else(|e| panic!("open {}: {e}", path.display())),
             None => Stdio::inherit(),
         };
-        let child = Command::new(env!("CARGO_BIN_EXE_delayq"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_delayq"));
+        if let Some(dir) = &dir {
+            command.current_dir(dir);
+        }
+        let child = command
             .arg("serve")
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
@@ -88,6 +108,7 @@ impl DelayqProcess {
             args,
             log,
             env,
+            dir,
         };
         p.wait_healthy().await;
         p
@@ -158,6 +179,7 @@ impl DelayqProcess {
             self.args.clone(),
             self.log.clone(),
             self.env.clone(),
+            self.dir.clone(),
         )
         .await;
     }
