@@ -37,8 +37,9 @@ impl Summary {
     }
 }
 
-/// Lateness of deliveries, as seen by one consumer: `pop − due`. Negative values are early
-/// deliveries; they are counted and their magnitude goes to a separate histogram.
+/// Lateness of deliveries, as seen by one consumer: `pop − due`, in microseconds. A delivery
+/// before its due time by any amount, even 1 µs, is early: it is counted and its magnitude goes
+/// to a separate histogram. One at exactly its due time is on time.
 #[derive(Debug, Clone)]
 pub struct Lateness {
     /// `pop − due` for deliveries at or after their due time, µs.
@@ -62,9 +63,8 @@ impl Lateness {
         }
     }
 
-    /// Records one delivery popped at `pop_us` (Unix µs) of a job due at `due_ms` (Unix ms).
-    pub fn record(&mut self, pop_us: u64, due_ms: u64) {
-        let due_us = due_ms.saturating_mul(1000);
+    /// Records one delivery popped at `pop_us` of a job due at `due_us` (both Unix µs).
+    pub fn record(&mut self, pop_us: u64, due_us: u64) {
         if pop_us >= due_us {
             self.late.saturating_record((pop_us - due_us).max(1));
         } else {
@@ -196,14 +196,33 @@ mod tests {
     #[test]
     fn late_and_early_deliveries_go_to_separate_histograms() {
         let mut l = Lateness::new();
-        l.record(1_000_005_000, 1_000_000); // 5 ms late
-        l.record(1_000_000_000, 1_000_000); // on time: recorded as 1 µs late
-        l.record(999_998_000, 1_000_000); // 2 ms early
+        l.record(1_000_005_000, 1_000_000_000); // 5 ms late
+        l.record(1_000_000_000, 1_000_000_000); // on time: recorded as 1 µs late
+        l.record(999_998_000, 1_000_000_000); // 2 ms early
         assert_eq!(l.late.len(), 2);
         assert_eq!(l.early.len(), 1);
         let e = l.early_summary();
         assert_eq!(e.count, 1);
         assert!((e.max_ms - 2.0).abs() < 0.01, "{e:?}");
+    }
+
+    #[test]
+    fn a_delivery_early_by_one_microsecond_counts_and_one_at_its_due_time_does_not() {
+        let due_us = 1_767_225_600_123_456;
+        let mut l = Lateness::new();
+        l.record(due_us, due_us);
+        assert_eq!(
+            (l.late.len(), l.early.len()),
+            (1, 0),
+            "at the due time: on time"
+        );
+        l.record(due_us - 1, due_us);
+        assert_eq!(l.early.len(), 1, "1 µs early is early");
+        assert_eq!(l.early.max(), 1);
+        // Within the due time's millisecond but before it: early.
+        l.record(due_us - 456, due_us);
+        assert_eq!(l.early.len(), 2);
+        assert_eq!(l.late.len(), 1);
     }
 
     #[test]
@@ -229,9 +248,9 @@ mod tests {
     fn merging_adds_counts() {
         let mut a = Lateness::new();
         let mut b = Lateness::new();
-        a.record(3000, 1);
-        b.record(4000, 1);
-        b.record(0, 1);
+        a.record(3000, 1000);
+        b.record(4000, 1000);
+        b.record(0, 1000);
         a.merge(&b);
         assert_eq!(a.late.len(), 2);
         assert_eq!(a.early.len(), 1);

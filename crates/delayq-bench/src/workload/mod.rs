@@ -112,14 +112,16 @@ impl Errors {
 }
 
 /// The due time a consumer will measure against: what the producer asked for, in the units the
-/// protocol can carry. Returns the (Unix ms) due time to put in the body.
-pub fn body_due(protocol: Protocol, due: Due, now: u64) -> u64 {
+/// protocol can carry, counted from `sent_us`, the clock read just before the push request is
+/// sent (a server may count a delay from the request's arrival, never from before it). Returns
+/// the due time to put in the body, Unix µs.
+pub fn body_due_us(protocol: Protocol, due: Due, sent_us: u64) -> u64 {
     if protocol.whole_second_delays() {
-        now + due_secs(due, now) * 1000
+        sent_us + due_secs(due, sent_us / 1000) * 1_000_000
     } else {
         match due {
-            Due::DelayMs(d) => now + d,
-            Due::RunAtMs(t) => t,
+            Due::DelayMs(d) => sent_us + d * 1000,
+            Due::RunAtMs(t) => t * 1000,
         }
     }
 }
@@ -197,14 +199,18 @@ pub async fn produce(
                     }
                 }
                 pushed_here += last - first;
-                let now = now_ms();
+                let sent_us = now_us();
                 let jobs: Vec<NewJob> = (first..last)
                     .map(|seq| {
                         let due = (plan.due_of)(seq);
                         NewJob {
                             id: format!("{}{seq}", plan.id_prefix),
                             due,
-                            body: body::encode(body_due(protocol, due, now), seq, body_bytes),
+                            body: body::encode(
+                                body_due_us(protocol, due, sent_us),
+                                seq,
+                                body_bytes,
+                            ),
                         }
                     })
                     .collect();
@@ -466,4 +472,27 @@ pub fn put_accounting(r: &mut RunResult, ledger: &Ledger, consumed: &Consumed) {
 pub fn own_cpu_s() -> Option<f64> {
     let s = std::fs::read_to_string("/proc/self/stat").ok()?;
     crate::probe::parse_stat_cpu_ticks(&s).map(|t| t as f64 / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_due_time_in_the_body_is_the_send_instant_plus_the_delay_in_microseconds() {
+        let sent_us = 1_767_225_600_123_456;
+        assert_eq!(
+            body_due_us(Protocol::V1, Due::DelayMs(250), sent_us),
+            1_767_225_600_373_456
+        );
+        assert_eq!(
+            body_due_us(Protocol::V1, Due::RunAtMs(1_767_225_601_000), sent_us),
+            1_767_225_601_000_000
+        );
+        // Whole seconds: 2,999 ms goes as 2 s, and the body says what was asked.
+        assert_eq!(
+            body_due_us(Protocol::Compat, Due::DelayMs(2_999), sent_us),
+            1_767_225_602_123_456
+        );
+    }
 }

@@ -323,9 +323,10 @@ async fn push(State(state): State<AppState>, body: Result<Bytes, BytesRejection>
     if !(MIN_TTR_SECS..=MAX_TTR_SECS).contains(&r.ttr) {
         return Err(Refusal::new(MSG_TTR_RANGE));
     }
-    let now = state.clock.now();
-    // Both ranges were checked above: the casts cannot wrap.
-    let run_at = job::after(now, r.delay as u64 * 1000);
+    let at = state.clock.read();
+    let now = at.millis();
+    // Both ranges were checked above: the casts cannot wrap. Never early: clock.rs `due_after`.
+    let run_at = at.due_after(r.delay as u64 * 1000).min(job::MAX_RUN_AT);
     let mut spec = JobSpec::new(topic, id, r.body, run_at);
     spec.ttr_ms = r.ttr as u64 * 1000;
     spec.validate(state.config.max_body_bytes)?;

@@ -16,6 +16,7 @@ mod model;
 pub use error::ApiError;
 
 use super::AppState;
+use crate::clock::Reading;
 use crate::job::{self, JobId, JobSpec, Topic, UnixMillis};
 use crate::store::{PushMode, Reschedule, StoreError};
 use axum::Json;
@@ -133,16 +134,17 @@ fn batch_len(field: &str, len: usize, max_batch: usize) -> ApiResult<()> {
     Ok(())
 }
 
-/// The due time `delay_ms` after `now`; `field` names the delay in errors.
-fn after_delay(field: String, delay_ms: u64, now: UnixMillis) -> ApiResult<UnixMillis> {
+/// The due time `delay_ms` after the instant `now`, never before it (clock.rs
+/// `Reading::due_after`); `field` names the delay in errors.
+fn after_delay(field: String, delay_ms: u64, now: Reading) -> ApiResult<UnixMillis> {
     if delay_ms > MAX_DELAY_MS {
         return Err(ApiError::field(
             field,
             format!("must be at most {MAX_DELAY_MS} (1000 years), got {delay_ms}"),
         ));
     }
-    match now.checked_add(delay_ms) {
-        Some(t) if t <= job::MAX_RUN_AT => Ok(t),
+    match now.due_after(delay_ms) {
+        t if t <= job::MAX_RUN_AT => Ok(t),
         _ => Err(ApiError::field(
             field,
             format!("{delay_ms} ms puts the due time after the year 9999"),
@@ -151,7 +153,7 @@ fn after_delay(field: String, delay_ms: u64, now: UnixMillis) -> ApiResult<UnixM
 }
 
 /// Reads `delay_ms` / `run_at_ms` (at most one of them) as an absolute due time.
-fn due_time(f: &mut Fields, now: UnixMillis) -> ApiResult<Option<UnixMillis>> {
+fn due_time(f: &mut Fields, now: Reading) -> ApiResult<Option<UnixMillis>> {
     let delay = f.u64("delay_ms")?;
     let run_at = f.u64("run_at_ms")?;
     match (delay, run_at) {
@@ -186,7 +188,7 @@ struct NewJob {
     replace: Option<bool>,
 }
 
-fn new_job(mut f: Fields, now: UnixMillis, max_body_bytes: usize) -> ApiResult<NewJob> {
+fn new_job(mut f: Fields, now: Reading, max_body_bytes: usize) -> ApiResult<NewJob> {
     let topic = f.string("topic")?;
     let topic = required(&f, "topic", topic)?;
     let topic = Topic::parse(topic).map_err(|e| ApiError::from_invalid(f.name("topic"), e))?;
@@ -202,7 +204,7 @@ fn new_job(mut f: Fields, now: UnixMillis, max_body_bytes: usize) -> ApiResult<N
             max_body_bytes,
         ));
     }
-    let run_at = due_time(&mut f, now)?.unwrap_or(now);
+    let run_at = due_time(&mut f, now)?.unwrap_or(now.millis());
     let mut spec = JobSpec::new(topic, id, body, run_at);
     if let Some(ttr) = f.u64("ttr_ms")? {
         job::validate_ttr_ms(ttr).map_err(|e| ApiError::from_invalid(f.name("ttr_ms"), e))?;
@@ -229,9 +231,10 @@ fn new_job(mut f: Fields, now: UnixMillis, max_body_bytes: usize) -> ApiResult<N
 /// `POST /v1/jobs`: 201 and the job, with its `Location`.
 #[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
 async fn push(State(st): State<AppState>, body: Body) -> ApiResult<Response> {
-    let now = st.clock.now();
+    let at = st.clock.read();
+    let now = at.millis();
     let f = Fields::new(input::object(&body?, false)?, "", NEW_JOB_FIELDS)?;
-    let NewJob { spec, replace } = new_job(f, now, st.config.max_body_bytes)?;
+    let NewJob { spec, replace } = new_job(f, at, st.config.max_body_bytes)?;
     record_id(&spec.id);
     let mode = if replace.unwrap_or(false) {
         PushMode::Replace
@@ -255,7 +258,8 @@ async fn push(State(st): State<AppState>, body: Body) -> ApiResult<Response> {
 /// others.
 #[tracing::instrument(skip_all, fields(jobs = tracing::field::Empty))]
 async fn push_batch(State(st): State<AppState>, body: Body) -> ApiResult<Json<BatchPushReply>> {
-    let now = st.clock.now();
+    let at = st.clock.read();
+    let now = at.millis();
     let mut f = Fields::new(input::object(&body?, false)?, "", &["jobs", "replace"])?;
     let replace = f.bool("replace")?.unwrap_or(false);
     let items = f.array("jobs")?;
@@ -266,7 +270,7 @@ async fn push_batch(State(st): State<AppState>, body: Body) -> ApiResult<Json<Ba
     for (i, item) in items.into_iter().enumerate() {
         let name = format!("jobs[{i}]");
         let jf = Fields::from_value(item, &name, NEW_JOB_FIELDS)?;
-        let job = new_job(jf, now, st.config.max_body_bytes)?;
+        let job = new_job(jf, at, st.config.max_body_bytes)?;
         if job.replace.is_some_and(|r| r != replace) {
             return Err(ApiError::field(
                 format!("{name}.replace"),
@@ -335,13 +339,19 @@ async fn finish(State(st): State<AppState>, path: IdPath) -> ApiResult<StatusCod
 /// `POST /v1/jobs/{id}/release`, body `{"delay_ms"}` optional (an empty body is fine).
 #[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
 async fn release(State(st): State<AppState>, path: IdPath, body: Body) -> ApiResult<Json<JobView>> {
-    let now = st.clock.now();
+    let at = st.clock.read();
     let id = path_id(path)?;
     let mut f = Fields::new(input::object(&body?, true)?, "", &["delay_ms"])?;
     let delay = f.u64("delay_ms")?;
     if let Some(d) = delay {
-        after_delay(f.name("delay_ms"), d, now)?;
+        after_delay(f.name("delay_ms"), d, at)?;
     }
+    // The store adds the delay to the `now` it is given: a delay runs from the instant rounded
+    // up, as `after_delay` computes it; no delay (or the backoff's) from the instant rounded down.
+    let now = match delay {
+        Some(d) if d > 0 => at.millis_ceil(),
+        _ => at.millis(),
+    };
     Ok(Json(st.store.release(&id, delay, now).await?.into()))
 }
 
@@ -374,14 +384,15 @@ async fn reschedule(
     path: IdPath,
     body: Body,
 ) -> ApiResult<Json<RescheduleReply>> {
-    let now = st.clock.now();
+    let at = st.clock.read();
+    let now = at.millis();
     let id = path_id(path)?;
     let mut f = Fields::new(
         input::object(&body?, false)?,
         "",
         &["delay_ms", "run_at_ms", "body", "priority"],
     )?;
-    let run_at = due_time(&mut f, now)?
+    let run_at = due_time(&mut f, at)?
         .ok_or_else(|| ApiError::field("delay_ms", "one of delay_ms or run_at_ms is required"))?;
     let body = f.string("body")?;
     if let Some(b) = &body
@@ -545,6 +556,18 @@ mod tests {
         spec.backoff_ms.clear();
         spec.body = "two".into();
         assert_eq!(field(&spec), "body");
+    }
+
+    #[test]
+    fn a_delay_counts_from_the_reading_rounded_up_and_is_bounded_after_rounding() {
+        let field = || "delay_ms".to_string();
+        let at = Reading::at_micros(1_700_000_000_000_001);
+        assert_eq!(after_delay(field(), 250, at).unwrap(), 1_700_000_000_251);
+        assert_eq!(after_delay(field(), 0, at).unwrap(), 1_700_000_000_000);
+        // 1 µs past MAX_RUN_AT - 10 ms: 10 ms more lands past MAX_RUN_AT once rounded up.
+        let near_end = Reading::at_micros((job::MAX_RUN_AT - 10) * 1000 + 1);
+        assert!(after_delay(field(), 9, near_end).is_ok());
+        assert!(after_delay(field(), 10, near_end).is_err());
     }
 
     #[test]

@@ -98,6 +98,28 @@ async fn push_then_pop_returns_id_body_and_topic(b: &Backend) {
     assert_eq!(j.state, JobState::Reserved);
 }
 
+/// Never early: `/push` counts the delay from the request's arrival rounded up to the
+/// millisecond, so the stored due time is at least the sender's clock reading taken before
+/// sending, plus the delay; a zero delay stays ready at once.
+async fn push_counts_the_delay_from_its_arrival_rounded_up(b: &Backend) {
+    let app = TestApp::new(b);
+    for i in 0..20 {
+        let id = format!("j{i}");
+        let sent_us = SystemClock.now_micros();
+        push_ok(&app, job(&id, "t", 60, "")).await;
+        let j = b.store.get(&JobId::parse(id).unwrap()).await.unwrap();
+        let earliest = (sent_us + 60_000_000).div_ceil(1000);
+        assert!(
+            j.spec.run_at >= earliest,
+            "{sent_us} µs + 60 s: {}",
+            j.spec.run_at
+        );
+        assert_eq!(j.state, JobState::Delayed);
+    }
+    push_ok(&app, job("now", "z", 0, "")).await;
+    assert_eq!(pop(&app, "z", 0).await["id"], "now");
+}
+
 async fn finish_removes_a_popped_job(b: &Backend) {
     let app = TestApp::new(b);
     push_ok(&app, job("j1", "t", 0, "")).await;
@@ -590,6 +612,7 @@ async fn healthz_and_readyz_answer_ok(b: &Backend) {
 backend_tests!(
     push_then_get_returns_the_job_with_its_due_time_in_unix_seconds,
     push_then_pop_returns_id_body_and_topic,
+    push_counts_the_delay_from_its_arrival_rounded_up,
     finish_removes_a_popped_job,
     delete_removes_a_delayed_job,
     finish_and_delete_of_an_unknown_id_succeed,

@@ -33,6 +33,18 @@ fn now_ms() -> u64 {
     SystemClock.now()
 }
 
+/// The clock rounded up to the millisecond: the latest due time a delay counted from a request
+/// that arrived before this reading can have (docs/semantics.md, "never early").
+fn now_ceil_ms() -> u64 {
+    SystemClock.now_micros().div_ceil(1000)
+}
+
+/// The earliest due time the server may give a job delayed by `delay_ms` in a request sent
+/// after the clock read `sent_us` (µs): that instant plus the delay, rounded up.
+fn earliest_due_ms(sent_us: u64, delay_ms: u64) -> u64 {
+    (sent_us + delay_ms * 1000).div_ceil(1000)
+}
+
 fn small_limits() -> Config {
     Config {
         max_body_bytes: 16,
@@ -111,7 +123,7 @@ async fn push_answers_201_with_the_job_and_its_location(b: &Backend) {
                "ttr_ms": 5_000, "priority": 7, "max_attempts": 3, "backoff_ms": [10, 20]}),
     )
     .await;
-    let after = now_ms();
+    let after = now_ceil_ms();
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
     let j = &r.json;
     assert_eq!(j["id"], "o-1");
@@ -455,6 +467,103 @@ async fn invalid_ids_in_paths_are_400_naming_id(b: &Backend) {
     assert_error(&r, StatusCode::BAD_REQUEST, "invalid_field", Some("topic"));
 }
 
+/// Never early: every way of delaying a job counts the delay from the request's arrival rounded
+/// up to the millisecond, so the stored due time is at least the sender's clock reading taken
+/// before sending, plus the delay. Repeated, so that readings fall at many points within a
+/// millisecond; a due time counted from the arrival rounded down fails on almost every one.
+async fn a_delay_counts_from_the_requests_arrival_rounded_up(b: &Backend) {
+    let app = TestApp::new(b);
+    for i in 0..20u64 {
+        let delay = 30_000 + i;
+        let sent = SystemClock.now_micros();
+        let j = pushed(
+            &app,
+            json!({"topic": "t", "id": format!("p{i}"), "delay_ms": delay}),
+        )
+        .await;
+        let run_at = j["run_at_ms"].as_u64().unwrap();
+        assert!(
+            run_at >= earliest_due_ms(sent, delay),
+            "push {sent} µs + {delay} ms: {run_at}"
+        );
+        assert_eq!(j["state"], "delayed");
+
+        let sent = SystemClock.now_micros();
+        let r = app
+            .post(
+                "/v1/jobs/batch",
+                json!({"jobs": [{"topic": "t", "id": format!("b{i}"), "delay_ms": delay}]}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+        let run_at = app.get(&format!("/v1/jobs/b{i}")).await.json["run_at_ms"]
+            .as_u64()
+            .unwrap();
+        assert!(
+            run_at >= earliest_due_ms(sent, delay),
+            "batch {sent} µs + {delay} ms: {run_at}"
+        );
+
+        let sent = SystemClock.now_micros();
+        let r = app
+            .post(
+                &format!("/v1/jobs/b{i}/reschedule"),
+                json!({"delay_ms": delay}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+        let run_at = r.json["job"]["run_at_ms"].as_u64().unwrap();
+        assert!(
+            run_at >= earliest_due_ms(sent, delay),
+            "reschedule {sent} µs + {delay} ms: {run_at}"
+        );
+    }
+    for i in 0..20u64 {
+        let delay = 30_000 + i;
+        pushed(&app, json!({"topic": "r", "id": format!("r{i}")})).await;
+        assert_eq!(reserve(&app, &["r"], 1).await.len(), 1);
+        let sent = SystemClock.now_micros();
+        let r = app
+            .post(
+                &format!("/v1/jobs/r{i}/release"),
+                json!({"delay_ms": delay}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+        let run_at = r.json["run_at_ms"].as_u64().unwrap();
+        assert!(
+            run_at >= earliest_due_ms(sent, delay),
+            "release {sent} µs + {delay} ms: {run_at}"
+        );
+    }
+}
+
+/// A zero delay is not rounded up: the job is ready in the request that pushed it, and a
+/// reschedule or release with `delay_ms: 0` makes it ready at once.
+async fn a_zero_delay_is_ready_at_once(b: &Backend) {
+    let app = TestApp::new(b);
+    for i in 0..10 {
+        let id = format!("z{i}");
+        let j = pushed(&app, json!({"topic": "z", "id": id, "delay_ms": 0})).await;
+        assert_eq!(j["state"], "ready", "{j}");
+        assert!(j["run_at_ms"].as_u64().unwrap() <= now_ms());
+        assert_eq!(ids(&reserve(&app, &["z"], 1).await), [id.as_str()]);
+        let r = app
+            .post(&format!("/v1/jobs/{id}/release"), json!({"delay_ms": 0}))
+            .await;
+        assert_eq!(r.json["state"], "ready", "{:?}", r.json);
+        let r = app
+            .post(&format!("/v1/jobs/{id}/reschedule"), json!({"delay_ms": 0}))
+            .await;
+        assert_eq!(r.json["job"]["state"], "ready", "{:?}", r.json);
+        assert_eq!(ids(&reserve(&app, &["z"], 1).await), [id.as_str()]);
+        let r = app
+            .send(Method::POST, &format!("/v1/jobs/{id}/finish"), "", None)
+            .await;
+        assert_eq!(r.status, StatusCode::NO_CONTENT);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reserve
 
@@ -581,7 +690,7 @@ async fn release_with_a_delay_makes_the_job_delayed(b: &Backend) {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
     assert_eq!(r.json["state"], "delayed");
     let run_at = r.json["run_at_ms"].as_u64().unwrap();
-    assert!((before + 60_000..=now_ms() + 60_000).contains(&run_at));
+    assert!((before + 60_000..=now_ceil_ms() + 60_000).contains(&run_at));
     assert!(reserve(&app, &["t"], 1).await.is_empty());
 }
 
@@ -1446,7 +1555,7 @@ async fn integers_may_be_written_with_a_fraction_or_an_exponent(b: &Backend) {
         [&json!(5000), &json!(7), &json!(2), &json!([10, 20])]
     );
     let run_at = f["run_at_ms"].as_u64().unwrap();
-    assert!((before + 1614..=now_ms() + 1614).contains(&run_at));
+    assert!((before + 1614..=now_ceil_ms() + 1614).contains(&run_at));
     let g = pushed(&app, json!({"topic": "t", "id": "g", "run_at_ms": 1.0})).await;
     assert_eq!((&g["run_at_ms"], &g["state"]), (&json!(1), &json!("ready")));
     let r = app
@@ -1995,6 +2104,8 @@ async fn a_delayed_job_becomes_ready_when_due(b: &Backend) {
 backend_tests!(
     push_answers_201_with_the_job_and_its_location,
     push_sets_location_and_applies_defaults,
+    a_delay_counts_from_the_requests_arrival_rounded_up,
+    a_zero_delay_is_ready_at_once,
     push_without_id_generates_time_ordered_ids,
     push_of_an_existing_id_is_409_exists_and_changes_nothing,
     push_with_replace_is_201_and_the_old_body_is_never_delivered_again,
