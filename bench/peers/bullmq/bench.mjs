@@ -1,7 +1,7 @@
 //! BullMQ peer driver for delayq-bench: runs W1 (lifecycle) or W2 (memory) against BullMQ on a
 //! redis-server of its own and prints the same result shape as `delayq-bench --json` (one JSON
 //! line: workload, label, target, api, params, metrics, notes), or a short table without --json.
-//! It measures the same way: the due time (Unix ms) and sequence number travel in the job body,
+//! It measures the same way: the due time (Unix µs) and sequence number travel in the job body,
 //! the worker computes pop − due, and a ledger counts lost and duplicate deliveries.
 //! It does not start Redis (bench/compare.sh does) and touches only loopback addresses.
 //!
@@ -45,9 +45,9 @@ const qname = `bench-${runId}`;
 /** Wall clock in Unix µs, sub-millisecond. */
 const nowUs = () => Math.round((performance.timeOrigin + performance.now()) * 1000);
 
-/** Same body as delayq-bench's body.rs: `<due_ms>:<seq>:` padded with `x`. */
-const encode = (dueMs, seq, size) => {
-  const s = `${dueMs}:${seq}:`;
+/** Same body as delayq-bench's body.rs: `<due_us>:<seq>:` padded with `x`. */
+const encode = (dueUs, seq, size) => {
+  const s = `${dueUs}:${seq}:`;
   return s.length >= size ? s : s + 'x'.repeat(size - s.length);
 };
 const decode = (body) => {
@@ -95,13 +95,15 @@ const produce = async (n, dueOf, queues, onAck) => {
         if (first >= n) break;
         const last = Math.min(first + common.batch, n);
         next = last;
-        const now = Date.now();
+        // Taken just before the request is sent: a delivery before now + delay is early, by
+        // however little.
+        const now = nowUs();
         const jobs = [];
         for (let seq = first; seq < last; seq++) {
           const delay = dueOf(seq);
           jobs.push({
             name: 'j',
-            data: encode(now + delay, seq, common.body_bytes),
+            data: encode(now + delay * 1000, seq, common.body_bytes),
             opts: { jobId: `${runId}-${seq}`, delay, removeOnComplete: true, removeOnFail: true },
           });
         }
@@ -156,7 +158,7 @@ async function w1() {
         return;
       }
       const [due, seq] = d;
-      const x = popUs - due * 1000;
+      const x = popUs - due;
       if (x >= 0) late.push(Math.max(x, 1));
       else early.push(-x);
       if (seq < n) {
