@@ -134,6 +134,17 @@ fn batch_len(field: &str, len: usize, max_batch: usize) -> ApiResult<()> {
     Ok(())
 }
 
+/// Refuses a `max` (jobs to reserve or kick) outside 1 to `max_batch`.
+fn batch_max(max: u64, max_batch: usize) -> ApiResult<()> {
+    if max == 0 || max > limit_u64(max_batch) {
+        return Err(ApiError::field(
+            "max",
+            format!("must be between 1 and {max_batch}, got {max}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The due time `delay_ms` after the instant `now`, never before it (clock.rs
 /// `Reading::due_after`); `field` names the delay in errors.
 fn after_delay(field: String, delay_ms: u64, now: Reading) -> ApiResult<UnixMillis> {
@@ -448,12 +459,7 @@ async fn reserve(State(st): State<AppState>, body: Body) -> ApiResult<Json<Reser
         }
     }
     let max = f.u64("max")?.unwrap_or(1);
-    if max == 0 || max > limit_u64(cfg.max_batch) {
-        return Err(ApiError::field(
-            "max",
-            format!("must be between 1 and {}, got {max}", cfg.max_batch),
-        ));
-    }
+    batch_max(max, cfg.max_batch)?;
     let timeout_ms = f.u64("timeout_ms")?.unwrap_or(0);
     let max_wait_ms = cfg.max_wait_secs.saturating_mul(1000);
     if timeout_ms > max_wait_ms {
@@ -521,12 +527,7 @@ async fn kick_topic(
     let mut f = Fields::new(input::object(&body?, false)?, "", &["max"])?;
     let max = f.u64("max")?;
     let max = required(&f, "max", max)?;
-    if max == 0 || max > limit_u64(st.config.max_batch) {
-        return Err(ApiError::field(
-            "max",
-            format!("must be between 1 and {}, got {max}", st.config.max_batch),
-        ));
-    }
+    batch_max(max, st.config.max_batch)?;
     let kicked = st.store.kick_topic(&topic, max, st.clock.now()).await?;
     Ok(Json(KickTopicReply { kicked }))
 }
