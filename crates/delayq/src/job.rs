@@ -31,6 +31,23 @@ pub const MAX_BACKOFF_STEPS: usize = 64;
 pub const MAX_TOPIC_CHARS: usize = 128;
 /// Longest job id in characters.
 pub const MAX_ID_CHARS: usize = 256;
+/// How long a callback may take to answer when the push does not say.
+pub const DEFAULT_CALLBACK_TIMEOUT_MS: u64 = 30_000;
+/// Longest accepted callback timeout (10 minutes).
+pub const MAX_CALLBACK_TIMEOUT_MS: u64 = 600_000;
+/// What a callback job's reservation adds to its timeout: one attempt holds the job for
+/// `timeout_ms + CALLBACK_GRACE_MS`, so no other instance calls it while a call may still be
+/// running.
+pub const CALLBACK_GRACE_MS: u64 = 5_000;
+/// The retry schedule of a callback job pushed without its own (seed 000's).
+pub const CALLBACK_BACKOFF_MS: [u64; 8] = [
+    15_000, 180_000, 600_000, 1_800_000, 3_600_000, 7_200_000, 21_600_000, 54_000_000,
+];
+/// The attempts of a callback job pushed without its own limit: the first call and one per
+/// step of [`CALLBACK_BACKOFF_MS`].
+pub const CALLBACK_MAX_ATTEMPTS: u32 = 9;
+/// Ends the name of a topic's callback queue ([`Topic::callback_queue`]).
+const CALLBACK_QUEUE_SUFFIX: &str = ",callback";
 
 /// A validation failure, naming the field it concerns.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,6 +99,41 @@ impl Topic {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The name of this topic's callback queue, where its callback jobs wait when ready and
+    /// dead. Stores index and count ready and dead jobs by queue ([`JobSpec::queue`]): a
+    /// topic's pull queue is named by the topic, its callback queue `<topic>,callback`.
+    /// Consumers name topics, which contain no comma, so no consumer can reach a callback
+    /// queue.
+    pub fn callback_queue(&self) -> Topic {
+        Topic(format!("{}{CALLBACK_QUEUE_SUFFIX}", self.0).into())
+    }
+
+    /// For a queue name: the topic it belongs to, and whether it is that topic's callback
+    /// queue.
+    pub fn split_queue(&self) -> (&str, bool) {
+        match self.0.strip_suffix(CALLBACK_QUEUE_SUFFIX) {
+            Some(topic) => (topic, true),
+            None => (&self.0, false),
+        }
+    }
+
+    /// The topic of a callback queue's name, or `None` for a pull queue.
+    pub fn callback_topic(&self) -> Option<Topic> {
+        match self.split_queue() {
+            (topic, true) => Some(Topic(topic.into())),
+            _ => None,
+        }
+    }
+
+    /// Parses a queue name as stores keep it: a topic, or a topic's callback queue.
+    pub fn parse_queue(s: impl Into<String>) -> Result<Topic, InvalidField> {
+        let s = s.into();
+        match s.strip_suffix(CALLBACK_QUEUE_SUFFIX) {
+            Some(topic) => Ok(Topic::parse(topic)?.callback_queue()),
+            None => Topic::parse(s),
+        }
     }
 }
 
@@ -209,6 +261,27 @@ pub struct JobSpec {
     /// Delay before the n-th redelivery (n = 1, 2, ...); the last step repeats. Empty: redeliver
     /// at once.
     pub backoff_ms: Vec<u64>,
+    /// Push delivery: delayq calls this URL when the job is due, instead of waiting for a
+    /// consumer. `None` for a pull job.
+    pub callback: Option<Callback>,
+}
+
+/// Where and how delayq delivers a callback job: an HTTP `POST` of its body to `url`, which
+/// must answer 2xx within `timeout_ms` for the job to finish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Callback {
+    /// An absolute `http` or `https` URL (the API checks it and the allowed destinations).
+    pub url: String,
+    /// 1 ms to [`MAX_CALLBACK_TIMEOUT_MS`].
+    pub timeout_ms: u64,
+}
+
+impl Callback {
+    /// How long one attempt holds the job: its timeout plus [`CALLBACK_GRACE_MS`]. A callback
+    /// job's `ttr_ms`.
+    pub fn ttr_ms(&self) -> u64 {
+        self.timeout_ms.saturating_add(CALLBACK_GRACE_MS)
+    }
 }
 
 impl JobSpec {
@@ -223,6 +296,16 @@ impl JobSpec {
             priority: DEFAULT_PRIORITY,
             max_attempts: 0,
             backoff_ms: Vec::new(),
+            callback: None,
+        }
+    }
+
+    /// The queue this job waits in when ready or dead: its topic's, or for a callback job its
+    /// topic's callback queue ([`Topic::callback_queue`]).
+    pub fn queue(&self) -> Topic {
+        match self.callback {
+            None => self.topic.clone(),
+            Some(_) => self.topic.callback_queue(),
         }
     }
 
@@ -242,6 +325,9 @@ impl JobSpec {
         validate_ttr_ms(self.ttr_ms)?;
         validate_run_at(self.run_at)?;
         validate_backoff(&self.backoff_ms)?;
+        if let Some(cb) = &self.callback {
+            validate_callback_timeout_ms(cb.timeout_ms)?;
+        }
         Ok(())
     }
 
@@ -262,6 +348,20 @@ pub fn validate_ttr_ms(ttr_ms: u64) -> Result<(), InvalidField> {
         return Err(InvalidField::new(
             "ttr_ms",
             format!("must be between 1 ms and {MAX_TTR_MS} ms (1 day), got {ttr_ms} ms"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a callback's timeout: 1 ms to [`MAX_CALLBACK_TIMEOUT_MS`]. The error names
+/// `callback.timeout_ms`.
+pub fn validate_callback_timeout_ms(timeout_ms: u64) -> Result<(), InvalidField> {
+    if timeout_ms == 0 || timeout_ms > MAX_CALLBACK_TIMEOUT_MS {
+        return Err(InvalidField::new(
+            "callback.timeout_ms",
+            format!(
+                "must be between 1 ms and {MAX_CALLBACK_TIMEOUT_MS} ms (10 minutes), got {timeout_ms} ms"
+            ),
         ));
     }
     Ok(())

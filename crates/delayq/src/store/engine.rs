@@ -8,8 +8,9 @@
 //! does).
 //!
 //! Indexes: `timeline` orders delayed jobs by due time and reserved jobs by TTR deadline (the
-//! timer reads its head); `ready` orders each topic's ready jobs by (priority, run_at, seq);
-//! `dead` orders each topic's dead jobs by burial stamp. Every index entry points at a job in
+//! timer reads its head); `ready` orders each queue's ready jobs by (priority, run_at, seq);
+//! `dead` orders each queue's dead jobs by burial stamp. A queue is a topic, or a topic's
+//! callback queue for its callback jobs (`JobSpec::queue`); `counts` are by queue too. Every index entry points at a job in
 //! `jobs` in the matching state: `Engine::take` and `Engine::put` keep them in step.
 
 use crate::job::{self, Job, JobId, JobSpec, JobState, Topic, UnixMillis};
@@ -125,12 +126,16 @@ impl Engine {
         s
     }
 
-    /// Adds a job's index entries and count, and gives it the topic every other job of its
-    /// topic holds (the counts' key), so a topic's name is stored once, not once per job.
+    /// Adds a job's index entries and count, and gives a pull job the topic every other job of
+    /// its topic holds (the counts' key), so a topic's name is stored once, not once per job.
     fn index(&mut self, j: &mut Job) {
-        let counts = match self.counts.entry(j.spec.topic.clone()) {
+        let queue = j.spec.queue();
+        let pull = j.spec.callback.is_none();
+        let counts = match self.counts.entry(queue.clone()) {
             btree_map::Entry::Occupied(o) => {
-                j.spec.topic = o.key().clone();
+                if pull {
+                    j.spec.topic = o.key().clone();
+                }
                 o.into_mut()
             }
             btree_map::Entry::Vacant(v) => v.insert(TopicCounts::default()),
@@ -146,23 +151,18 @@ impl Engine {
             }
             JobState::Ready => {
                 let (p, r, s) = j.ready_key();
-                self.ready
-                    .entry(j.spec.topic.clone())
-                    .or_default()
-                    .insert((p, r, s, id));
+                self.ready.entry(queue).or_default().insert((p, r, s, id));
             }
             JobState::Dead => {
-                self.dead
-                    .entry(j.spec.topic.clone())
-                    .or_default()
-                    .insert((j.seq, id));
+                self.dead.entry(queue).or_default().insert((j.seq, id));
             }
         }
     }
 
     fn unindex(&mut self, j: &Job) {
         let id = j.spec.id.clone();
-        let topic = &j.spec.topic;
+        let queue = j.spec.queue();
+        let topic = &queue;
         match j.state {
             JobState::Delayed => {
                 self.timeline.remove(&(j.spec.run_at, id));
@@ -214,7 +214,7 @@ impl Engine {
             }
         }
         if j.state == JobState::Ready {
-            fx.ready(&j.spec.topic);
+            fx.ready(&j.spec.queue());
         }
         self.index(&mut j);
         self.jobs.replace(Stored(Box::new(j.clone())));
@@ -388,10 +388,14 @@ impl Engine {
     }
 
     pub fn stats(&self) -> Stats {
-        Stats {
-            topics: self.counts.clone(),
+        let mut stats = Stats {
             next_due: self.timeline.first().map(|(t, _)| *t),
+            ..Stats::default()
+        };
+        for (queue, counts) in &self.counts {
+            *stats.counts_of(queue.clone()) = *counts;
         }
+        stats
     }
 
     pub fn tick(&mut self, now: UnixMillis, limit: usize, fx: &mut Effects) -> TickOutcome {

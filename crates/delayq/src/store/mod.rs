@@ -67,13 +67,26 @@ impl TopicCounts {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Topics with at least one job.
+    /// Topics with at least one pull job (one without a callback).
     pub topics: BTreeMap<Topic, TopicCounts>,
+    /// Topics with at least one callback job, and those jobs' counts.
+    pub callbacks: BTreeMap<Topic, TopicCounts>,
     /// The earliest time the timer has work: a delayed job's due time or a reservation's
     /// deadline. Exact on the embedded store; on Redis a lower bound when the earliest far-future
     /// job (one due two or more one-minute windows ahead) was deleted or moved since it was
     /// pushed.
     pub next_due: Option<UnixMillis>,
+}
+
+impl Stats {
+    /// The counts of a queue ([`JobSpec::queue`]): a topic's in `topics`, a callback queue's
+    /// under its topic in `callbacks`; zero when new.
+    pub fn counts_of(&mut self, queue: Topic) -> &mut TopicCounts {
+        match queue.callback_topic() {
+            Some(topic) => self.callbacks.entry(topic).or_default(),
+            None => self.topics.entry(queue).or_default(),
+        }
+    }
 }
 
 /// What one timer pass did.

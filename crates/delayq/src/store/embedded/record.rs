@@ -3,9 +3,12 @@
 //!
 //! This file owns the encoding and its version ([`FORMAT_VERSION`]) and nothing else: it does
 //! not open files or decide states. Fields are positional, so any change to [`Record`] must
-//! bump [`FORMAT_VERSION`] and teach [`decode`] the old layout.
+//! bump [`FORMAT_VERSION`] and teach [`decode`] the old layout, except a new optional field at
+//! the end (`#[serde(default)]`): records written before it decode with its default, and a
+//! build that does not know it refuses a record that has it (too long an array) rather than
+//! misread it. `callback` came that way.
 
-use crate::job::{Job, JobId, JobSpec, JobState, Topic};
+use crate::job::{Callback, Job, JobId, JobSpec, JobState, Topic};
 use serde::{Deserialize, Serialize};
 
 /// Version of the record layout, stored in the `meta` table. A data directory written with
@@ -28,6 +31,9 @@ struct Record {
     attempts: u32,
     reserved_until: Option<u64>,
     seq: u64,
+    /// A callback job's URL and timeout; absent (not even nil) for a pull job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    callback: Option<(String, u64)>,
 }
 
 fn state_code(s: JobState) -> u8 {
@@ -70,6 +76,7 @@ pub fn encode(job: Job) -> Vec<u8> {
         attempts,
         reserved_until,
         seq,
+        callback: spec.callback.map(|c| (c.url, c.timeout_ms)),
     };
     // Serializing plain strings and integers into a Vec cannot fail.
     rmp_serde::to_vec(&r).expect("a job record always encodes")
@@ -93,6 +100,9 @@ pub fn decode(id: &str, bytes: &[u8]) -> Result<Job, String> {
             priority: r.priority,
             max_attempts: r.max_attempts,
             backoff_ms: r.backoff_ms,
+            callback: r
+                .callback
+                .map(|(url, timeout_ms)| Callback { url, timeout_ms }),
         },
         state,
         attempts: r.attempts,
@@ -104,6 +114,19 @@ pub fn decode(id: &str, bytes: &[u8]) -> Result<Job, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Any msgpack value, to cut a record short.
+    mod rmpv_like {
+        #[derive(serde::Deserialize, serde::Serialize)]
+        #[serde(untagged)]
+        pub enum Any {
+            Int(u64),
+            Text(String),
+            List(Vec<u64>),
+            Pair((String, u64)),
+            Nil(Option<u64>),
+        }
+    }
 
     fn job(state: JobState, reserved_until: Option<u64>) -> Job {
         let mut spec = JobSpec::new(
@@ -137,6 +160,24 @@ mod tests {
             let bytes = encode(j.clone());
             assert_eq!(decode("order 42", &bytes).unwrap(), j);
         }
+    }
+
+    #[test]
+    fn a_callback_round_trips_and_records_without_one_still_decode() {
+        let mut j = job(JobState::Reserved, Some(1_767_225_605_000));
+        j.spec.callback = Some(Callback {
+            url: "https://hooks.example.com/due?x=1".into(),
+            timeout_ms: 12_000,
+        });
+        let with = encode(j.clone());
+        assert_eq!(decode("order 42", &with).unwrap(), j);
+
+        // A record written before callbacks existed: the 11 fields, no 12th.
+        let mut old = j.clone();
+        old.spec.callback = None;
+        let v: Vec<rmpv_like::Any> = rmp_serde::from_slice(&with).unwrap();
+        let eleven = rmp_serde::to_vec(&v[..11]).unwrap();
+        assert_eq!(decode("order 42", &eleven).unwrap(), old);
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub fn parse(payload: &[u8], origin: &str) -> Vec<StoreEvent> {
     }
     text.split('\n')
         .filter_map(|line| match line.split_at_checked(1)? {
-            ("R", topic) => Topic::parse(topic).ok().map(StoreEvent::Ready),
+            ("R", queue) => Topic::parse_queue(queue).ok().map(StoreEvent::Ready),
             ("D", ms) => ms.parse().ok().map(StoreEvent::Due),
             _ => None,
         })

@@ -43,6 +43,11 @@
 -- 5 elements, ~59 bytes with a 30-byte body: jemalloc's 64-byte class):
 --   {state, topic, body, run_at, seq, ttr_ms = 60000, priority = 1024, max_attempts = 0,
 --    backoff_ms (array) = {}, attempts = 0, reserved_until (0 = none) = 0}
+-- then, for a callback job only (all 13 elements then present): callback_url,
+-- callback_timeout_ms. A callback job's ready and dead index entries and counts are under its
+-- topic's callback queue, `<topic>,callback` (job.rs Topic::callback_queue), not its topic:
+-- indexes and events name queues (`queue` in a working record), and a topic, which has no
+-- comma, never names a callback queue.
 -- The defaults are the storage format's (record.rs mirrors them), not job.rs's: never change
 -- them. Records in the 11-element layout ({state, topic, body, run_at, ttr_ms, priority,
 -- max_attempts, attempts, reserved_until, seq, backoff_ms}: always 11 elements, the 11th an
@@ -67,15 +72,23 @@ local WINDOW_MS = 60000
 
 -- Positions in a loaded (working) record; `decode` and `encode` map the stored layout.
 local S, TOPIC, BODY, RUN_AT, TTR, PRIO, MAXATT, ATT, RU, SEQ, BACKOFF = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+-- Working-only positions: a callback job's URL and timeout (nil for a pull job), and the queue
+-- its ready and dead entries and counts are under.
+local CB_URL, CB_TIMEOUT, QUEUE = 12, 13, 14
 
 -- The stored layout's defaults, by stored position (6..11); see the header.
 local DEFAULT_TTR, DEFAULT_PRIO = 60000, 1024
 
 -- A stored record (unpacked) as a working table.
 local function decode(r)
-  if #r == 11 and type(r[11]) == 'table' then return r end -- the 11-element layout is the working one
+  if #r == 11 and type(r[11]) == 'table' then -- the 11-element layout is the working one
+    r[QUEUE] = r[TOPIC]
+    return r
+  end
+  local queue = r[2]
+  if r[12] then queue = queue .. ',callback' end
   return {r[1], r[2], r[3], r[4], r[6] or DEFAULT_TTR, r[7] or DEFAULT_PRIO, r[8] or 0,
-    r[10] or 0, r[11] or 0, r[5], r[9] or {}}
+    r[10] or 0, r[11] or 0, r[5], r[9] or {}, r[12], r[13], queue}
 end
 
 -- Stored positions whose default `encode` omits at the end (9, backoff, is omitted when empty).
@@ -85,6 +98,10 @@ local ENCODE_DEFAULTS = {[6] = DEFAULT_TTR, [7] = DEFAULT_PRIO, [8] = 0, [10] = 
 local function encode(j)
   local r = {j[S], j[TOPIC], j[BODY], j[RUN_AT], j[SEQ], j[TTR], j[PRIO], j[MAXATT], j[BACKOFF],
     j[ATT], j[RU]}
+  if j[CB_URL] then
+    r[12], r[13] = j[CB_URL], j[CB_TIMEOUT]
+    return cmsgpack.pack(r)
+  end
   local defaults = ENCODE_DEFAULTS
   local n = 11
   while n > 5 do
@@ -139,11 +156,11 @@ local function load_lenient(id)
 end
 
 local function ready_member(id, j)
-  return j[TOPIC] .. '\0' .. struct.pack('>I4I6I7', j[PRIO], j[RUN_AT], j[SEQ]) .. id
+  return j[QUEUE] .. '\0' .. struct.pack('>I4I6I7', j[PRIO], j[RUN_AT], j[SEQ]) .. id
 end
 
 local function dead_member(id, j)
-  return j[TOPIC] .. '\0' .. struct.pack('>I7', j[SEQ]) .. id
+  return j[QUEUE] .. '\0' .. struct.pack('>I7', j[SEQ]) .. id
 end
 
 -- Where the id starts in a ready / dead member of `topic`.
@@ -306,7 +323,7 @@ local function unindex(id, j)
   else
     redis.call('ZREM', DEAD, dead_member(id, j))
   end
-  count(j[TOPIC], s, -1)
+  count(j[QUEUE], s, -1)
 end
 
 -- Adds a job's index entries (new or changed, already unindexed) and count; a delayed one
@@ -322,13 +339,13 @@ local function add_index(id, j, win)
   elseif s == 'r' then
     add_ready[#add_ready + 1] = 0
     add_ready[#add_ready + 1] = ready_member(id, j)
-    emit_ready(j[TOPIC])
+    emit_ready(j[QUEUE])
   else
     add_dead[#add_dead + 1] = 0
     add_dead[#add_dead + 1] = dead_member(id, j)
   end
   touched[id] = true
-  count(j[TOPIC], s, 1)
+  count(j[QUEUE], s, 1)
 end
 
 -- Stores a job (new or changed, already unindexed): its record, index entries and count.

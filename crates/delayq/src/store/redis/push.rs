@@ -151,7 +151,7 @@ fn push_call(
         call = call
             .arg(j.id.as_str())
             .arg(encode_new(&stored, state, seq))
-            .arg(j.topic.as_str())
+            .arg(j.queue().as_str())
             .arg(stored.run_at)
             .arg(j.priority)
             .arg(seq)

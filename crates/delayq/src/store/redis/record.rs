@@ -9,7 +9,7 @@
 //! `pushed_records_are_what_the_scripts_would_write` has Redis's own `encode` re-pack
 //! records pushed this way and compares.
 
-use crate::job::{Job, JobId, JobSpec, JobState, Topic};
+use crate::job::{Callback, Job, JobId, JobSpec, JobState, Topic};
 use crate::store::{StoreError, StoreResult};
 use redis::Value;
 use serde::{Deserialize, Serialize};
@@ -39,8 +39,9 @@ const STORED_DEFAULT_PRIORITY: u64 = 1024;
 
 /// Decodes the record of job `id`, in either layout `lib.lua` describes: the current one
 /// (`state, topic, body, run_at, seq`, then `ttr_ms, priority, max_attempts, backoff_ms,
-/// attempts, reserved_until` with trailing defaults omitted) or the 11-element one (always
-/// 11 elements, the 11th the backoff array).
+/// attempts, reserved_until` with trailing defaults omitted, then `callback_url,
+/// callback_timeout_ms` for a callback job) or the 11-element one (always 11 elements, the 11th
+/// the backoff array).
 pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
     let corrupt = |why: String| StoreError::Corrupt(format!("job record {id:?}: {why}").into());
     let mut r: Vec<Field> = rmp_serde::from_slice(raw)
@@ -55,7 +56,7 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
         r.extend(att);
         r.extend(ru);
     }
-    if !(5..=11).contains(&r.len()) {
+    if !(5..=11).contains(&r.len()) && r.len() != 13 {
         return Err(corrupt(format!("{} fields", r.len())));
     }
     let text = |i: usize| match r.get(i) {
@@ -89,6 +90,13 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
             priority: small(6, STORED_DEFAULT_PRIORITY)?,
             max_attempts: small(7, 0)?,
             backoff_ms,
+            callback: match r.len() {
+                13 => Some(Callback {
+                    url: text(11)?,
+                    timeout_ms: num(12, 0)?,
+                }),
+                _ => None,
+            },
         },
         state,
         attempts: small(9, 0)?,
@@ -102,7 +110,8 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
 /// The record of a job being pushed, in `state` (delayed or ready) with push stamp `seq`:
 /// `state, topic, body, run_at, seq`, then `ttr_ms, priority, max_attempts, backoff_ms`
 /// down to the last that differs from its stored default (attempts and reserved_until are 0
-/// for a new job, so always omitted). msgpack's smallest form for every integer, string and
+/// for a new job, so always omitted); a callback job has all of them, then `attempts,
+/// reserved_until, callback_url, callback_timeout_ms`. msgpack's smallest form for every integer, string and
 /// array length, as Lua's cmsgpack packs them. `run_at`, `ttr_ms` and the backoff steps must
 /// already be clamped below 2^53 (exact in Lua), as every caller does with `MAX_RUN_AT`.
 pub fn encode_new(job: &JobSpec, state: JobState, seq: u64) -> Vec<u8> {
@@ -125,7 +134,15 @@ pub fn encode_new(job: &JobSpec, state: JobState, seq: u64) -> Vec<u8> {
         (8, Out::List(b)) => b.is_empty(),
         _ => false,
     };
-    while r.len() > 5 && default(r.len() - 1, &r[r.len() - 1]) {
+    if let Some(cb) = &job.callback {
+        r.extend([
+            Out::Int(0),
+            Out::Int(0),
+            Out::Text(&cb.url),
+            Out::Int(cb.timeout_ms),
+        ]);
+    }
+    while r.len() > 5 && r.len() <= 9 && default(r.len() - 1, &r[r.len() - 1]) {
         r.pop();
     }
     // Serializing a Vec of these cannot fail: every element is a plain value.

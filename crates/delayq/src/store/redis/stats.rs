@@ -4,7 +4,7 @@
 use super::RedisStore;
 use super::record::{array, int, score_ms, state_from_code, string, unexpected};
 use crate::job::{JobState, Topic};
-use crate::store::{Stats, StoreError, StoreResult, TopicCounts};
+use crate::store::{Stats, StoreError, StoreResult};
 
 /// `next_due` is exact while the earliest deadline is in a timeline; when a far window comes
 /// first it is that window's score, the earliest run_at ever pushed into it: exact unless that
@@ -38,13 +38,10 @@ pub(super) async fn stats(store: &RedisStore) -> StoreResult<Stats> {
             let (code, topic) = field
                 .split_at_checked(1)
                 .ok_or_else(|| unexpected(counts))?;
-            let topic = Topic::parse(topic)
+            let queue = Topic::parse_queue(topic)
                 .map_err(|e| StoreError::corrupt(format!("counts field {field:?}"), e))?;
             let n = int(n)?.max(0) as u64;
-            let c = stats
-                .topics
-                .entry(topic)
-                .or_insert_with(TopicCounts::default);
+            let c = stats.counts_of(queue);
             match state_from_code(code)? {
                 JobState::Delayed => c.delayed += n,
                 JobState::Ready => c.ready += n,

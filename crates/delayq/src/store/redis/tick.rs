@@ -206,7 +206,7 @@ async fn run_ticks_each(
             };
             let topics = topics
                 .iter()
-                .map(|t| Topic::parse(string(t)?).map_err(|_| unexpected(t)))
+                .map(|t| Topic::parse_queue(string(t)?).map_err(|_| unexpected(t)))
                 .collect::<StoreResult<Vec<Topic>>>()?;
             Ok((int(p)?, int(e)?, int(next)?, topics))
         });
