@@ -300,6 +300,21 @@ impl JobSpec {
         }
     }
 
+    /// Makes this a callback job, with the defaults of one for what the producer left out:
+    /// [`CALLBACK_MAX_ATTEMPTS`] attempts and the [`CALLBACK_BACKOFF_MS`] schedule; its TTR is
+    /// the callback's ([`Callback::ttr_ms`]).
+    pub fn with_callback_defaults(
+        &mut self,
+        callback: Callback,
+        max_attempts: Option<u32>,
+        backoff_ms: Option<Vec<u64>>,
+    ) {
+        self.ttr_ms = callback.ttr_ms();
+        self.max_attempts = max_attempts.unwrap_or(CALLBACK_MAX_ATTEMPTS);
+        self.backoff_ms = backoff_ms.unwrap_or_else(|| CALLBACK_BACKOFF_MS.to_vec());
+        self.callback = Some(callback);
+    }
+
     /// The queue this job waits in when ready or dead: its topic's, or for a callback job its
     /// topic's callback queue ([`Topic::callback_queue`]).
     pub fn queue(&self) -> Topic {

@@ -14,6 +14,7 @@ pub mod compat;
 pub mod openapi;
 pub mod v1;
 
+use crate::callback::{CallbackOptions, Deliverer};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::dispatch::{DispatchOptions, Dispatcher};
@@ -38,6 +39,9 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     pub config: Arc<Config>,
     pub metrics: Arc<Metrics>,
+    /// Push delivery of callback jobs (not started; `server::run` starts it beside the
+    /// dispatcher).
+    pub callbacks: Arc<Deliverer>,
 }
 
 impl AppState {
@@ -51,12 +55,23 @@ impl AppState {
             ..DispatchOptions::default()
         };
         let dispatch = Dispatcher::with_options(store.clone(), clock.clone(), options);
+        let callback_options = CallbackOptions {
+            secrets: config.callback_secrets.clone(),
+            allow: config.callback_allow.clone(),
+            max_in_flight: config.callback_max_in_flight,
+            max_in_flight_per_host: config.callback_max_in_flight_per_host,
+        };
+        // Building the HTTP client fails only without a TLS provider, and the build links
+        // rustls with ring (tested in callback/call.rs).
+        let callbacks = Deliverer::new(store.clone(), clock.clone(), metrics.clone(), callback_options)
+            .expect("the callback HTTP client builds");
         AppState {
             store,
             dispatch,
             clock,
             config: Arc::new(config),
             metrics,
+            callbacks: Arc::new(callbacks),
         }
     }
 }
