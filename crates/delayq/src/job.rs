@@ -301,15 +301,17 @@ impl JobSpec {
     }
 
     /// Makes this a callback job, with the defaults of one for what the producer left out:
-    /// [`CALLBACK_MAX_ATTEMPTS`] attempts and the [`CALLBACK_BACKOFF_MS`] schedule; its TTR is
-    /// the callback's ([`Callback::ttr_ms`]).
+    /// [`CALLBACK_MAX_ATTEMPTS`] attempts and the [`CALLBACK_BACKOFF_MS`] schedule. Its TTR is
+    /// at least the callback's ([`Callback::ttr_ms`]), so one call never outlives its
+    /// reservation.
     pub fn with_callback_defaults(
         &mut self,
         callback: Callback,
+        ttr_ms: Option<u64>,
         max_attempts: Option<u32>,
         backoff_ms: Option<Vec<u64>>,
     ) {
-        self.ttr_ms = callback.ttr_ms();
+        self.ttr_ms = ttr_ms.unwrap_or(0).max(callback.ttr_ms()).min(MAX_TTR_MS);
         self.max_attempts = max_attempts.unwrap_or(CALLBACK_MAX_ATTEMPTS);
         self.backoff_ms = backoff_ms.unwrap_or_else(|| CALLBACK_BACKOFF_MS.to_vec());
         self.callback = Some(callback);

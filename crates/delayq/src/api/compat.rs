@@ -356,7 +356,7 @@ async fn push(State(state): State<AppState>, body: Result<Bytes, BytesRejection>
     let mut spec = JobSpec::new(topic, id, r.body, run_at);
     spec.ttr_ms = r.ttr as u64 * 1000;
     if let Some(cb) = callback {
-        spec.with_callback_defaults(cb, None, None);
+        spec.with_callback_defaults(cb, Some(spec.ttr_ms), None, None);
     }
     spec.validate(state.config.max_body_bytes)?;
     let (job_id, topic) = (spec.id.clone(), spec.topic.clone());

@@ -245,14 +245,8 @@ fn new_job(mut f: Fields, now: Reading, st: &AppState) -> ApiResult<NewJob> {
     let run_at = due_time(&mut f, now)?.unwrap_or(now.millis());
     let mut spec = JobSpec::new(topic, id, body, run_at);
     spec.callback = callback(&mut f, st.callbacks.allow())?;
-    if let Some(ttr) = f.u64("ttr_ms")? {
-        if spec.callback.is_some() {
-            return Err(ApiError::field(
-                f.name("ttr_ms"),
-                "is not used with a callback: one call holds the job for callback.timeout_ms \
-                 plus 5 s",
-            ));
-        }
+    let ttr = f.u64("ttr_ms")?;
+    if let Some(ttr) = ttr {
         job::validate_ttr_ms(ttr).map_err(|e| ApiError::from_invalid(f.name("ttr_ms"), e))?;
         spec.ttr_ms = ttr;
     }
@@ -266,7 +260,7 @@ fn new_job(mut f: Fields, now: Reading, st: &AppState) -> ApiResult<NewJob> {
             .map_err(|e| ApiError::from_invalid(f.name("backoff_ms"), e))?;
     }
     if let Some(cb) = spec.callback.take() {
-        spec.with_callback_defaults(cb, max_attempts, backoff);
+        spec.with_callback_defaults(cb, ttr, max_attempts, backoff);
     } else {
         spec.max_attempts = max_attempts.unwrap_or(spec.max_attempts);
         spec.backoff_ms = backoff.unwrap_or_default();
