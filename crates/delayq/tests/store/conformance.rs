@@ -950,7 +950,11 @@ async fn callback_jobs_are_only_in_their_topics_callback_queue(b: &Backend) {
     push(b, callback_job("orders", "cb1", T0), T0).await;
     push(b, job("orders", "pull1", "p", T0), T0).await;
     let got = b.store.get(&id("cb1")).await.unwrap();
-    assert_eq!(got.spec, callback_job("orders", "cb1", T0), "every field kept");
+    assert_eq!(
+        got.spec,
+        callback_job("orders", "cb1", T0),
+        "every field kept"
+    );
     let stats = b.store.stats().await.unwrap();
     assert_eq!(stats.topics[&topic("orders")].ready, 1);
     assert_eq!(stats.callbacks[&topic("orders")].ready, 1);
@@ -985,13 +989,40 @@ async fn callback_job_retries_dies_and_is_kicked_back_to_its_queue(b: &Backend) 
         }
     }
     assert!(heard, "no Ready event for the callback queue");
-    assert_eq!(b.store.reserve(&[queue.clone()], 1, T0 + 16 * SEC).await.unwrap().len(), 1);
-    let j = b.store.release(&id("cb"), None, T0 + 17 * SEC).await.unwrap();
+    assert_eq!(
+        b.store
+            .reserve(&[queue.clone()], 1, T0 + 16 * SEC)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let j = b
+        .store
+        .release(&id("cb"), None, T0 + 17 * SEC)
+        .await
+        .unwrap();
     assert_eq!(j.state, JobState::Dead, "out of its 2 attempts");
-    assert_eq!(b.store.stats().await.unwrap().callbacks[&topic("mail")].dead, 1);
-    assert_eq!(b.store.kick_topic(&topic("mail"), 10, T0 + 18 * SEC).await.unwrap(), 0);
-    assert_eq!(b.store.kick_topic(&queue, 10, T0 + 18 * SEC).await.unwrap(), 1);
-    assert!(reserve_ids(b, &["mail"], 10, T0 + 18 * SEC).await.is_empty());
+    assert_eq!(
+        b.store.stats().await.unwrap().callbacks[&topic("mail")].dead,
+        1
+    );
+    assert_eq!(
+        b.store
+            .kick_topic(&topic("mail"), 10, T0 + 18 * SEC)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        b.store.kick_topic(&queue, 10, T0 + 18 * SEC).await.unwrap(),
+        1
+    );
+    assert!(
+        reserve_ids(b, &["mail"], 10, T0 + 18 * SEC)
+            .await
+            .is_empty()
+    );
     let again = b.store.reserve(&[queue], 1, T0 + 18 * SEC).await.unwrap();
     assert_eq!((again.len(), again[0].attempts), (1, 1));
 }
