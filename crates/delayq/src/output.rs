@@ -312,8 +312,24 @@ attempts:       0
 max_attempts:   unlimited
 backoff:        none
 reserved_until: -
+callback:       -
 body:           {\"order\":42}
 "
+        );
+    }
+
+    #[test]
+    fn a_callback_job_shows_its_url_and_timeout() {
+        let mut j = job();
+        j.callback = Some(delayq_client::Callback {
+            url: "https://hooks.example.com/due".into(),
+            timeout_ms: Some(30_000),
+        });
+        assert!(
+            format_job(&j, NOW)
+                .contains("callback:       https://hooks.example.com/due (timeout 30s)\n"),
+            "{}",
+            format_job(&j, NOW)
         );
     }
 
