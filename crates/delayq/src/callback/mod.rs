@@ -333,14 +333,14 @@ async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
     // The call must end before the reservation does; a wait for the host may have used it up.
     let now = shared.clock.now();
     let need = job::after(now, cb.timeout_ms.saturating_add(RESERVATION_MARGIN_MS));
-    if job.reserved_until.is_none_or(|until| until < need) {
-        if let Err(e) = shared.store.touch(&id, now).await {
-            // Deleted, or no longer reserved by this call: not ours to call any more.
-            tracing::debug!(job_id = %id, error = %e, "callback job gone before its call");
-            drop(host_permit);
-            shared.host_done(&host);
-            return;
-        }
+    if job.reserved_until.is_none_or(|until| until < need)
+        && let Err(e) = shared.store.touch(&id, now).await
+    {
+        // Deleted, or no longer reserved by this call: not ours to call any more.
+        tracing::debug!(job_id = %id, error = %e, "callback job gone before its call");
+        drop(host_permit);
+        shared.host_done(&host);
+        return;
     }
     let started = shared.clock.read();
     let answer = shared.caller.call(&job, &cb, started).await;

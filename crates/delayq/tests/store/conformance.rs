@@ -962,7 +962,11 @@ async fn callback_jobs_are_only_in_their_topics_callback_queue(b: &Backend) {
     assert_eq!(reserve_ids(b, &["orders"], 10, T0).await, ["pull1"]);
     assert!(reserve_ids(b, &["orders"], 10, T0).await.is_empty());
     let queue = topic("orders").callback_queue();
-    let jobs = b.store.reserve(&[queue.clone()], 10, T0).await.unwrap();
+    let jobs = b
+        .store
+        .reserve(std::slice::from_ref(&queue), 10, T0)
+        .await
+        .unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].spec.id.as_str(), "cb1");
     assert_eq!(jobs[0].reserved_until, Some(T0 + 15 * SEC));
@@ -976,7 +980,10 @@ async fn callback_job_retries_dies_and_is_kicked_back_to_its_queue(b: &Backend) 
     let queue = topic("mail").callback_queue();
     push(b, callback_job("mail", "cb", T0), T0).await;
     let mut rx = b.store.subscribe();
-    b.store.reserve(&[queue.clone()], 1, T0).await.unwrap();
+    b.store
+        .reserve(std::slice::from_ref(&queue), 1, T0)
+        .await
+        .unwrap();
     let j = b.store.release(&id("cb"), None, T0 + SEC).await.unwrap();
     assert_eq!((j.state, j.spec.run_at), (JobState::Delayed, T0 + 16 * SEC));
     b.store.tick(T0 + 16 * SEC, 100).await.unwrap();
@@ -991,7 +998,7 @@ async fn callback_job_retries_dies_and_is_kicked_back_to_its_queue(b: &Backend) 
     assert!(heard, "no Ready event for the callback queue");
     assert_eq!(
         b.store
-            .reserve(&[queue.clone()], 1, T0 + 16 * SEC)
+            .reserve(std::slice::from_ref(&queue), 1, T0 + 16 * SEC)
             .await
             .unwrap()
             .len(),
