@@ -19,6 +19,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// How long an idle connection to a destination is kept for the next call.
 const POOL_IDLE: Duration = Duration::from_secs(30);
+/// Most host name lookups at once: each holds a thread for as long as the system's resolver
+/// takes (tens of seconds when it does not answer).
+const MAX_LOOKUPS: usize = 32;
 
 /// What one call came to.
 #[derive(Debug)]
@@ -54,6 +57,7 @@ impl Caller {
             .pool_idle_timeout(POOL_IDLE)
             .dns_resolver(Arc::new(AllowedResolver {
                 allow: allow.clone(),
+                lookups: Arc::new(tokio::sync::Semaphore::new(MAX_LOOKUPS)),
             }))
             .build()
             .map_err(|e| anyhow::anyhow!("cannot build the callback HTTP client: {e}"))?;
@@ -180,13 +184,16 @@ fn error_chain(e: &reqwest::Error) -> String {
 /// error), so a name cannot smuggle a call to a forbidden address.
 struct AllowedResolver {
     allow: Arc<AllowList>,
+    lookups: Arc<tokio::sync::Semaphore>,
 }
 
 impl Resolve for AllowedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let allow = self.allow.clone();
+        let lookups = self.lookups.clone();
         Box::pin(async move {
             let host = name.as_str().to_string();
+            let _turn = lookups.acquire_owned().await?;
             let found: Vec<SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let allowed: Vec<SocketAddr> = found

@@ -363,11 +363,8 @@ async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
             reason = %answer.reason,
             "callback failed"
         );
-        shared
-            .store
-            .release(&id, answer.retry_after_ms, now)
-            .await
-            .map(drop)
+        let delay = job::callback_retry_delay(&job.spec, job.attempts, answer.retry_after_ms);
+        shared.store.release(&id, Some(delay), now).await.map(drop)
     };
     match result {
         Ok(()) | Err(StoreError::NotFound) => {}
