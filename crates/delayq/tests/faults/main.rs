@@ -12,6 +12,8 @@
 //! `DELAYQ_SOAK_SECS=600 DELAYQ_SOAK_OUTAGE_SECS=120 cargo test -p delayq --test faults soak_ -- --ignored --nocapture`
 //!
 //! memory.rs: `delayq serve --memory`, whose jobs do not survive any stop.
+//! callbacks.rs: push delivery across a kill -9 (embedded and Redis) and across three instances
+//! on one Redis, with a real HTTP receiver.
 //!
 //! Not here: the embedded store's crash test (embedded_crash.rs), several instances on one
 //! Redis (multi_instance.rs), the store-level outage test (redis_store.rs).
@@ -19,6 +21,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod callbacks;
 mod memory;
 
 use reqwest::{Client, RequestBuilder, StatusCode};
