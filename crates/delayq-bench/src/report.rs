@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 /// One run of one workload against one system. `--json` prints exactly this, one line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
-    /// `w1`, `w2`, `w3`, `w4` or `callback`.
+    /// `w1`, `w2`, `w3`, `w4` or `callback-<shape>` (`burst`, `lifecycle`, `steady`).
     pub workload: String,
     /// Row name in comparison tables, e.g. `delayq-redis`, `beanstalkd-binlog`.
     pub label: String,
@@ -73,7 +73,7 @@ fn column_order(workload: &str) -> &'static [&'static str] {
             "lost",
             "duplicates",
         ],
-        "callback" => &[
+        w if w.starts_with("callback") => &[
             "jobs",
             "callbacks_per_s",
             "call_all_s",

@@ -189,7 +189,7 @@ async fn callbacks_of_every_shape_reach_the_receiver_once_and_never_early() {
         args.extend_from_slice(shape);
         args.extend_from_slice(&["--producers", "2", "--drain-timeout-s", "5", "--json"]);
         let r = bench(&args).await;
-        assert_eq!(r["workload"], "callback", "{r}");
+        assert_eq!(r["workload"], format!("callback-{}", shape[1]), "{r}");
         for (m, want) in [
             ("acked", if shape[1] == "steady" { 200.0 } else { 300.0 }),
             ("lost", 0.0),

@@ -78,8 +78,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         Shape::Lifecycle => "lifecycle",
         Shape::Steady => "steady",
     };
-    let mut r = c.result("callback");
-    r.params.insert("shape".into(), shape.into());
+    let mut r = c.result(&format!("callback-{shape}"));
     r.params
         .insert("callback_timeout_ms".into(), p.callback_timeout_ms.into());
     let n = match p.shape {

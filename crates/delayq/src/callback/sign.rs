@@ -76,7 +76,10 @@ pub fn signature(
     if secrets.is_empty() {
         return None;
     }
-    let sigs: Vec<String> = secrets.iter().map(|s| s.sign(id, timestamp, body)).collect();
+    let sigs: Vec<String> = secrets
+        .iter()
+        .map(|s| s.sign(id, timestamp, body))
+        .collect();
     Some(sigs.join(" "))
 }
 
