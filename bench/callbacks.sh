@@ -113,7 +113,8 @@ EOF
 }
 
 run() {
-  local store="$1" round="$2" work="$TMP/run-$round-$store" rp="" rpid="" url="" hp dpid
+  local store="$1" round="$2"
+  local work="$TMP/run-$round-$store" rp="" rpid="" url="" hp dpid
   mkdir -p "$work"
   if [ "$store" = redis ]; then
     rp=$("$BENCH" free-port)
