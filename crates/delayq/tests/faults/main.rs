@@ -5,7 +5,7 @@
 //! is answered clearly (503 `store_unavailable`, compat code 1) and never hangs or panics.
 //! docs/reliability.md states the guarantees these tests back.
 //!
-//! CI runs one bounded round of each (about 8–15 s each, ~40 s for the file, in a debug build):
+//! CI runs one bounded round of each (about 5–15 s each, 1–2 min for the file, in a debug build):
 //! `cargo test -p delayq --test faults -- --nocapture` (the figures go to stdout).
 //! The soaks repeat the crashes for `DELAYQ_SOAK_SECS` (default 300) and keep Redis away for
 //! `DELAYQ_SOAK_OUTAGE_SECS` (default 60):
