@@ -63,13 +63,8 @@ impl AppState {
         };
         // Building the HTTP client fails only without a TLS provider, and the build links
         // rustls with ring (tested in callback/call.rs).
-        let callbacks = Deliverer::new(
-            store.clone(),
-            clock.clone(),
-            metrics.clone(),
-            callback_options,
-        )
-        .expect("the callback HTTP client builds");
+        let callbacks = Deliverer::new(store.clone(), clock.clone(), metrics.clone(), callback_options)
+            .expect("the callback HTTP client builds");
         AppState {
             store,
             dispatch,

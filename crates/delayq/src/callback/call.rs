@@ -80,10 +80,7 @@ impl Caller {
         };
         // Checked at push too; the allowed destinations may have changed since.
         if let Err(e) = self.allow.check_url(&cb.url) {
-            return fail(
-                Outcome::Connect,
-                format!("destination not allowed: the URL {e}"),
-            );
+            return fail(Outcome::Connect, format!("destination not allowed: the URL {e}"));
         }
         let id = job.spec.id.as_str();
         let body = job.spec.body.as_bytes();
@@ -187,8 +184,9 @@ impl Resolve for AllowedResolver {
         let allow = self.allow.clone();
         Box::pin(async move {
             let host = name.as_str().to_string();
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .collect();
             let allowed: Vec<SocketAddr> = found
                 .iter()
                 .copied()

@@ -139,13 +139,8 @@ impl Deliverer {
             let calls = tokio_util::task::TaskTracker::new();
             run(&shared, events, &stop, &calls).await;
             calls.close();
-            if tokio::time::timeout(STOP_TIMEOUT, calls.wait())
-                .await
-                .is_err()
-            {
-                tracing::info!(
-                    "callbacks still running at shutdown; their jobs are called again after their TTR"
-                );
+            if tokio::time::timeout(STOP_TIMEOUT, calls.wait()).await.is_err() {
+                tracing::info!("callbacks still running at shutdown; their jobs are called again after their TTR");
             }
         })
     }

@@ -59,9 +59,7 @@ pub fn retry_after_ms(value: &str, now: SystemTime) -> Option<u64> {
     }
     let at = httpdate::parse_http_date(value).ok()?;
     let wait = at.duration_since(now).unwrap_or(Duration::ZERO);
-    Some(
-        u64::try_from(wait.as_millis()).map_or(MAX_RETRY_AFTER_MS, |ms| ms.min(MAX_RETRY_AFTER_MS)),
-    )
+    Some(u64::try_from(wait.as_millis()).map_or(MAX_RETRY_AFTER_MS, |ms| ms.min(MAX_RETRY_AFTER_MS)))
 }
 
 #[cfg(test)]
@@ -72,12 +70,7 @@ mod tests {
     fn only_2xx_finishes_and_labels_group_the_rest() {
         assert!(Outcome::of_status(200).finished());
         assert!(Outcome::of_status(204).finished());
-        for (s, label) in [
-            (301, "other_status"),
-            (404, "4xx"),
-            (429, "4xx"),
-            (503, "5xx"),
-        ] {
+        for (s, label) in [(301, "other_status"), (404, "4xx"), (429, "4xx"), (503, "5xx")] {
             let o = Outcome::of_status(s);
             assert!(!o.finished(), "{s}");
             assert_eq!(o.label(), label, "{s}");
@@ -96,10 +89,7 @@ mod tests {
             retry_after_ms("Wed, 21 Oct 2015 07:28:30 GMT", now),
             Some(30_000)
         );
-        assert_eq!(
-            retry_after_ms("Wed, 21 Oct 2015 07:00:00 GMT", now),
-            Some(0)
-        );
+        assert_eq!(retry_after_ms("Wed, 21 Oct 2015 07:00:00 GMT", now), Some(0));
         assert_eq!(
             retry_after_ms("Tue, 21 Oct 2025 07:28:00 GMT", now),
             Some(MAX_RETRY_AFTER_MS)

@@ -76,10 +76,7 @@ pub fn signature(
     if secrets.is_empty() {
         return None;
     }
-    let sigs: Vec<String> = secrets
-        .iter()
-        .map(|s| s.sign(id, timestamp, body))
-        .collect();
+    let sigs: Vec<String> = secrets.iter().map(|s| s.sign(id, timestamp, body)).collect();
     Some(sigs.join(" "))
 }
 

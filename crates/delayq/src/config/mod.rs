@@ -18,9 +18,9 @@ mod file;
 mod rules;
 mod token;
 
+use define::{Origin, settings};
 use crate::callback::allow::AllowList;
 use crate::callback::sign::WebhookSecret;
-use define::{Origin, settings};
 use rules::{
     Address, Allow, Any, Between, ClusterSeeds, KeyPrefix, NonEmptyPath, RedisUrl, WebhookSecrets,
 };

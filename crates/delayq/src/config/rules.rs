@@ -141,9 +141,7 @@ impl Rule<Vec<AuthToken>, Vec<WebhookSecret>> for WebhookSecrets {
         given
             .iter()
             .enumerate()
-            .map(|(i, s)| {
-                WebhookSecret::parse(s.as_str()).map_err(|m| format!("secret {}: {m}", i + 1))
-            })
+            .map(|(i, s)| WebhookSecret::parse(s.as_str()).map_err(|m| format!("secret {}: {m}", i + 1)))
             .collect()
     }
 

@@ -136,17 +136,10 @@ fn a_bad_callback_secret_or_destination_is_refused_naming_the_setting_not_the_se
     let text = e.to_string();
     let (setting, origin) = invalid_setting(e);
     assert_eq!(setting, "callback_allow");
-    assert!(
-        origin.contains("DELAYQ_CALLBACK_ALLOW"),
-        "{origin} / {text}"
-    );
+    assert!(origin.contains("DELAYQ_CALLBACK_ALLOW"), "{origin} / {text}");
     // The default refuses the metadata address.
     let c = load(&[], &[]).unwrap();
-    assert!(
-        c.callback_allow
-            .check_url("http://169.254.169.254/")
-            .is_err()
-    );
+    assert!(c.callback_allow.check_url("http://169.254.169.254/").is_err());
 }
 
 #[test]
