@@ -16,6 +16,7 @@ use std::error::Error as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use url::Url;
 
 /// How long an idle connection to a destination is kept for the next call.
 const POOL_IDLE: Duration = Duration::from_secs(30);
@@ -34,6 +35,19 @@ pub(super) struct Answer {
     pub took: Duration,
     /// The delay a `Retry-After` of a failed call asked for.
     pub retry_after_ms: Option<u64>,
+}
+
+impl Answer {
+    /// A call not made: its destination is not allowed (any more).
+    pub fn refused(reason: String) -> Answer {
+        Answer {
+            outcome: Outcome::Connect,
+            status: None,
+            reason,
+            took: Duration::ZERO,
+            retry_after_ms: None,
+        }
+    }
 }
 
 /// The HTTP client of callbacks and what it signs with.
@@ -72,8 +86,16 @@ impl Caller {
         &self.allow
     }
 
-    /// Calls `cb` for `job` (reserved, so `attempts` counts this call), started at `at`.
-    pub async fn call(&self, job: &Job, cb: &Callback, at: Reading) -> Answer {
+    /// A callback's URL, parsed once, if the allowed destinations admit it; else why not.
+    pub fn target(&self, url: &str) -> Result<Url, String> {
+        self.allow
+            .check_url(url)
+            .map_err(|e| format!("destination not allowed: the URL {e}"))
+    }
+
+    /// Calls `url` ([`Caller::target`] of `cb`) for `job` (reserved, so `attempts` counts this
+    /// call), started at `at`.
+    pub async fn call(&self, job: &Job, cb: &Callback, url: Url, at: Reading) -> Answer {
         let started = Instant::now();
         let fail = |outcome, reason: String| Answer {
             outcome,
@@ -82,19 +104,12 @@ impl Caller {
             took: started.elapsed(),
             retry_after_ms: None,
         };
-        // Checked at push too; the allowed destinations may have changed since.
-        if let Err(e) = self.allow.check_url(&cb.url) {
-            return fail(
-                Outcome::Connect,
-                format!("destination not allowed: the URL {e}"),
-            );
-        }
         let id = job.spec.id.as_str();
         let body = job.spec.body.as_bytes();
         let timestamp = at.millis() / 1000;
         let mut req = self
             .client
-            .post(&cb.url)
+            .post(url)
             .timeout(Duration::from_millis(cb.timeout_ms))
             .header("content-type", content_type(&job.spec.body))
             .header("webhook-id", id)
@@ -156,15 +171,12 @@ fn content_type(body: &str) -> &'static str {
 }
 
 /// The key the per-host limit counts calls under: the URL's host and port.
-pub(super) fn host_key(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(u) => format!(
-            "{}:{}",
-            u.host_str().unwrap_or_default(),
-            u.port_or_known_default().unwrap_or(0)
-        ),
-        Err(_) => url.to_string(),
-    }
+pub(super) fn host_key(url: &Url) -> String {
+    format!(
+        "{}:{}",
+        url.host_str().unwrap_or_default(),
+        url.port_or_known_default().unwrap_or(0)
+    )
 }
 
 /// An error and its causes, one line (reqwest's own message is only the outermost).
@@ -228,9 +240,10 @@ mod tests {
 
     #[test]
     fn hosts_are_counted_by_host_and_port() {
-        assert_eq!(host_key("https://a.example/x"), "a.example:443");
-        assert_eq!(host_key("http://a.example/x"), "a.example:80");
-        assert_eq!(host_key("http://127.0.0.1:9000/y?z"), "127.0.0.1:9000");
+        let key = |u: &str| host_key(&Url::parse(u).unwrap());
+        assert_eq!(key("https://a.example/x"), "a.example:443");
+        assert_eq!(key("http://a.example/x"), "a.example:80");
+        assert_eq!(key("http://127.0.0.1:9000/y?z"), "127.0.0.1:9000");
     }
 
     #[test]

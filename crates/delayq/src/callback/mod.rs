@@ -325,27 +325,40 @@ async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
         tracing::error!(job_id = %job.spec.id, "a job without a callback in a callback queue");
         return;
     };
-    let host = call::host_key(&cb.url);
-    let host_permit = shared.host_permit(&host).await;
-    shared.park(queue, -1);
-    shared.room.notify_one();
     let id = job.spec.id.clone();
-    // The call must end before the reservation does; a wait for the host may have used it up.
-    let now = shared.clock.now();
-    let need = job::after(now, cb.timeout_ms.saturating_add(RESERVATION_MARGIN_MS));
-    if job.reserved_until.is_none_or(|until| until < need)
-        && let Err(e) = shared.store.touch(&id, now).await
-    {
-        // Deleted, or no longer reserved by this call: not ours to call any more.
-        tracing::debug!(job_id = %id, error = %e, "callback job gone before its call");
-        drop(host_permit);
-        shared.host_done(&host);
-        return;
-    }
-    let started = shared.clock.read();
-    let answer = shared.caller.call(&job, &cb, started).await;
-    drop(host_permit);
-    shared.host_done(&host);
+    let started;
+    let answer = match shared.caller.target(&cb.url) {
+        // Checked at push; the allowed destinations may have changed since.
+        Err(reason) => {
+            shared.park(queue, -1);
+            started = shared.clock.read();
+            call::Answer::refused(reason)
+        }
+        Ok(url) => {
+            let host = call::host_key(&url);
+            let host_permit = shared.host_permit(&host).await;
+            shared.park(queue, -1);
+            shared.room.notify_one();
+            // The call must end before the reservation does; a wait for the host may have
+            // used it up.
+            let now = shared.clock.now();
+            let need = job::after(now, cb.timeout_ms.saturating_add(RESERVATION_MARGIN_MS));
+            if job.reserved_until.is_none_or(|until| until < need)
+                && let Err(e) = shared.store.touch(&id, now).await
+            {
+                // Deleted, or no longer reserved by this call: not ours to call any more.
+                tracing::debug!(job_id = %id, error = %e, "callback job gone before its call");
+                drop(host_permit);
+                shared.host_done(&host);
+                return;
+            }
+            started = shared.clock.read();
+            let answer = shared.caller.call(&job, &cb, url, started).await;
+            drop(host_permit);
+            shared.host_done(&host);
+            answer
+        }
+    };
     let late_ms = started.millis().saturating_sub(job.spec.run_at);
     shared
         .metrics
