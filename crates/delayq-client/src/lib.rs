@@ -322,6 +322,14 @@ mod tests {
 
     use super::*;
     use serde_json::{Value, json};
+
+    /// [`Client::new`], after installing a TLS provider: in a workspace build reqwest has the
+    /// server's features (rustls without a provider), and building a client would panic.
+    fn new_client(base_url: &str) -> Result<Client, ClientError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Client::new(base_url)
+    }
+
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -380,7 +388,7 @@ mod tests {
                 body: String::from_utf8_lossy(&buf[head_len..]).to_string(),
             }
         });
-        (Client::new(&format!("http://{addr}")).unwrap(), task)
+        (new_client(&format!("http://{addr}")).unwrap(), task)
     }
 
     fn job_json(id: &str, state: &str) -> String {
@@ -445,12 +453,12 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         drop(listener);
-        let c = Client::new(&format!("http://{addr}/delayq/")).unwrap();
+        let c = new_client(&format!("http://{addr}/delayq/")).unwrap();
         assert_eq!(
             c.url(&["v1", "stats"]).as_str(),
             format!("http://{addr}/delayq/v1/stats")
         );
-        let c = Client::new(&format!("http://{addr}")).unwrap();
+        let c = new_client(&format!("http://{addr}")).unwrap();
         assert_eq!(
             c.url(&["v1", "topics", "a/b", "kick"]).path(),
             "/v1/topics/a%2Fb/kick"
@@ -561,7 +569,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         drop(listener);
-        let c = Client::new(&format!("http://{addr}")).unwrap();
+        let c = new_client(&format!("http://{addr}")).unwrap();
         match c.health().await {
             Err(ClientError::Transport(msg)) => {
                 assert!(
@@ -575,7 +583,7 @@ mod tests {
 
     #[test]
     fn base_url_must_be_plain_http_with_a_host() {
-        assert!(Client::new("http://127.0.0.1:9277").is_ok());
+        assert!(new_client("http://127.0.0.1:9277").is_ok());
         for bad in [
             "127.0.0.1:9277",
             "https://x",
@@ -584,7 +592,7 @@ mod tests {
             "unix:/tmp/s",
         ] {
             assert!(
-                matches!(Client::new(bad), Err(ClientError::InvalidUrl(_))),
+                matches!(new_client(bad), Err(ClientError::InvalidUrl(_))),
                 "{bad}"
             );
         }
