@@ -37,7 +37,7 @@ use crate::store::{Store, StoreError, StoreEvent};
 use allow::AllowList;
 use call::Caller;
 use sign::WebhookSecret;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast};
@@ -151,17 +151,28 @@ impl Deliverer {
     }
 }
 
-/// Callback queues that may have ready jobs, served in turn.
+/// Callback queues that may have ready jobs, served in turn, each once.
 #[derive(Default)]
 struct Pending {
     order: VecDeque<Topic>,
+    queued: HashSet<Topic>,
 }
 
 impl Pending {
     fn add(&mut self, queue: Topic) {
-        if !self.order.contains(&queue) {
+        if self.queued.insert(queue.clone()) {
             self.order.push_back(queue);
         }
+    }
+
+    fn take(&mut self) -> Option<Topic> {
+        let queue = self.order.pop_front()?;
+        self.queued.remove(&queue);
+        Some(queue)
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
     }
 }
 
@@ -214,10 +225,10 @@ async fn serve(
     calls: &tokio_util::task::TaskTracker,
     errors: &mut ErrorLog,
 ) {
-    let mut turns = pending.order.len();
+    let mut turns = pending.len();
     while turns > 0 {
         turns -= 1;
-        let Some(queue) = pending.order.pop_front() else {
+        let Some(queue) = pending.take() else {
             return;
         };
         let free = shared.held.available_permits();
@@ -227,7 +238,7 @@ async fn serve(
             .min(RESERVE_BATCH);
         if room == 0 {
             // Kept for when a job is done with (`room` wakes the loop).
-            pending.order.push_back(queue);
+            pending.add(queue);
             if free == 0 {
                 return;
             }
@@ -245,13 +256,13 @@ async fn serve(
             }
             Err(e) => {
                 errors.failed(&e);
-                pending.order.push_back(queue);
+                pending.add(queue);
                 return;
             }
         };
         if jobs.len() == room {
             // There may be more: this queue's turn comes again.
-            pending.order.push_back(queue.clone());
+            pending.add(queue.clone());
             turns += 1;
         }
         for job in jobs {
