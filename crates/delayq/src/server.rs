@@ -14,8 +14,9 @@
 //! does not answer. `axum::serve` has no such knob.
 
 use crate::api::{self, AppState};
-use crate::clock::SystemClock;
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::journal::Journal;
 use crate::store::Store;
 use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::store::memory::MemoryStore;
@@ -52,8 +53,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let addr = listener
         .local_addr()
         .with_context(|| format!("cannot read the address bound for {}", config.listen))?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let journal = open_journal(&config, clock.clone()).await?;
     tracing::info!(%addr, store = store.kind(), "delayq listening");
-    let state = AppState::new(store, Arc::new(SystemClock), config);
+    let state = AppState::with_journal(store, clock, config, journal);
     run(listener, state, shutdown_signal()).await
 }
 
@@ -94,6 +97,20 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
             Ok(Arc::new(store))
         }
     }
+}
+
+/// Opens the journal when `journal` is set (its errors name the setting).
+pub async fn open_journal(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<Option<Journal>> {
+    let Some(url) = &config.journal else {
+        return Ok(None);
+    };
+    let retention = Duration::from_secs(config.journal_retention_secs);
+    let journal = Journal::open(url, config.journal_mode, retention, clock).await?;
+    tracing::info!(mode = %config.journal_mode, "journal open");
+    Ok(Some(journal))
 }
 
 /// A URL fit for logs and errors: any `user:password@` part is replaced by `***@`.

@@ -12,11 +12,13 @@
 pub mod auth;
 pub mod compat;
 pub mod openapi;
+pub mod restore;
 pub mod v1;
 
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::dispatch::{DispatchOptions, Dispatcher};
+use crate::journal::{Journal, Journaled};
 use crate::metrics::{self, Metered, Metrics};
 use crate::store::Store;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -38,13 +40,34 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     pub config: Arc<Config>,
     pub metrics: Arc<Metrics>,
+    /// The recovery journal (`--journal`), which the store also writes to; `None` without it.
+    pub journal: Option<Journal>,
 }
 
 impl AppState {
     /// The state of a server over `store`: the store wrapped in its metrics, and a dispatcher
     /// (not started) over the wrapped store, so long polls and the timer are counted too.
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: Config) -> AppState {
-        let metrics = Arc::new(Metrics::new(store.kind()));
+        AppState::with_journal(store, clock, config, None)
+    }
+
+    /// [`AppState::new`] with a journal: the store journaled ([`Journaled`]) inside its
+    /// metrics, so a call the journal refuses is counted as a store error.
+    pub fn with_journal(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: Config,
+        journal: Option<Journal>,
+    ) -> AppState {
+        let mut metrics = Metrics::new(store.kind());
+        let store: Arc<dyn Store> = match &journal {
+            Some(j) => {
+                metrics.register_journal(j.gauges());
+                Arc::new(Journaled::new(store, j.clone()))
+            }
+            None => store,
+        };
+        let metrics = Arc::new(metrics);
         let store: Arc<dyn Store> = Arc::new(Metered::new(store, metrics.clone()));
         let options = DispatchOptions {
             max_waiters: config.max_waiters,
@@ -57,6 +80,7 @@ impl AppState {
             clock,
             config: Arc::new(config),
             metrics,
+            journal,
         }
     }
 }
@@ -86,6 +110,7 @@ pub fn router(state: AppState) -> Router {
     let mut app = Router::new()
         .merge(compat::routes())
         .merge(v1::routes())
+        .merge(restore::routes())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(serve_metrics))
@@ -99,7 +124,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The compat API's paths: refusals there have its `{"code","message","data"}` body.
-const COMPAT_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get"];
+const COMPAT_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get", "/reStore"];
 
 /// The long-poll paths: they may wait up to `max_wait` for a job before answering.
 const LONG_POLL_PATHS: &[&str] = &["/pop", "/v1/reserve"];

@@ -1,0 +1,459 @@
+//! The journal's database: a PostgreSQL or a MySQL/MariaDB pool (sqlx), and the few
+//! statements the journal runs, written once per dialect by `dialect!` (the SQL differs in
+//! its upsert and placeholders; the rest is the same code). Every statement of a batch runs
+//! in one transaction.
+
+use super::JournalError;
+use super::row::{JobRow, Op, RowState};
+use super::schema;
+use crate::job::{JobId, UnixMillis};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{MySqlPool, PgPool, Row};
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Connections the journal keeps: the writer uses one, a restore one, pruning one.
+const POOL_SIZE: u32 = 4;
+/// Longest wait for a connection, at start and per batch.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most rows per INSERT statement (both servers allow 65,535 placeholders; a job row has 15).
+const ROWS_PER_STATEMENT: usize = 1_000;
+
+/// A journal database.
+#[derive(Clone)]
+pub enum Db {
+    Postgres(PgPool),
+    MySql(MySqlPool),
+}
+
+/// Which kind of database a URL names, from its scheme; `None` for any other URL.
+pub fn dialect_of(url: &str) -> Option<&'static str> {
+    let scheme = url.split_once("://")?.0;
+    match scheme {
+        "postgres" | "postgresql" => Some("postgres"),
+        "mysql" | "mariadb" => Some("mysql"),
+        _ => None,
+    }
+}
+
+/// Checks a journal URL without connecting: its scheme and its form. The URL is not echoed
+/// (it may hold a password).
+pub fn check_url(url: &str) -> Result<(), String> {
+    match dialect_of(url) {
+        Some("postgres") => PgConnectOptions::from_str(url)
+            .map(|_| ())
+            .map_err(|e| format!("not a valid PostgreSQL URL: {}", redact_error(&e, url))),
+        Some(_) => MySqlConnectOptions::from_str(&mysql_url(url))
+            .map(|_| ())
+            .map_err(|e| format!("not a valid MySQL URL: {}", redact_error(&e, url))),
+        None => Err("must start with postgres://, postgresql://, mysql:// or mariadb://".into()),
+    }
+}
+
+/// sqlx's MySQL driver reads `mysql://`; `mariadb://` is the same protocol.
+fn mysql_url(url: &str) -> String {
+    match url.strip_prefix("mariadb://") {
+        Some(rest) => format!("mysql://{rest}"),
+        None => url.to_string(),
+    }
+}
+
+/// An error's text without the URL in it.
+fn redact_error(e: &dyn std::fmt::Display, url: &str) -> String {
+    e.to_string()
+        .replace(url, &crate::server::redact_url(url))
+}
+
+/// A database error as the journal reports it.
+fn db_err(what: &str, e: sqlx::Error) -> JournalError {
+    JournalError::Database(format!("{what}: {e}"))
+}
+
+impl Db {
+    /// Connects and migrates the schema to [`schema::LATEST`]; refuses a newer schema.
+    pub async fn open(url: &str) -> Result<Db, JournalError> {
+        check_url(url).map_err(JournalError::Url)?;
+        let unreachable = |e: sqlx::Error| {
+            JournalError::Unreachable(format!(
+                "{}: {}",
+                crate::server::redact_url(url),
+                redact_error(&e, url)
+            ))
+        };
+        let db = match dialect_of(url) {
+            Some("postgres") => {
+                let options = PgConnectOptions::from_str(url).map_err(unreachable)?;
+                let pool = PgPoolOptions::new()
+                    .max_connections(POOL_SIZE)
+                    .acquire_timeout(CONNECT_TIMEOUT)
+                    .connect_with(options)
+                    .await
+                    .map_err(unreachable)?;
+                Db::Postgres(pool)
+            }
+            _ => {
+                let options = MySqlConnectOptions::from_str(&mysql_url(url)).map_err(unreachable)?;
+                let pool = MySqlPoolOptions::new()
+                    .max_connections(POOL_SIZE)
+                    .acquire_timeout(CONNECT_TIMEOUT)
+                    .connect_with(options)
+                    .await
+                    .map_err(unreachable)?;
+                Db::MySql(pool)
+            }
+        };
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Db::Postgres(p) => p.close().await,
+            Db::MySql(p) => p.close().await,
+        }
+    }
+}
+
+/// The statements of one dialect, as methods of [`Db`] matching on it.
+macro_rules! dialect {
+    ($($name:ident: $db:ty, $pool:ident, $migrations:expr, $upsert:expr;)*) => {
+        $(
+        mod $name {
+            use super::*;
+            type Q<'a> = sqlx::QueryBuilder<'a, $db>;
+
+            pub async fn migrate(pool: &sqlx::Pool<$db>) -> Result<(), JournalError> {
+                let create = format!(
+                    "CREATE TABLE IF NOT EXISTS {} (version BIGINT NOT NULL)",
+                    schema::VERSION_TABLE
+                );
+                sqlx::query(&create)
+                    .execute(pool)
+                    .await
+                    .map_err(|e| db_err("cannot create the schema table", e))?;
+                let read = format!("SELECT MAX(version) AS v FROM {}", schema::VERSION_TABLE);
+                let row = sqlx::query(&read)
+                    .fetch_one(pool)
+                    .await
+                    .map_err(|e| db_err("cannot read the schema version", e))?;
+                let version: Option<i64> = row
+                    .try_get("v")
+                    .map_err(|e| db_err("cannot read the schema version", e))?;
+                let version = version.unwrap_or(0);
+                if version > schema::LATEST {
+                    return Err(JournalError::NewerSchema {
+                        found: version,
+                        supported: schema::LATEST,
+                    });
+                }
+                let migrations: &[&[&str]] = $migrations;
+                for (i, statements) in migrations.iter().enumerate() {
+                    let target = i as i64 + 1;
+                    if target <= version {
+                        continue;
+                    }
+                    for sql in *statements {
+                        sqlx::query(sql).execute(pool).await.map_err(|e| {
+                            db_err(&format!("migration to schema version {target} failed"), e)
+                        })?;
+                    }
+                    let set = format!("INSERT INTO {} (version) VALUES ({target})", schema::VERSION_TABLE);
+                    sqlx::query(&set)
+                        .execute(pool)
+                        .await
+                        .map_err(|e| db_err("cannot record the schema version", e))?;
+                    tracing::info!(version = target, "journal schema migrated");
+                }
+                Ok(())
+            }
+
+            /// Writes `ops` in order, in one transaction.
+            pub async fn write(
+                pool: &sqlx::Pool<$db>,
+                ops: &[Op],
+                instance: &str,
+            ) -> Result<(), sqlx::Error> {
+                let mut tx = pool.begin().await?;
+                // Runs between kicks of a topic: each is written as its own statements after
+                // the ops before it.
+                for run in ops.split_inclusive(|op| matches!(op, Op::KickTopic { .. })) {
+                    let (last, rest) = match run.split_last() {
+                        Some((last @ Op::KickTopic { .. }, rest)) => (Some(last), rest),
+                        _ => (None, run),
+                    };
+                    write_run(&mut tx, rest, instance).await?;
+                    if let Some(Op::KickTopic { queue, n, at }) = last {
+                        kick_topic(&mut tx, queue.as_str(), *n, *at, instance).await?;
+                    }
+                }
+                tx.commit().await
+            }
+
+            /// Ops without kicks of a topic: the last of each job's ops decides its row; every
+            /// op is an event.
+            async fn write_run(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                ops: &[Op],
+                instance: &str,
+            ) -> Result<(), sqlx::Error> {
+                if ops.is_empty() {
+                    return Ok(());
+                }
+                let mut last: HashMap<&JobId, &Op> = HashMap::new();
+                for op in ops {
+                    if let Some(id) = op.id() {
+                        last.insert(id, op);
+                    }
+                }
+                let mut puts: Vec<&JobRow> = Vec::new();
+                let mut ends: Vec<(&JobId, RowState, UnixMillis)> = Vec::new();
+                for op in ops {
+                    let Some(id) = op.id() else { continue };
+                    if !std::ptr::eq(last[id], op) {
+                        continue;
+                    }
+                    match op {
+                        Op::Put { row, .. } => puts.push(row),
+                        Op::End { id, to, at, .. } => ends.push((id, *to, *at)),
+                        Op::KickTopic { .. } => {}
+                    }
+                }
+                for chunk in puts.chunks(ROWS_PER_STATEMENT) {
+                    let mut q = Q::new(
+                        "INSERT INTO delayq_jobs (id, topic, queue, body, run_at, ttr_ms, \
+                         priority, attempts, max_attempts, backoff_ms, callback_url, \
+                         callback_timeout_ms, state, reserved_until, changed_at) ",
+                    );
+                    q.push_values(chunk, |mut b, row| {
+                        let s = &row.spec;
+                        b.push_bind(s.id.as_str().to_string())
+                            .push_bind(s.topic.as_str().to_string())
+                            .push_bind(s.queue().as_str().to_string())
+                            .push_bind(s.body.as_bytes().to_vec())
+                            .push_bind(i(s.run_at))
+                            .push_bind(i(s.ttr_ms))
+                            .push_bind(i64::from(s.priority))
+                            .push_bind(i64::from(row.attempts))
+                            .push_bind(i64::from(s.max_attempts))
+                            .push_bind(row.backoff_text())
+                            .push_bind(s.callback.as_ref().map(|c| c.url.clone()))
+                            .push_bind(s.callback.as_ref().map(|c| i(c.timeout_ms)))
+                            .push_bind(row.state.as_str())
+                            .push_bind(row.reserved_until.map(i))
+                            .push_bind(i(row.changed_at));
+                    });
+                    q.push($upsert);
+                    q.build().execute(&mut **tx).await?;
+                }
+                for chunk in ends.chunks(ROWS_PER_STATEMENT) {
+                    // One statement per ending state, at the latest time among its jobs.
+                    for to in [RowState::Finished, RowState::Deleted, RowState::Skipped] {
+                        let ids: Vec<_> = chunk.iter().filter(|e| e.1 == to).collect();
+                        let Some(at) = ids.iter().map(|e| e.2).max() else { continue };
+                        let mut q = Q::new("UPDATE delayq_jobs SET state = ");
+                        q.push_bind(to.as_str()).push(", changed_at = ").push_bind(i(at));
+                        q.push(" WHERE id IN (");
+                        let mut sep = q.separated(", ");
+                        for (id, _, _) in &ids {
+                            sep.push_bind(id.as_str().to_string());
+                        }
+                        q.push(")");
+                        q.build().execute(&mut **tx).await?;
+                    }
+                }
+                for chunk in ops.chunks(ROWS_PER_STATEMENT) {
+                    let mut q = Q::new(
+                        "INSERT INTO delayq_job_events (job_id, from_state, to_state, at, instance) ",
+                    );
+                    q.push_values(chunk.iter().filter_map(event_of), |mut b, (id, from, to, at)| {
+                        b.push_bind(id.as_str().to_string())
+                            .push_bind(from.map(|s| s.as_str()))
+                            .push_bind(to.as_str())
+                            .push_bind(i(at))
+                            .push_bind(instance.to_string());
+                    });
+                    q.build().execute(&mut **tx).await?;
+                }
+                Ok(())
+            }
+
+            /// Kicks the `n` oldest dead rows of `queue` (the store kicks its oldest burials).
+            async fn kick_topic(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                queue: &str,
+                n: u64,
+                at: UnixMillis,
+                instance: &str,
+            ) -> Result<(), sqlx::Error> {
+                let mut q = Q::new("SELECT id FROM delayq_jobs WHERE queue = ");
+                q.push_bind(queue.to_string())
+                    .push(" AND state = 'dead' ORDER BY changed_at, id LIMIT ")
+                    .push_bind(i(n));
+                let ids: Vec<String> = q
+                    .build()
+                    .fetch_all(&mut **tx)
+                    .await?
+                    .iter()
+                    .map(|r| r.try_get::<String, _>("id"))
+                    .collect::<Result<_, _>>()?;
+                for chunk in ids.chunks(ROWS_PER_STATEMENT) {
+                    let mut q = Q::new(
+                        "UPDATE delayq_jobs SET state = 'ready', attempts = 0, changed_at = ",
+                    );
+                    q.push_bind(i(at)).push(", run_at = ").push_bind(i(at));
+                    q.push(" WHERE id IN (");
+                    let mut sep = q.separated(", ");
+                    for id in chunk {
+                        sep.push_bind(id.clone());
+                    }
+                    q.push(")");
+                    q.build().execute(&mut **tx).await?;
+                    let mut q = Q::new(
+                        "INSERT INTO delayq_job_events (job_id, from_state, to_state, at, instance) ",
+                    );
+                    q.push_values(chunk, |mut b, id| {
+                        b.push_bind(id.clone())
+                            .push_bind("dead")
+                            .push_bind("ready")
+                            .push_bind(i(at))
+                            .push_bind(instance.to_string());
+                    });
+                    q.build().execute(&mut **tx).await?;
+                }
+                Ok(())
+            }
+
+            const COLUMNS: &str = "id, topic, body, run_at, ttr_ms, priority, attempts, \
+                max_attempts, backoff_ms, callback_url, callback_timeout_ms, state, \
+                reserved_until, changed_at";
+
+            fn decode(r: &<$db as sqlx::Database>::Row) -> Result<JobRow, String> {
+                let e = |e: sqlx::Error| e.to_string();
+                JobRow::from_columns(
+                    r.try_get("id").map_err(e)?,
+                    r.try_get("topic").map_err(e)?,
+                    r.try_get("body").map_err(e)?,
+                    r.try_get("run_at").map_err(e)?,
+                    r.try_get("ttr_ms").map_err(e)?,
+                    r.try_get("priority").map_err(e)?,
+                    r.try_get("attempts").map_err(e)?,
+                    r.try_get("max_attempts").map_err(e)?,
+                    r.try_get("backoff_ms").map_err(e)?,
+                    r.try_get("callback_url").map_err(e)?,
+                    r.try_get("callback_timeout_ms").map_err(e)?,
+                    r.try_get("state").map_err(e)?,
+                    r.try_get("reserved_until").map_err(e)?,
+                    r.try_get("changed_at").map_err(e)?,
+                )
+            }
+
+            /// Up to `limit` rows with ids after `after`, in id order; or the row of `id`.
+            pub async fn rows(
+                pool: &sqlx::Pool<$db>,
+                after: Option<&str>,
+                only: Option<&str>,
+                limit: usize,
+            ) -> Result<Vec<JobRow>, JournalError> {
+                let mut q = Q::new(format!("SELECT {COLUMNS} FROM delayq_jobs WHERE 1 = 1"));
+                if let Some(after) = after {
+                    q.push(" AND id > ").push_bind(after.to_string());
+                }
+                if let Some(only) = only {
+                    q.push(" AND id = ").push_bind(only.to_string());
+                }
+                q.push(" ORDER BY id LIMIT ").push_bind(limit as i64);
+                let rows = q
+                    .build()
+                    .fetch_all(pool)
+                    .await
+                    .map_err(|e| db_err("cannot read the journal", e))?;
+                rows.iter()
+                    .map(|r| decode(r).map_err(JournalError::Corrupt))
+                    .collect()
+            }
+
+            /// Deletes ended jobs and events older than `before`; returns the rows deleted.
+            pub async fn prune(pool: &sqlx::Pool<$db>, before: UnixMillis) -> Result<u64, sqlx::Error> {
+                let mut q = Q::new("DELETE FROM delayq_jobs WHERE changed_at < ");
+                q.push_bind(i(before)).push(" AND state IN (");
+                let mut sep = q.separated(", ");
+                for s in RowState::ENDED {
+                    sep.push_bind(s);
+                }
+                q.push(")");
+                let jobs = q.build().execute(pool).await?.rows_affected();
+                let mut q = Q::new("DELETE FROM delayq_job_events WHERE at < ");
+                q.push_bind(i(before));
+                let events = q.build().execute(pool).await?.rows_affected();
+                Ok(jobs + events)
+            }
+        }
+        )*
+
+        impl Db {
+            async fn migrate(&self) -> Result<(), JournalError> {
+                match self { $( Db::$pool(p) => $name::migrate(p).await, )* }
+            }
+
+            /// Writes `ops` in order, in one transaction.
+            pub async fn write(&self, ops: &[Op], instance: &str) -> Result<(), sqlx::Error> {
+                match self { $( Db::$pool(p) => $name::write(p, ops, instance).await, )* }
+            }
+
+            /// Up to `limit` rows with ids after `after`, in id order (`only`: that id's row).
+            pub async fn rows(
+                &self,
+                after: Option<&str>,
+                only: Option<&str>,
+                limit: usize,
+            ) -> Result<Vec<JobRow>, JournalError> {
+                match self { $( Db::$pool(p) => $name::rows(p, after, only, limit).await, )* }
+            }
+
+            /// Deletes ended jobs and events older than `before`; returns the rows deleted.
+            pub async fn prune(&self, before: UnixMillis) -> Result<u64, sqlx::Error> {
+                match self { $( Db::$pool(p) => $name::prune(p, before).await, )* }
+            }
+        }
+    };
+}
+
+dialect! {
+    pg: sqlx::Postgres, Postgres, schema::POSTGRES,
+        " ON CONFLICT (id) DO UPDATE SET topic = EXCLUDED.topic, queue = EXCLUDED.queue, \
+         body = EXCLUDED.body, run_at = EXCLUDED.run_at, ttr_ms = EXCLUDED.ttr_ms, \
+         priority = EXCLUDED.priority, attempts = EXCLUDED.attempts, \
+         max_attempts = EXCLUDED.max_attempts, backoff_ms = EXCLUDED.backoff_ms, \
+         callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
+         state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, \
+         changed_at = EXCLUDED.changed_at";
+    my: sqlx::MySql, MySql, schema::MYSQL,
+        " ON DUPLICATE KEY UPDATE topic = VALUES(topic), queue = VALUES(queue), \
+         body = VALUES(body), run_at = VALUES(run_at), ttr_ms = VALUES(ttr_ms), \
+         priority = VALUES(priority), attempts = VALUES(attempts), \
+         max_attempts = VALUES(max_attempts), backoff_ms = VALUES(backoff_ms), \
+         callback_url = VALUES(callback_url), callback_timeout_ms = VALUES(callback_timeout_ms), \
+         state = VALUES(state), reserved_until = VALUES(reserved_until), \
+         changed_at = VALUES(changed_at)";
+}
+
+/// A time or duration as the BIGINT columns hold it (every value delayq accepts fits).
+fn i(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The event row of an op: job id, from, to, time.
+fn event_of(op: &Op) -> Option<(&JobId, Option<RowState>, RowState, UnixMillis)> {
+    match op {
+        Op::Put { row, from } => Some((
+            &row.spec.id,
+            from.map(RowState::Live),
+            row.state,
+            row.changed_at,
+        )),
+        Op::End { id, from, to, at } => Some((id, from.map(RowState::Live), *to, *at)),
+        Op::KickTopic { .. } => None,
+    }
+}
