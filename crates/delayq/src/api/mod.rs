@@ -134,7 +134,7 @@ const LONG_POLL_PATHS: &[&str] = &["/pop", "/v1/reserve"];
 /// /v1 error body `{"error":{"code","field":null,"message"}}`. Both with `status`: a compat client
 /// gets a non-200 here, where the original had no such refusal at all.
 pub(crate) fn refusal(path: &str, status: StatusCode, code: &str, message: &str) -> Response {
-    let body = if COMPAT_PATHS.contains(&path) {
+    let body = if COMPAT_PATHS.contains(&path) || path.starts_with("/reStore/") {
         serde_json::json!({"code": 1, "message": message, "data": null})
     } else {
         serde_json::json!({"error": {"code": code, "field": null, "message": message}})

@@ -87,6 +87,9 @@ fn every_setting_is_read_from_flags() {
             "--auth-token=fedcba9876543210",
             "--request-timeout=8",
             "--idle-timeout=9",
+            "--journal=mysql://u@h:3306/db",
+            "--journal-mode=async",
+            "--journal-retention=120",
         ],
         &[],
     )
@@ -109,6 +112,9 @@ fn every_setting_is_read_from_flags() {
             auth_tokens: vec!["0123456789abcdef".into(), "fedcba9876543210".into()],
             request_timeout_secs: 8,
             idle_timeout_secs: 9,
+            journal: Some("mysql://u@h:3306/db".into()),
+            journal_mode: crate::journal::JournalMode::Async,
+            journal_retention_secs: 120,
         }
     );
 }
@@ -129,6 +135,9 @@ fn every_setting_is_read_from_the_file() {
         auth_tokens = ["0123456789abcdef"]
         request_timeout = 7
         idle_timeout = 8
+        journal = "postgres://u@h/db"
+        journal_mode = "sync"
+        journal_retention = 3600
         "#,
     );
     let c = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap();
@@ -142,6 +151,22 @@ fn every_setting_is_read_from_the_file() {
     );
     assert_eq!(c.auth_tokens, vec![AuthToken::from("0123456789abcdef")]);
     assert_eq!((c.request_timeout_secs, c.idle_timeout_secs), (7, 8));
+    assert_eq!(c.journal.as_deref(), Some("postgres://u@h/db"));
+    let sync = crate::journal::JournalMode::Sync;
+    assert_eq!((c.journal_mode, c.journal_retention_secs), (sync, 3600));
+}
+
+#[test]
+fn a_bad_journal_url_or_mode_is_an_error_naming_the_setting() {
+    for (args, key) in [
+        (["--journal", "redis://h/0"], "journal"),
+        (["--journal", "postgres://u:pw@[::1"], "journal"),
+        (["--journal-mode", "later"], "journal_mode"),
+    ] {
+        let e = load(&args, &[]).unwrap_err().to_string();
+        assert!(e.contains(key), "{args:?}: {e}");
+        assert!(!e.contains("pw@"), "{args:?}: the password is shown: {e}");
+    }
 }
 
 #[test]

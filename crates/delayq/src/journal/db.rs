@@ -224,7 +224,7 @@ macro_rules! dialect {
                     let mut q = Q::new(
                         "INSERT INTO delayq_jobs (id, topic, queue, body, run_at, ttr_ms, \
                          priority, attempts, max_attempts, backoff_ms, callback_url, \
-                         callback_timeout_ms, state, reserved_until, changed_at) ",
+                         callback_timeout_ms, state, reserved_until, seq, changed_at) ",
                     );
                     q.push_values(chunk, |mut b, row| {
                         let s = &row.spec;
@@ -242,6 +242,7 @@ macro_rules! dialect {
                             .push_bind(s.callback.as_ref().map(|c| i(c.timeout_ms)))
                             .push_bind(row.state.as_str())
                             .push_bind(row.reserved_until.map(i))
+                            .push_bind(i(row.seq))
                             .push_bind(i(row.changed_at));
                     });
                     q.push($upsert);
@@ -279,7 +280,8 @@ macro_rules! dialect {
                 Ok(())
             }
 
-            /// Kicks the `n` oldest dead rows of `queue` (the store kicks its oldest burials).
+            /// Kicks the `n` oldest dead rows of `queue`, by burial time and then the store's burial
+            /// stamp (the store kicks its oldest burials).
             async fn kick_topic(
                 tx: &mut sqlx::Transaction<'static, $db>,
                 queue: &str,
@@ -289,7 +291,7 @@ macro_rules! dialect {
             ) -> Result<(), sqlx::Error> {
                 let mut q = Q::new("SELECT id FROM delayq_jobs WHERE queue = ");
                 q.push_bind(queue.to_string())
-                    .push(" AND state = 'dead' ORDER BY changed_at, id LIMIT ")
+                    .push(" AND state = 'dead' ORDER BY changed_at, seq, id LIMIT ")
                     .push_bind(i(n));
                 let ids: Vec<String> = q
                     .build()
@@ -427,7 +429,7 @@ dialect! {
          priority = EXCLUDED.priority, attempts = EXCLUDED.attempts, \
          max_attempts = EXCLUDED.max_attempts, backoff_ms = EXCLUDED.backoff_ms, \
          callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
-         state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, \
+         state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
          changed_at = EXCLUDED.changed_at";
     my: sqlx::MySql, MySql, schema::MYSQL,
         " ON DUPLICATE KEY UPDATE topic = VALUES(topic), queue = VALUES(queue), \
@@ -435,7 +437,7 @@ dialect! {
          priority = VALUES(priority), attempts = VALUES(attempts), \
          max_attempts = VALUES(max_attempts), backoff_ms = VALUES(backoff_ms), \
          callback_url = VALUES(callback_url), callback_timeout_ms = VALUES(callback_timeout_ms), \
-         state = VALUES(state), reserved_until = VALUES(reserved_until), \
+         state = VALUES(state), reserved_until = VALUES(reserved_until), seq = VALUES(seq), \
          changed_at = VALUES(changed_at)";
 }
 

@@ -230,6 +230,7 @@ mod tests {
             state,
             attempts: 1,
             reserved_until: None,
+            seq: 0,
             changed_at: 0,
         }
     }

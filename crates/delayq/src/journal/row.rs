@@ -50,6 +50,9 @@ pub struct JobRow {
     pub state: RowState,
     pub attempts: u32,
     pub reserved_until: Option<UnixMillis>,
+    /// The store's stamp of the job ([`Job::seq`]; 0 for a push, whose stamp the store keeps
+    /// to itself): orders dead jobs by burial for a kick of their topic.
+    pub seq: u64,
     /// When the row last changed (the transition's time).
     pub changed_at: UnixMillis,
 }
@@ -61,6 +64,7 @@ impl JobRow {
             state: RowState::Live(job.state),
             attempts: job.attempts,
             reserved_until: job.reserved_until,
+            seq: job.seq,
             changed_at: at,
         }
     }
@@ -72,6 +76,7 @@ impl JobRow {
             spec: spec.clone(),
             attempts: 0,
             reserved_until: None,
+            seq: 0,
             changed_at: now,
         }
     }
@@ -138,6 +143,7 @@ impl JobRow {
             reserved_until: reserved_until
                 .map(|v| u(v, "reserved_until"))
                 .transpose()?,
+            seq: 0,
             changed_at: u(changed_at, "changed_at")?,
         })
     }

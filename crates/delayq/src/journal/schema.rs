@@ -26,6 +26,7 @@ pub const POSTGRES: &[&[&str]] = &[&[
         callback_timeout_ms BIGINT NULL,
         state VARCHAR(16) NOT NULL,
         reserved_until BIGINT NULL,
+        seq BIGINT NOT NULL,
         changed_at BIGINT NOT NULL
     )",
     "CREATE INDEX IF NOT EXISTS delayq_jobs_state ON delayq_jobs (state, changed_at)",
@@ -60,6 +61,7 @@ pub const MYSQL: &[&[&str]] = &[&[
         callback_timeout_ms BIGINT NULL,
         state VARCHAR(16) NOT NULL,
         reserved_until BIGINT NULL,
+        seq BIGINT NOT NULL,
         changed_at BIGINT NOT NULL,
         INDEX delayq_jobs_state (state, changed_at),
         INDEX delayq_jobs_queue (queue, state, changed_at)
