@@ -298,7 +298,7 @@ macro_rules! dialect {
                     .fetch_all(&mut **tx)
                     .await?
                     .iter()
-                    .map(|r| r.try_get::<String, _>("id"))
+                    .map(|r| text(r, "id"))
                     .collect::<Result<_, _>>()?;
                 for chunk in ids.chunks(ROWS_PER_STATEMENT) {
                     let mut q = Q::new(
@@ -331,21 +331,42 @@ macro_rules! dialect {
                 max_attempts, backoff_ms, callback_url, callback_timeout_ms, state, \
                 reserved_until, changed_at";
 
+            /// A text column: MySQL reports a binary-collated one as VARBINARY.
+            fn text(r: &<$db as sqlx::Database>::Row, col: &str) -> Result<String, sqlx::Error> {
+                r.try_get::<String, _>(col).or_else(|_| {
+                    let bytes: Vec<u8> = r.try_get(col)?;
+                    String::from_utf8(bytes).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+                })
+            }
+
+            fn opt_text(
+                r: &<$db as sqlx::Database>::Row,
+                col: &str,
+            ) -> Result<Option<String>, sqlx::Error> {
+                r.try_get::<Option<String>, _>(col).or_else(|_| {
+                    let bytes: Option<Vec<u8>> = r.try_get(col)?;
+                    bytes
+                        .map(String::from_utf8)
+                        .transpose()
+                        .map_err(|e| sqlx::Error::Decode(Box::new(e)))
+                })
+            }
+
             fn decode(r: &<$db as sqlx::Database>::Row) -> Result<JobRow, String> {
                 let e = |e: sqlx::Error| e.to_string();
                 JobRow::from_columns(
-                    r.try_get("id").map_err(e)?,
-                    r.try_get("topic").map_err(e)?,
+                    text(r, "id").map_err(e)?,
+                    text(r, "topic").map_err(e)?,
                     r.try_get("body").map_err(e)?,
                     r.try_get("run_at").map_err(e)?,
                     r.try_get("ttr_ms").map_err(e)?,
                     r.try_get("priority").map_err(e)?,
                     r.try_get("attempts").map_err(e)?,
                     r.try_get("max_attempts").map_err(e)?,
-                    r.try_get("backoff_ms").map_err(e)?,
-                    r.try_get("callback_url").map_err(e)?,
+                    text(r, "backoff_ms").map_err(e)?,
+                    opt_text(r, "callback_url").map_err(e)?,
                     r.try_get("callback_timeout_ms").map_err(e)?,
-                    r.try_get("state").map_err(e)?,
+                    text(r, "state").map_err(e)?,
                     r.try_get("reserved_until").map_err(e)?,
                     r.try_get("changed_at").map_err(e)?,
                 )

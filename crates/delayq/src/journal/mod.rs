@@ -258,10 +258,11 @@ fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis)
         Reply::Kick(j) => vec![put(j, Some(JobState::Dead))],
         Reply::Reschedule { job, previous } => vec![put(job, Some(previous))],
         Reply::KickTopic(n) => match call {
-            Call::KickTopic { topic, .. } if n > 0 => vec![Op::KickTopic {
+            // The kicked jobs are ready from the kick's `now` on, as the store made them.
+            Call::KickTopic { topic, now, .. } if n > 0 => vec![Op::KickTopic {
                 queue: (*topic).clone(),
                 n,
-                at,
+                at: *now,
             }],
             _ => Vec::new(),
         },
