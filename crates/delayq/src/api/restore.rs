@@ -6,7 +6,7 @@
 //! Answers: the counts (`restored`, `already_present`, `skipped_overdue`,
 //! `skipped_finished`); 409 `restore_running` while another restore runs, 409 `no_journal`
 //! when the server runs without `--journal`, 404 when `id` is not in the journal, 503 when
-//! the journal or the store cannot be read or written.
+//! the journal or the store cannot be read or written (`store_unavailable`).
 
 use super::AppState;
 use super::v1::ApiError;
@@ -95,29 +95,40 @@ async fn run(
         ));
     };
     let now = state.clock.now();
-    journal
-        .restore(state.store.as_ref(), options, now)
+    // Its own task: a restore that outlasts the request's deadline still runs to its end
+    // (and holds off other restores until then).
+    let (journal, store) = (journal.clone(), state.store.clone());
+    let task = tokio::spawn(async move { journal.restore(store.as_ref(), options, now).await });
+    let result = task
         .await
-        .map_err(|e| match e {
-            RestoreError::Running => (
-                StatusCode::CONFLICT,
-                "restore_running",
-                "a restore is already running; try again when it has finished".into(),
-            ),
-            RestoreError::NotFound => (
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "the journal has no job with that id".into(),
-            ),
-            e => {
-                tracing::warn!(error = %e, "restore failed");
-                (StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string())
-            }
-        })
+        .unwrap_or_else(|e| Err(RestoreError::Stopped(e.to_string())));
+    result.map_err(|e| match e {
+        RestoreError::Running => (
+            StatusCode::CONFLICT,
+            "restore_running",
+            "a restore is already running; try again when it has finished".into(),
+        ),
+        RestoreError::NotFound => (
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "the journal has no job with that id".into(),
+        ),
+        e => {
+            tracing::warn!(error = %e, "restore failed");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                e.to_string(),
+            )
+        }
+    })
 }
 
 /// `POST /v1/restore`: 200 with the counts.
-async fn restore_v1(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn restore_v1(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let options = match body.map_err(ApiError::from).and_then(|b| options_v1(&b)) {
         Ok(o) => o,
         Err(e) => return e.into_response(),
@@ -151,7 +162,11 @@ fn overdue_of(query: &HashMap<String, String>) -> Result<Overdue, String> {
     }
 }
 
-async fn restore_compat(state: AppState, query: HashMap<String, String>, id: Option<String>) -> Response {
+async fn restore_compat(
+    state: AppState,
+    query: HashMap<String, String>,
+    id: Option<String>,
+) -> Response {
     let overdue = match overdue_of(&query) {
         Ok(o) => o,
         Err(m) => return envelope(Err(m)),

@@ -20,10 +20,10 @@ mod rules;
 mod token;
 
 use define::{Origin, settings};
+use journal::{JournalModeRule, JournalUrl};
 use rules::{Address, Any, Between, ClusterSeeds, KeyPrefix, NonEmptyPath, RedisUrl};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use journal::{JournalModeRule, JournalUrl};
 use token::{TokenFile, Tokens};
 
 pub use token::{AuthToken, MIN_AUTH_TOKEN_LEN};

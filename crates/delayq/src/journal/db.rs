@@ -62,8 +62,7 @@ fn mysql_url(url: &str) -> String {
 
 /// An error's text without the URL in it.
 fn redact_error(e: &dyn std::fmt::Display, url: &str) -> String {
-    e.to_string()
-        .replace(url, &crate::server::redact_url(url))
+    e.to_string().replace(url, &crate::server::redact_url(url))
 }
 
 /// A database error as the journal reports it.
@@ -94,7 +93,8 @@ impl Db {
                 Db::Postgres(pool)
             }
             _ => {
-                let options = MySqlConnectOptions::from_str(&mysql_url(url)).map_err(unreachable)?;
+                let options =
+                    MySqlConnectOptions::from_str(&mysql_url(url)).map_err(unreachable)?;
                 let pool = MySqlPoolOptions::new()
                     .max_connections(POOL_SIZE)
                     .acquire_timeout(CONNECT_TIMEOUT)

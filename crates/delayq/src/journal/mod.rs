@@ -156,7 +156,9 @@ impl Journal {
                     let keep = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
                     match db.prune(clock.now().saturating_sub(keep)).await {
                         Ok(0) => {}
-                        Ok(n) => tracing::info!(rows = n, "journal: pruned ended jobs and old events"),
+                        Ok(n) => {
+                            tracing::info!(rows = n, "journal: pruned ended jobs and old events")
+                        }
                         Err(e) => tracing::warn!(error = %e, "journal: pruning failed"),
                     }
                 }
@@ -178,7 +180,9 @@ impl Journal {
     /// Waits until everything queued so far is written (or a write of it failed).
     pub async fn flush(&self) -> Result<(), String> {
         match self.inner.writer.enqueue(Vec::new(), true) {
-            Some(rx) => rx.await.unwrap_or_else(|_| Err("the journal writer stopped".into())),
+            Some(rx) => rx
+                .await
+                .unwrap_or_else(|_| Err("the journal writer stopped".into())),
             None => Ok(()),
         }
     }
@@ -233,10 +237,7 @@ fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis)
                 })
                 .collect()
         }
-        Reply::Reserve(jobs) => jobs
-            .iter()
-            .map(|j| put(j, Some(JobState::Ready)))
-            .collect(),
+        Reply::Reserve(jobs) => jobs.iter().map(|j| put(j, Some(JobState::Ready))).collect(),
         Reply::Finish(s) => match call {
             Call::Finish { id } => vec![end(id, s, RowState::Finished)],
             _ => Vec::new(),

@@ -67,6 +67,8 @@ pub enum RestoreError {
     Flush(String),
     #[error("{0}")]
     Store(StoreError),
+    #[error("the restore stopped: {0}")]
+    Stopped(String),
 }
 
 /// What to do with one row.
@@ -239,7 +241,12 @@ mod tests {
     fn a_reservation_comes_back_as_its_expiry_at_the_deadline_would_leave_it() {
         let mut r = row(RowState::Live(JobState::Reserved), 100);
         r.reserved_until = Some(5_000);
-        let Plan::Push { spec, dead, overdue } = plan(r.clone(), 1_000) else {
+        let Plan::Push {
+            spec,
+            dead,
+            overdue,
+        } = plan(r.clone(), 1_000)
+        else {
             panic!("not pushed")
         };
         assert_eq!((spec.run_at, dead, overdue), (5_000, false, false));

@@ -140,9 +140,7 @@ impl JobRow {
             spec,
             state: RowState::parse(&state).ok_or_else(|| bad("state"))?,
             attempts: u32::try_from(attempts).map_err(|_| bad("attempts"))?,
-            reserved_until: reserved_until
-                .map(|v| u(v, "reserved_until"))
-                .transpose()?,
+            reserved_until: reserved_until.map(|v| u(v, "reserved_until")).transpose()?,
             seq: 0,
             changed_at: u(changed_at, "changed_at")?,
         })
@@ -153,10 +151,7 @@ impl JobRow {
 #[derive(Debug, Clone)]
 pub enum Op {
     /// The job's row as it now is, and the state it came from (`None`: new, or unknown).
-    Put {
-        row: JobRow,
-        from: Option<JobState>,
-    },
+    Put { row: JobRow, from: Option<JobState> },
     /// The job no longer exists (`to` is finished, deleted or skipped).
     End {
         id: JobId,

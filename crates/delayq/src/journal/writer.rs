@@ -144,8 +144,7 @@ impl Writer {
                         tracing::error!(error = %e, "journal: write failed; retrying every second");
                     }
                     self.gauges.up.set(0);
-                    *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) =
-                        message.clone();
+                    *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = message.clone();
                     for w in waiters {
                         let _ = w.send(Err(message.clone()));
                     }

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 journal_tests!(
     restore_answers_counts_on_v1_and_in_the_compat_envelope,
     a_restore_while_another_runs_is_refused_with_409,
+    the_cli_restores_what_redis_lost,
 );
 
 /// A server over `store` with `journal`.
@@ -53,7 +54,10 @@ async fn restore_answers_counts_on_v1_and_in_the_compat_envelope(db: &TestDb) {
     let first = app(Arc::new(MemoryStore::new()), Some(journal.clone()));
     for (id, delay) in [("a", 600_000), ("b", 600_000), ("c", 0), ("d", 600_000)] {
         let r = first
-            .post("/v1/jobs", json!({"topic": "t", "id": id, "delay_ms": delay}))
+            .post(
+                "/v1/jobs",
+                json!({"topic": "t", "id": id, "delay_ms": delay}),
+            )
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
     }
@@ -63,7 +67,9 @@ async fn restore_answers_counts_on_v1_and_in_the_compat_envelope(db: &TestDb) {
 
     let lost = Arc::new(MemoryStore::new());
     let second = app(lost.clone(), Some(journal.clone()));
-    let r = second.post("/v1/restore", json!({"overdue": "fire", "id": "a"})).await;
+    let r = second
+        .post("/v1/restore", json!({"overdue": "fire", "id": "a"}))
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
     assert_eq!(
         r.json,
@@ -87,7 +93,9 @@ async fn restore_answers_counts_on_v1_and_in_the_compat_envelope(db: &TestDb) {
     let r = second.post("/v1/restore", json!({})).await;
     assert_eq!(r.json["restored"], 0, "{:?}", r.json);
 
-    let r = second.post("/v1/restore", json!({"overdue": "later"})).await;
+    let r = second
+        .post("/v1/restore", json!({"overdue": "later"}))
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.json["error"]["field"], "overdue");
     let r = second.post("/v1/restore", json!({"id": "zz"})).await;
@@ -167,7 +175,10 @@ async fn a_restore_while_another_runs_is_refused_with_409(db: &TestDb) {
     let compat = app.get("/reStore?expire=true").await;
     assert_eq!(compat.json["code"], 1);
     assert!(
-        compat.json["message"].as_str().unwrap().contains("already running"),
+        compat.json["message"]
+            .as_str()
+            .unwrap()
+            .contains("already running"),
         "{:?}",
         compat.json
     );
@@ -176,4 +187,56 @@ async fn a_restore_while_another_runs_is_refused_with_409(db: &TestDb) {
     assert_eq!(done.status, StatusCode::OK, "{:?}", done.json);
     assert_eq!(done.json["restored"], 1);
     journal.close().await;
+}
+
+/// The real binary end to end: `delayq serve --journal` on Redis, jobs pushed, Redis emptied
+/// (FLUSHALL of its own redis-server), then `delayq restore` and `delayq restore
+/// --skip-overdue --id`.
+async fn the_cli_restores_what_redis_lost(db: &TestDb) {
+    use crate::support::process::DelayqProcess;
+    use crate::support::redis_server::RedisServer;
+    let redis = RedisServer::start();
+    let server = DelayqProcess::start(&["--redis", &redis.url(), "--journal", &db.url]).await;
+    let http = reqwest::Client::new();
+    for (id, delay) in [("a", 600_000), ("b", 0)] {
+        let r = http
+            .post(format!("{}/v1/jobs", server.base_url))
+            .json(&json!({"topic": "t", "id": id, "delay_ms": delay}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+    let mut c = redis::Client::open(redis.url().as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_delayq"))
+            .args(["--server", &server.base_url])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = cli(&["restore", "--skip-overdue", "--id", "b"]);
+    assert_eq!(
+        text,
+        "restored 0, already present 0, skipped overdue 1, skipped finished 0\n"
+    );
+    let text = cli(&["--json", "restore"]);
+    let counts: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        counts,
+        json!({"restored": 1, "already_present": 0, "skipped_overdue": 1, "skipped_finished": 0})
+    );
+    let r = http
+        .get(format!("{}/v1/jobs/a", server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
 }

@@ -7,9 +7,7 @@ use crate::db::TestDb;
 use crate::support::redis_server::RedisServer;
 use delayq::clock::{Clock, SystemClock};
 use delayq::job::{Callback, Job, JobId, JobSpec, JobState, Topic};
-use delayq::journal::{
-    Journal, JournalMode, Journaled, Overdue, RestoreCounts, RestoreOptions,
-};
+use delayq::journal::{Journal, JournalMode, Journaled, Overdue, RestoreCounts, RestoreOptions};
 use delayq::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use delayq::store::memory::MemoryStore;
 use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget};
@@ -338,11 +336,17 @@ async fn skipped_overdue_jobs_stay_out_of_later_restores(db: &TestDb) {
     let past = |i: usize| JobSpec::new(topic(0), id(i), "late", t0 - 10_000);
     let future = |i: usize| JobSpec::new(topic(0), id(i), "later", t0 + 600_000);
     let jobs = vec![past(1), past(2), future(3), past(4)];
-    journaled.push_batch(jobs, PushMode::Reject, t0 - 20_000).await.unwrap();
+    journaled
+        .push_batch(jobs, PushMode::Reject, t0 - 20_000)
+        .await
+        .unwrap();
 
     // A new, empty store: job 4 survived in it, the others were lost.
     let fresh: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    fresh.push(past(4), PushMode::Reject, t0 - 20_000).await.unwrap();
+    fresh
+        .push(past(4), PushMode::Reject, t0 - 20_000)
+        .await
+        .unwrap();
     let journaled = Journaled::new(fresh.clone(), journal.clone());
     let skip = RestoreOptions {
         overdue: Overdue::Skip,
@@ -396,7 +400,10 @@ async fn one_job_by_id_and_finished_jobs_never_come_back(db: &TestDb) {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let journaled = Journaled::new(store, journal.clone());
     let jobs: Vec<JobSpec> = (0..3).map(|i| spec(i * 4 + 2, t0)).collect();
-    journaled.push_batch(jobs, PushMode::Reject, t0).await.unwrap();
+    journaled
+        .push_batch(jobs, PushMode::Reject, t0)
+        .await
+        .unwrap();
     journaled.finish(&id(6)).await.unwrap();
     journaled.delete(&id(10)).await.unwrap();
     let events = db.count("SELECT COUNT(*) FROM delayq_job_events").await;
@@ -414,7 +421,11 @@ async fn one_job_by_id_and_finished_jobs_never_come_back(db: &TestDb) {
     let counts = journal.restore(&journaled, only(2), t0).await.unwrap();
     assert_eq!(counts.restored, 1);
     assert_eq!(fresh.get(&id(2)).await.unwrap().spec, spec(2, t0));
-    assert_eq!(fresh.stats().await.unwrap().topics.len(), 1, "only that job");
+    assert_eq!(
+        fresh.stats().await.unwrap().topics.len(),
+        1,
+        "only that job"
+    );
     let missing = journal.restore(&journaled, only(9_999), t0).await;
     assert_eq!(missing, Err(delayq::journal::RestoreError::NotFound));
     journal.close().await;

@@ -8,7 +8,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-journal_tests!(a_newer_schema_is_refused, tables_are_created_and_reopening_migrates_nothing);
+journal_tests!(
+    a_newer_schema_is_refused,
+    tables_are_created_and_reopening_migrates_nothing
+);
 
 /// `delayq serve <args>`: its exit status and stderr (it must fail before serving).
 fn serve_fails(args: &[&str]) -> String {
@@ -33,7 +36,10 @@ fn serve_fails(args: &[&str]) -> String {
 fn a_malformed_journal_url_is_one_error_naming_the_setting() {
     let line = serve_fails(&["--journal", "postgres://user:secret@[::1"]);
     assert!(line.contains("journal"), "{line}");
-    assert!(!line.contains("secret"), "the password is not shown: {line}");
+    assert!(
+        !line.contains("secret"),
+        "the password is not shown: {line}"
+    );
     let line = serve_fails(&["--journal", "redis://127.0.0.1/0"]);
     assert!(line.contains("journal"), "{line}");
     assert!(line.contains("postgres://"), "{line}");
@@ -47,7 +53,10 @@ fn a_bad_mode_is_one_error_naming_the_setting() {
         "--journal-mode",
         "eventually",
     ]);
-    assert!(line.contains("journal_mode") || line.contains("journal-mode"), "{line}");
+    assert!(
+        line.contains("journal_mode") || line.contains("journal-mode"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -59,7 +68,10 @@ fn an_unreachable_database_is_one_error_naming_the_setting() {
     ] {
         let line = serve_fails(&["--journal", &url]);
         assert!(line.contains("journal: cannot connect"), "{line}");
-        assert!(!line.contains("secret"), "the password is not shown: {line}");
+        assert!(
+            !line.contains("secret"),
+            "the password is not shown: {line}"
+        );
     }
 }
 
