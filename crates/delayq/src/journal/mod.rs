@@ -90,6 +90,15 @@ pub enum JournalError {
     Corrupt(String),
 }
 
+/// Begins the message of every call refused or failed because the journal cannot be
+/// written (the API recognises it by this).
+pub const UNWRITABLE: &str = "the journal (--journal) cannot be written";
+/// What /v1 answers (503 `store_unavailable`) when the journal cannot be written: the
+/// database's own error is logged, not sent.
+pub const UNWRITABLE_ANSWER: &str = "the journal (--journal) cannot be written, so the change \
+    is not acknowledged; if it was made, it is journaled once the journal is back. Retry with \
+    the same id";
+
 /// How often finished, deleted and skipped rows older than the retention are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 

@@ -139,7 +139,7 @@ impl Writer {
                     self.update_gauges();
                 }
                 Err(e) => {
-                    let message = format!("the journal (--journal) cannot be written: {e}");
+                    let message = format!("{}: {e}", super::UNWRITABLE);
                     if self.healthy.swap(false, Ordering::AcqRel) {
                         tracing::error!(error = %e, "journal: write failed; retrying every second");
                     }

@@ -8,7 +8,9 @@
 //!
 //! restore.rs: the 10,000-job restores on Redis and on the embedded store, restoring twice,
 //! `overdue: skip`, one job by id. http.rs: the routes, 409s, the compat envelope.
-//! start.rs: bad URLs, an unreachable database, a newer schema.
+//! start.rs: bad URLs, an unreachable database, a newer schema. faults.rs: kill -9 under
+//! load, PostgreSQL stopped under load in `sync` and `async` mode (a private PostgreSQL,
+//! private_pg.rs).
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -16,6 +18,8 @@ mod support;
 #[macro_use]
 mod db;
 
+mod faults;
 mod http;
+mod private_pg;
 mod restore;
 mod start;
