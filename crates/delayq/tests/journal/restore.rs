@@ -58,7 +58,7 @@ fn spec(i: usize, t0: u64) -> JobSpec {
     let mut s = JobSpec::new(topic(i), id(i), format!("body {i} \"é\" \0 ✓"), run_at);
     s.ttr_ms = TTR_MS;
     s.priority = (i % 7) as u32;
-    s.max_attempts = if i % 3 == 0 { 1 } else { 0 };
+    s.max_attempts = u32::from(i.is_multiple_of(3));
     if i % 4 == 1 {
         s.backoff_ms = vec![5_000, 60_000];
     }
