@@ -133,6 +133,7 @@ pub async fn run(
     let stopping = CancellationToken::new();
     let dispatcher = state.dispatch.start(stopping.clone());
     let idle_timeout = Duration::from_secs(state.config.idle_timeout_secs);
+    let journal = state.journal.clone();
     let app = api::router(state);
 
     let begin_shutdown = {
@@ -164,6 +165,14 @@ pub async fn run(
         .is_err()
     {
         tracing::warn!("dispatcher did not stop in time");
+    }
+    if let Some(journal) = journal {
+        // In `async` mode, changes acknowledged and not yet journaled are written now.
+        match tokio::time::timeout(DRAIN_TIMEOUT, journal.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "journal: not written at shutdown"),
+            Err(_) => tracing::warn!("journal: not written within the drain timeout"),
+        }
     }
     tracing::info!("stopped");
     served

@@ -118,7 +118,7 @@ impl Db {
 
 /// The statements of one dialect, as methods of [`Db`] matching on it.
 macro_rules! dialect {
-    ($($name:ident: $db:ty, $pool:ident, $migrations:expr, $upsert:expr;)*) => {
+    ($($name:ident: $db:ty, $pool:ident, $migrations:expr, $bulk:path, $upsert:expr;)*) => {
         $(
         mod $name {
             use super::*;
@@ -219,6 +219,9 @@ macro_rules! dialect {
                         Op::End { id, to, at, .. } => ends.push((id, *to, *at)),
                         Op::KickTopic { .. } => {}
                     }
+                }
+                if $bulk(tx, &puts, &ends, ops, instance).await? {
+                    return Ok(());
                 }
                 for chunk in puts.chunks(ROWS_PER_STATEMENT) {
                     let mut q = Q::new(
@@ -444,7 +447,7 @@ macro_rules! dialect {
 }
 
 dialect! {
-    pg: sqlx::Postgres, Postgres, schema::POSTGRES,
+    pg: sqlx::Postgres, Postgres, schema::POSTGRES, pg_bulk,
         " ON CONFLICT (id) DO UPDATE SET topic = EXCLUDED.topic, queue = EXCLUDED.queue, \
          body = EXCLUDED.body, run_at = EXCLUDED.run_at, ttr_ms = EXCLUDED.ttr_ms, \
          priority = EXCLUDED.priority, attempts = EXCLUDED.attempts, \
@@ -452,7 +455,7 @@ dialect! {
          callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
          state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
          changed_at = EXCLUDED.changed_at";
-    my: sqlx::MySql, MySql, schema::MYSQL,
+    my: sqlx::MySql, MySql, schema::MYSQL, no_bulk,
         " ON DUPLICATE KEY UPDATE topic = VALUES(topic), queue = VALUES(queue), \
          body = VALUES(body), run_at = VALUES(run_at), ttr_ms = VALUES(ttr_ms), \
          priority = VALUES(priority), attempts = VALUES(attempts), \
@@ -461,6 +464,138 @@ dialect! {
          state = VALUES(state), reserved_until = VALUES(reserved_until), seq = VALUES(seq), \
          changed_at = VALUES(changed_at)";
 }
+
+/// The ends of a run: job, the state it ended in, when.
+type Ends<'a> = [(&'a JobId, RowState, UnixMillis)];
+
+/// MySQL has no arrays: its rows go in multi-row statements (`write_run`).
+async fn no_bulk(
+    _: &mut sqlx::Transaction<'static, sqlx::MySql>,
+    _: &[&JobRow],
+    _: &Ends<'_>,
+    _: &[Op],
+    _: &str,
+) -> Result<bool, sqlx::Error> {
+    Ok(false)
+}
+
+/// PostgreSQL: every row of a run in three statements of fixed text, each column bound as one
+/// array (`UNNEST`), so each statement is prepared once per connection and planned once,
+/// whatever the batch's size.
+async fn pg_bulk(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    puts: &[&JobRow],
+    ends: &Ends<'_>,
+    ops: &[Op],
+    instance: &str,
+) -> Result<bool, sqlx::Error> {
+    if !puts.is_empty() {
+        let s = |f: fn(&JobRow) -> String| puts.iter().map(|r| f(r)).collect::<Vec<String>>();
+        let n = |f: fn(&JobRow) -> i64| puts.iter().map(|r| f(r)).collect::<Vec<i64>>();
+        sqlx::query(PG_UPSERT)
+            .bind(s(|r| r.spec.id.as_str().to_string()))
+            .bind(s(|r| r.spec.topic.as_str().to_string()))
+            .bind(s(|r| r.spec.queue().as_str().to_string()))
+            .bind(
+                puts.iter()
+                    .map(|r| r.spec.body.as_bytes().to_vec())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(n(|r| i(r.spec.run_at)))
+            .bind(n(|r| i(r.spec.ttr_ms)))
+            .bind(n(|r| i64::from(r.spec.priority)))
+            .bind(n(|r| i64::from(r.attempts)))
+            .bind(n(|r| i64::from(r.spec.max_attempts)))
+            .bind(s(|r| r.backoff_text()))
+            .bind(
+                puts.iter()
+                    .map(|r| r.spec.callback.as_ref().map(|c| c.url.clone()))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                puts.iter()
+                    .map(|r| r.spec.callback.as_ref().map(|c| i(c.timeout_ms)))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(s(|r| r.state.as_str().to_string()))
+            .bind(
+                puts.iter()
+                    .map(|r| r.reserved_until.map(i))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(n(|r| i(r.seq)))
+            .bind(n(|r| i(r.changed_at)))
+            .execute(&mut **tx)
+            .await?;
+    }
+    if !ends.is_empty() {
+        sqlx::query(
+            "UPDATE delayq_jobs AS j SET state = e.state, changed_at = e.at \
+             FROM UNNEST($1::varchar[], $2::varchar[], $3::int8[]) AS e(id, state, at) \
+             WHERE j.id = e.id",
+        )
+        .bind(
+            ends.iter()
+                .map(|e| e.0.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            ends.iter()
+                .map(|e| e.1.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(ends.iter().map(|e| i(e.2)).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
+    }
+    let events: Vec<_> = ops.iter().filter_map(event_of).collect();
+    if !events.is_empty() {
+        sqlx::query(
+            "INSERT INTO delayq_job_events (job_id, from_state, to_state, at, instance) \
+             SELECT e.id, e.from_state, e.to_state, e.at, $5 \
+             FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::int8[]) \
+             AS e(id, from_state, to_state, at)",
+        )
+        .bind(
+            events
+                .iter()
+                .map(|e| e.0.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            events
+                .iter()
+                .map(|e| e.1.map(|s| s.as_str().to_string()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            events
+                .iter()
+                .map(|e| e.2.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(events.iter().map(|e| i(e.3)).collect::<Vec<_>>())
+        .bind(instance)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(true)
+}
+
+/// PostgreSQL's upsert of job rows, one array per column.
+const PG_UPSERT: &str = "INSERT INTO delayq_jobs (id, topic, queue, body, run_at, ttr_ms, \
+    priority, attempts, max_attempts, backoff_ms, callback_url, callback_timeout_ms, state, \
+    reserved_until, seq, changed_at) \
+    SELECT * FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bytea[], \
+    $5::int8[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::text[], \
+    $12::int8[], $13::varchar[], $14::int8[], $15::int8[], $16::int8[]) \
+    ON CONFLICT (id) DO UPDATE SET topic = EXCLUDED.topic, queue = EXCLUDED.queue, \
+    body = EXCLUDED.body, run_at = EXCLUDED.run_at, ttr_ms = EXCLUDED.ttr_ms, \
+    priority = EXCLUDED.priority, attempts = EXCLUDED.attempts, \
+    max_attempts = EXCLUDED.max_attempts, backoff_ms = EXCLUDED.backoff_ms, \
+    callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
+    state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
+    changed_at = EXCLUDED.changed_at";
 
 /// A time or duration as the BIGINT columns hold it (every value delayq accepts fits).
 fn i(v: u64) -> i64 {

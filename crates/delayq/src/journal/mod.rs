@@ -149,30 +149,20 @@ impl Journal {
         let task = inner.clone();
         let instance = instance_name();
         // The writer lives as long as the runtime: it holds the journal it writes.
+        tokio::spawn(async move { task.writer.run(task.db.clone(), instance).await });
+        let clock = inner.clock.clone();
+        // Pruning runs beside the writer, so a long delete never holds up a write.
         tokio::spawn(async move {
-            let mut last_prune: Option<std::time::Instant> = None;
-            let clock = task.clock.clone();
-            let prune = || {
-                let due = last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY);
-                if due {
-                    last_prune = Some(std::time::Instant::now());
+            let keep = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+            let mut every = tokio::time::interval(PRUNE_EVERY);
+            loop {
+                every.tick().await;
+                match db.prune(clock.now().saturating_sub(keep)).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(rows = n, "journal: pruned ended jobs and old events"),
+                    Err(e) => tracing::warn!(error = %e, "journal: pruning failed"),
                 }
-                let (db, clock) = (db.clone(), clock.clone());
-                async move {
-                    if !due {
-                        return;
-                    }
-                    let keep = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
-                    match db.prune(clock.now().saturating_sub(keep)).await {
-                        Ok(0) => {}
-                        Ok(n) => {
-                            tracing::info!(rows = n, "journal: pruned ended jobs and old events")
-                        }
-                        Err(e) => tracing::warn!(error = %e, "journal: pruning failed"),
-                    }
-                }
-            };
-            task.writer.run(task.db.clone(), instance, prune).await;
+            }
         });
         Ok(Journal { inner })
     }

@@ -14,7 +14,7 @@ use tokio::sync::{Notify, oneshot};
 
 /// How long the writer waits before trying a failed write again.
 pub const RETRY_EVERY: Duration = Duration::from_secs(1);
-/// How often the writer wakes with nothing to do (lag gauges, pruning).
+/// How often the writer wakes with nothing to do (the lag gauges).
 const IDLE_WAKE: Duration = Duration::from_secs(1);
 
 /// What a waiting caller is told: written, or why not.
@@ -101,13 +101,8 @@ impl Writer {
         self.gauges.pending.set(p.ops.len() as i64);
     }
 
-    /// The writer task: runs until the process ends. `idle` is called whenever the queue is
-    /// empty after a wake (pruning).
-    pub async fn run<F, Fut>(&self, db: Db, instance: String, mut idle: F)
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = ()>,
-    {
+    /// The writer task: runs until the process ends.
+    pub async fn run(&self, db: Db, instance: String) {
         loop {
             let (ops, waiters, oldest) = {
                 let mut p = self.lock();
@@ -123,7 +118,6 @@ impl Writer {
                     let _ = w.send(Ok(()));
                 }
                 self.update_gauges();
-                idle().await;
                 let _ = tokio::time::timeout(IDLE_WAKE, self.wake.notified()).await;
                 continue;
             }

@@ -21,6 +21,10 @@ use std::time::{Duration, Instant};
 
 journal_tests!(kill_9_under_load_then_flushall_loses_no_acknowledged_job);
 
+/// One load test at a time: on two cores, two of them at once starve each other's servers
+/// into client timeouts.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// What the clients were told.
 #[derive(Default)]
 struct Ledger {
@@ -187,6 +191,7 @@ async fn restore_and_check(base: &str, ledger: &Ledger) {
 }
 
 async fn kill_9_under_load_then_flushall_loses_no_acknowledged_job(db: &TestDb) {
+    let _serial = SERIAL.lock().await;
     let redis = RedisServer::start();
     let log = tempfile::NamedTempFile::new().unwrap();
     let args = ["--redis", &redis.url(), "--journal", &db.url];
@@ -231,6 +236,7 @@ async fn journal_pending(base: &str) -> Option<f64> {
 
 /// PostgreSQL away for `outage_secs` under load, in `mode`; returns the ledger.
 async fn postgres_outage(mode: &str) -> (Ledger, u64) {
+    let _serial = SERIAL.lock().await;
     let pg = PrivatePostgres::start();
     let redis = RedisServer::start();
     // Its log (a warning per refused request) goes to a file.

@@ -20,6 +20,7 @@ journal_tests!(
     ten_thousand_jobs_come_back_on_embedded_after_losing_its_data_dir,
     skipped_overdue_jobs_stay_out_of_later_restores,
     one_job_by_id_and_finished_jobs_never_come_back,
+    retention_prunes_ended_jobs_and_old_events_but_never_live_ones,
 );
 
 const TTR_MS: u64 = 30_000;
@@ -429,4 +430,49 @@ async fn one_job_by_id_and_finished_jobs_never_come_back(db: &TestDb) {
     let missing = journal.restore(&journaled, only(9_999), t0).await;
     assert_eq!(missing, Err(delayq::journal::RestoreError::NotFound));
     journal.close().await;
+}
+
+async fn retention_prunes_ended_jobs_and_old_events_but_never_live_ones(db: &TestDb) {
+    let journal = open_journal(db, JournalMode::Sync).await;
+    let t0 = SystemClock.now();
+    let journaled = Journaled::new(Arc::new(MemoryStore::new()), journal.clone());
+    let jobs = vec![spec(2, t0), spec(6, t0), spec(10, t0)];
+    journaled
+        .push_batch(jobs, PushMode::Reject, t0)
+        .await
+        .unwrap();
+    journaled.finish(&id(6)).await.unwrap();
+    journaled.delete(&id(10)).await.unwrap();
+    journal.close().await;
+    // Everything an hour old: beyond a retention of 60 s.
+    let old = t0 - 3_600_000;
+    db.execute(&format!("UPDATE delayq_jobs SET changed_at = {old}"))
+        .await;
+    db.execute(&format!("UPDATE delayq_job_events SET at = {old}"))
+        .await;
+    // A journal prunes when it opens, then once a minute.
+    let pruning = Journal::open(
+        &db.url,
+        JournalMode::Sync,
+        Duration::from_secs(60),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while db.count("SELECT COUNT(*) FROM delayq_job_events").await > 0 {
+        assert!(std::time::Instant::now() < deadline, "not pruned");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let live = db.count("SELECT COUNT(*) FROM delayq_jobs").await;
+    assert_eq!(live, 1, "only the live job's row is left");
+    let fresh: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let journaled = Journaled::new(fresh.clone(), pruning.clone());
+    let fire = RestoreOptions {
+        overdue: Overdue::Fire,
+        id: None,
+    };
+    let counts = pruning.restore(&journaled, fire, t0).await.unwrap();
+    assert_eq!(counts.restored, 1);
+    pruning.close().await;
 }
