@@ -118,7 +118,7 @@ impl Db {
 
 /// The statements of one dialect, as methods of [`Db`] matching on it.
 macro_rules! dialect {
-    ($($name:ident: $db:ty, $pool:ident, $migrations:expr, $bulk:path, $upsert:expr;)*) => {
+    ($($name:ident: $db:ty, $pool:ident, $migrations:expr, $one:path, $bulk:path, $upsert:expr;)*) => {
         $(
         mod $name {
             use super::*;
@@ -175,6 +175,9 @@ macro_rules! dialect {
                 ops: &[Op],
                 instance: &str,
             ) -> Result<(), sqlx::Error> {
+                if $one(pool, ops, instance).await? {
+                    return Ok(());
+                }
                 let mut tx = pool.begin().await?;
                 // Runs between kicks of a topic: each is written as its own statements after
                 // the ops before it.
@@ -201,25 +204,7 @@ macro_rules! dialect {
                 if ops.is_empty() {
                     return Ok(());
                 }
-                let mut last: HashMap<&JobId, &Op> = HashMap::new();
-                for op in ops {
-                    if let Some(id) = op.id() {
-                        last.insert(id, op);
-                    }
-                }
-                let mut puts: Vec<&JobRow> = Vec::new();
-                let mut ends: Vec<(&JobId, RowState, UnixMillis)> = Vec::new();
-                for op in ops {
-                    let Some(id) = op.id() else { continue };
-                    if !std::ptr::eq(last[id], op) {
-                        continue;
-                    }
-                    match op {
-                        Op::Put { row, .. } => puts.push(row),
-                        Op::End { id, to, at, .. } => ends.push((id, *to, *at)),
-                        Op::KickTopic { .. } => {}
-                    }
-                }
+                let (puts, ends) = last_of(ops);
                 if $bulk(tx, &puts, &ends, ops, instance).await? {
                     return Ok(());
                 }
@@ -447,7 +432,7 @@ macro_rules! dialect {
 }
 
 dialect! {
-    pg: sqlx::Postgres, Postgres, schema::POSTGRES, pg_bulk,
+    pg: sqlx::Postgres, Postgres, schema::POSTGRES, pg_one, pg_bulk,
         " ON CONFLICT (id) DO UPDATE SET topic = EXCLUDED.topic, queue = EXCLUDED.queue, \
          body = EXCLUDED.body, run_at = EXCLUDED.run_at, ttr_ms = EXCLUDED.ttr_ms, \
          priority = EXCLUDED.priority, attempts = EXCLUDED.attempts, \
@@ -455,7 +440,7 @@ dialect! {
          callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
          state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
          changed_at = EXCLUDED.changed_at";
-    my: sqlx::MySql, MySql, schema::MYSQL, no_bulk,
+    my: sqlx::MySql, MySql, schema::MYSQL, no_one, no_bulk,
         " ON DUPLICATE KEY UPDATE topic = VALUES(topic), queue = VALUES(queue), \
          body = VALUES(body), run_at = VALUES(run_at), ttr_ms = VALUES(ttr_ms), \
          priority = VALUES(priority), attempts = VALUES(attempts), \
@@ -467,6 +452,124 @@ dialect! {
 
 /// The ends of a run: job, the state it ended in, when.
 type Ends<'a> = [(&'a JobId, RowState, UnixMillis)];
+
+/// The rows a run of ops (no kick of a topic among them) leaves: each job's last op decides,
+/// a put (its row) or an end.
+fn last_of(ops: &[Op]) -> (Vec<&JobRow>, Vec<(&JobId, RowState, UnixMillis)>) {
+    let mut last: HashMap<&JobId, &Op> = HashMap::new();
+    for op in ops {
+        if let Some(id) = op.id() {
+            last.insert(id, op);
+        }
+    }
+    let mut puts: Vec<&JobRow> = Vec::new();
+    let mut ends: Vec<(&JobId, RowState, UnixMillis)> = Vec::new();
+    for op in ops {
+        let Some(id) = op.id() else { continue };
+        if !std::ptr::eq(last[id], op) {
+            continue;
+        }
+        match op {
+            Op::Put { row, .. } => puts.push(row),
+            Op::End { id, to, at, .. } => ends.push((id, *to, *at)),
+            Op::KickTopic { .. } => {}
+        }
+    }
+    (puts, ends)
+}
+
+/// MySQL writes every batch in an explicit transaction (`write`).
+async fn no_one(_: &MySqlPool, _: &[Op], _: &str) -> Result<bool, sqlx::Error> {
+    Ok(false)
+}
+
+/// PostgreSQL writes a batch without a kick of a topic as one statement (data-modifying
+/// `WITH` clauses over arrays, atomic as any statement): one round trip per commit. A batch
+/// with a kick goes through the transaction of `write`.
+async fn pg_one(pool: &PgPool, ops: &[Op], instance: &str) -> Result<bool, sqlx::Error> {
+    if ops.iter().any(|op| matches!(op, Op::KickTopic { .. })) {
+        return Ok(false);
+    }
+    let (puts, ends) = last_of(ops);
+    let events: Vec<_> = ops.iter().filter_map(event_of).collect();
+    let query = sqlx::query(PG_ONE);
+    bind_puts(query, &puts)
+        .bind(
+            ends.iter()
+                .map(|e| e.0.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            ends.iter()
+                .map(|e| e.1.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(ends.iter().map(|e| i(e.2)).collect::<Vec<_>>())
+        .bind(
+            events
+                .iter()
+                .map(|e| e.0.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            events
+                .iter()
+                .map(|e| e.1.map(|s| s.as_str().to_string()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            events
+                .iter()
+                .map(|e| e.2.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(events.iter().map(|e| i(e.3)).collect::<Vec<_>>())
+        .bind(instance)
+        .execute(pool)
+        .await?;
+    Ok(true)
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// Binds the 16 column arrays of `puts` ($1 to $16).
+fn bind_puts<'q>(query: PgQuery<'q>, puts: &[&JobRow]) -> PgQuery<'q> {
+    let s = |f: fn(&JobRow) -> String| puts.iter().map(|r| f(r)).collect::<Vec<String>>();
+    let n = |f: fn(&JobRow) -> i64| puts.iter().map(|r| f(r)).collect::<Vec<i64>>();
+    query
+        .bind(s(|r| r.spec.id.as_str().to_string()))
+        .bind(s(|r| r.spec.topic.as_str().to_string()))
+        .bind(s(|r| r.spec.queue().as_str().to_string()))
+        .bind(
+            puts.iter()
+                .map(|r| r.spec.body.as_bytes().to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .bind(n(|r| i(r.spec.run_at)))
+        .bind(n(|r| i(r.spec.ttr_ms)))
+        .bind(n(|r| i64::from(r.spec.priority)))
+        .bind(n(|r| i64::from(r.attempts)))
+        .bind(n(|r| i64::from(r.spec.max_attempts)))
+        .bind(s(|r| r.backoff_text()))
+        .bind(
+            puts.iter()
+                .map(|r| r.spec.callback.as_ref().map(|c| c.url.clone()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            puts.iter()
+                .map(|r| r.spec.callback.as_ref().map(|c| i(c.timeout_ms)))
+                .collect::<Vec<_>>(),
+        )
+        .bind(s(|r| r.state.as_str().to_string()))
+        .bind(
+            puts.iter()
+                .map(|r| r.reserved_until.map(i))
+                .collect::<Vec<_>>(),
+        )
+        .bind(n(|r| i(r.seq)))
+        .bind(n(|r| i(r.changed_at)))
+}
 
 /// MySQL has no arrays: its rows go in multi-row statements (`write_run`).
 async fn no_bulk(
@@ -490,41 +593,7 @@ async fn pg_bulk(
     instance: &str,
 ) -> Result<bool, sqlx::Error> {
     if !puts.is_empty() {
-        let s = |f: fn(&JobRow) -> String| puts.iter().map(|r| f(r)).collect::<Vec<String>>();
-        let n = |f: fn(&JobRow) -> i64| puts.iter().map(|r| f(r)).collect::<Vec<i64>>();
-        sqlx::query(PG_UPSERT)
-            .bind(s(|r| r.spec.id.as_str().to_string()))
-            .bind(s(|r| r.spec.topic.as_str().to_string()))
-            .bind(s(|r| r.spec.queue().as_str().to_string()))
-            .bind(
-                puts.iter()
-                    .map(|r| r.spec.body.as_bytes().to_vec())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(n(|r| i(r.spec.run_at)))
-            .bind(n(|r| i(r.spec.ttr_ms)))
-            .bind(n(|r| i64::from(r.spec.priority)))
-            .bind(n(|r| i64::from(r.attempts)))
-            .bind(n(|r| i64::from(r.spec.max_attempts)))
-            .bind(s(|r| r.backoff_text()))
-            .bind(
-                puts.iter()
-                    .map(|r| r.spec.callback.as_ref().map(|c| c.url.clone()))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                puts.iter()
-                    .map(|r| r.spec.callback.as_ref().map(|c| i(c.timeout_ms)))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(s(|r| r.state.as_str().to_string()))
-            .bind(
-                puts.iter()
-                    .map(|r| r.reserved_until.map(i))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(n(|r| i(r.seq)))
-            .bind(n(|r| i(r.changed_at)))
+        bind_puts(sqlx::query(PG_UPSERT), puts)
             .execute(&mut **tx)
             .await?;
     }
@@ -581,6 +650,29 @@ async fn pg_bulk(
     }
     Ok(true)
 }
+
+/// PostgreSQL's whole batch in one statement: the job rows ($1–$16, as [`PG_UPSERT`]), the
+/// ends ($17–$19) and the events ($20–$23, instance $24).
+const PG_ONE: &str = "WITH puts AS (INSERT INTO delayq_jobs (id, topic, queue, body, run_at, \
+    ttr_ms, priority, attempts, max_attempts, backoff_ms, callback_url, callback_timeout_ms, \
+    state, reserved_until, seq, changed_at) \
+    SELECT * FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bytea[], \
+    $5::int8[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::text[], \
+    $12::int8[], $13::varchar[], $14::int8[], $15::int8[], $16::int8[]) \
+    ON CONFLICT (id) DO UPDATE SET topic = EXCLUDED.topic, queue = EXCLUDED.queue, \
+    body = EXCLUDED.body, run_at = EXCLUDED.run_at, ttr_ms = EXCLUDED.ttr_ms, \
+    priority = EXCLUDED.priority, attempts = EXCLUDED.attempts, \
+    max_attempts = EXCLUDED.max_attempts, backoff_ms = EXCLUDED.backoff_ms, \
+    callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
+    state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
+    changed_at = EXCLUDED.changed_at), \
+    ends AS (UPDATE delayq_jobs AS j SET state = e.state, changed_at = e.at \
+    FROM UNNEST($17::varchar[], $18::varchar[], $19::int8[]) AS e(id, state, at) \
+    WHERE j.id = e.id) \
+    INSERT INTO delayq_job_events (job_id, from_state, to_state, at, instance) \
+    SELECT e.id, e.from_state, e.to_state, e.at, $24 \
+    FROM UNNEST($20::varchar[], $21::varchar[], $22::varchar[], $23::int8[]) \
+    AS e(id, from_state, to_state, at)";
 
 /// PostgreSQL's upsert of job rows, one array per column.
 const PG_UPSERT: &str = "INSERT INTO delayq_jobs (id, topic, queue, body, run_at, ttr_ms, \
