@@ -1,7 +1,10 @@
 //! The journal's tables and their versioned migrations, one list per SQL dialect. Version `n`
-//! is `MIGRATIONS[n - 1]`; `delayq_journal_schema` holds the version a database is at. A
+//! is the `n`-th entry of each list; `delayq_journal_schema` holds the versions applied. A
 //! migration is only ever appended, never edited: a database migrated by one build must read
 //! the same in every later one.
+//!
+//! The events table has one index besides its key, on `at` for pruning: each index is one more
+//! write per transition. Add one on `job_id` to look a job's history up often.
 
 /// The schema version this build writes.
 pub const LATEST: i64 = 1;
@@ -40,7 +43,6 @@ pub const POSTGRES: &[&[&str]] = &[&[
         instance VARCHAR(128) NOT NULL
     )",
     "CREATE INDEX IF NOT EXISTS delayq_job_events_at ON delayq_job_events (at)",
-    "CREATE INDEX IF NOT EXISTS delayq_job_events_job ON delayq_job_events (job_id)",
 ]];
 
 /// MySQL and MariaDB: each migration's statements, in order. Binary collation: ids and topics
@@ -73,7 +75,6 @@ pub const MYSQL: &[&[&str]] = &[&[
         to_state VARCHAR(16) NOT NULL,
         at BIGINT NOT NULL,
         instance VARCHAR(128) NOT NULL,
-        INDEX delayq_job_events_at (at),
-        INDEX delayq_job_events_job (job_id)
+        INDEX delayq_job_events_at (at)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
 ]];
