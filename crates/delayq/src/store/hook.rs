@@ -584,6 +584,70 @@ mod tests {
         assert_eq!(store.hook().counts(), (3, 1));
     }
 
+    /// Sees each push's jobs in `settle` and, while `fail` is set, makes it the answer.
+    #[derive(Default)]
+    struct Settler {
+        seen: Mutex<Vec<String>>,
+        fail: AtomicBool,
+    }
+
+    impl StoreHook for Settler {
+        const SEES_PUSHED_JOBS: bool = true;
+
+        fn settle(
+            &self,
+            call: &Call<'_>,
+            _: Result<Reply<'_>, &StoreError>,
+            pushed: &[JobSpec],
+        ) -> impl Future<Output = StoreResult<()>> + Send + 'static {
+            let ids = pushed.iter().map(|j| j.id.to_string());
+            self.note(call, ids);
+            let fail = self.fail.load(Ordering::SeqCst);
+            async move {
+                if fail {
+                    return Err(StoreError::Unavailable("not settled".into()));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    impl Settler {
+        fn note(&self, call: &Call<'_>, ids: impl Iterator<Item = String>) {
+            let mut seen = self.seen.lock().unwrap();
+            seen.push(format!("{call:?}"));
+            seen.extend(ids);
+        }
+    }
+
+    #[tokio::test]
+    async fn settle_sees_the_pushed_jobs_when_asked_and_its_error_is_the_answer() {
+        let inner = Arc::new(MemoryStore::new());
+        let store = Hooked::new(inner.clone(), Settler::default());
+        store
+            .push_batch(vec![spec("a", 0), spec("b", 0)], PushMode::Reject, 10)
+            .await
+            .unwrap();
+        let seen = std::mem::take(&mut *store.hook().seen.lock().unwrap());
+        assert_eq!(seen[1..], ["a".to_string(), "b".to_string()]);
+        store.hook().fail.store(true, Ordering::SeqCst);
+        let failed = store.delete(&id("a")).await;
+        assert_eq!(failed, Err(StoreError::Unavailable("not settled".into())));
+        assert_eq!(
+            inner.get(&id("a")).await,
+            Err(StoreError::NotFound),
+            "the call was made; only its answer is the hook's"
+        );
+        // A hook that does not ask is given no jobs.
+        let rec = Arc::new(Recorder::default());
+        assert!(!<Arc<Recorder> as StoreHook>::SEES_PUSHED_JOBS);
+        let plain = Hooked::new(Arc::new(MemoryStore::new()), rec);
+        plain
+            .push(spec("a", 0), PushMode::Reject, 10)
+            .await
+            .unwrap();
+    }
+
     /// Names the store and hands out a channel of its own.
     struct Renamed(broadcast::Sender<StoreEvent>);
 
