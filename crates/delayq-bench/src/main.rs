@@ -7,6 +7,7 @@
 mod body;
 mod driver;
 mod probe;
+mod receiver;
 mod report;
 mod stats;
 mod workload;
@@ -52,6 +53,15 @@ enum Cmd {
         common: CommonArgs,
         #[command(flatten)]
         params: workload::burst::Params,
+    },
+    /// Callbacks: jobs the server calls back on the bench's own receiver (`--api v1`, and
+    /// `delayq serve --callback-allow 127.0.0.1`): callbacks per second (`--shape burst` or
+    /// `lifecycle`) or lateness of the call at a steady rate (`--shape steady`).
+    Callback {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        params: workload::callback::Params,
     },
     /// Median tables with ratios from JSON result lines (files, or stdin with none).
     Compare {
@@ -265,6 +275,12 @@ async fn main() -> Result<()> {
             common,
             boxed(move |c, ep| {
                 Box::pin(async move { workload::burst::run(&c, &ep, &params).await })
+            }),
+        ),
+        Cmd::Callback { common, params } => (
+            common,
+            boxed(move |c, ep| {
+                Box::pin(async move { workload::callback::run(&c, &ep, &params).await })
             }),
         ),
     };

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 /// One run of one workload against one system. `--json` prints exactly this, one line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
-    /// `w1`, `w2`, `w3` or `w4`.
+    /// `w1`, `w2`, `w3`, `w4` or `callback-<shape>` (`burst`, `lifecycle`, `steady`).
     pub workload: String,
     /// Row name in comparison tables, e.g. `delayq-redis`, `beanstalkd-binlog`.
     pub label: String,
@@ -73,6 +73,20 @@ fn column_order(workload: &str) -> &'static [&'static str] {
             "lost",
             "duplicates",
         ],
+        w if w.starts_with("callback") => &[
+            "jobs",
+            "callbacks_per_s",
+            "call_all_s",
+            "total_s",
+            "lateness_p50_ms",
+            "lateness_p99_ms",
+            "lateness_p999_ms",
+            "lateness_max_ms",
+            "early",
+            "lost",
+            "duplicates",
+            "retried_calls",
+        ],
         _ => &[],
     }
 }
@@ -81,7 +95,14 @@ fn column_order(workload: &str) -> &'static [&'static str] {
 fn ratio_less(metric: &str) -> bool {
     matches!(
         metric,
-        "early" | "lost" | "duplicates" | "pending" | "jobs" | "backlog" | "fired"
+        "early"
+            | "lost"
+            | "duplicates"
+            | "retried_calls"
+            | "pending"
+            | "jobs"
+            | "backlog"
+            | "fired"
     ) || metric.ends_with("_cpu_pct")
 }
 

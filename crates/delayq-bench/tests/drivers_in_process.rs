@@ -5,6 +5,7 @@
 //! exercised by `bench/compare.sh`, not here.
 
 use delayq::api::{self, AppState};
+use delayq::callback::allow::AllowList;
 use delayq::clock::SystemClock;
 use delayq::config::Config;
 use delayq::store::memory::MemoryStore;
@@ -12,15 +13,17 @@ use serde_json::Value;
 use std::sync::Arc;
 
 async fn serve_in_process() -> String {
-    let state = AppState::new(
-        Arc::new(MemoryStore::new()),
-        Arc::new(SystemClock),
-        Config::default(),
-    );
-    // The timer that promotes due jobs; it lives as long as the test's runtime.
-    state
-        .dispatch
-        .start(tokio_util::sync::CancellationToken::new());
+    let config = Config {
+        // The callback workload's receiver is on loopback.
+        callback_allow: AllowList::parse(&["127.0.0.1".to_string()]).unwrap(),
+        ..Config::default()
+    };
+    let state = AppState::new(Arc::new(MemoryStore::new()), Arc::new(SystemClock), config);
+    // The timer that promotes due jobs and the callbacks' deliverer; they live as long as the
+    // test's runtime.
+    let stop = tokio_util::sync::CancellationToken::new();
+    state.dispatch.start(stop.clone());
+    state.callbacks.start(stop);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
@@ -156,4 +159,50 @@ async fn lifecycle_over_the_compat_api_loses_nothing_and_delivers_once() {
     assert_eq!(metric(&r, "lost"), 0.0, "{r}");
     assert_eq!(metric(&r, "duplicates"), 0.0, "{r}");
     assert_eq!(metric(&r, "early"), 0.0, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callbacks_of_every_shape_reach_the_receiver_once_and_never_early() {
+    let addr = serve_in_process().await;
+    for shape in [
+        &["--shape", "burst", "--jobs", "300", "--lead-s", "2"][..],
+        &[
+            "--shape",
+            "lifecycle",
+            "--jobs",
+            "300",
+            "--max-delay-s",
+            "1",
+        ],
+        &[
+            "--shape",
+            "steady",
+            "--rate",
+            "200",
+            "--duration-s",
+            "1",
+            "--fire-delay-s",
+            "1",
+        ],
+    ] {
+        let mut args = vec!["callback", "--api", "v1", "--addr", &addr, "--batch", "10"];
+        args.extend_from_slice(shape);
+        args.extend_from_slice(&["--producers", "2", "--drain-timeout-s", "5", "--json"]);
+        let r = bench(&args).await;
+        assert_eq!(r["workload"], format!("callback-{}", shape[1]), "{r}");
+        for (m, want) in [
+            ("acked", if shape[1] == "steady" { 200.0 } else { 300.0 }),
+            ("lost", 0.0),
+            ("duplicates", 0.0),
+            ("early", 0.0),
+            ("unexpected", 0.0),
+            ("retried_calls", 0.0),
+        ] {
+            assert_eq!(metric(&r, m), want, "{shape:?} {m}: {r}");
+        }
+        assert_eq!(metric(&r, "delivered"), metric(&r, "acked"), "{r}");
+        if shape[1] != "steady" {
+            assert!(metric(&r, "callbacks_per_s") > 0.0, "{r}");
+        }
+    }
 }

@@ -23,8 +23,8 @@ mod types;
 
 pub use error::ClientError;
 pub use types::{
-    FinishResult, Health, Job, JobState, NewJob, PushResult, PushStatus, Readiness, Reschedule,
-    Rescheduled, Restored, Stats, TopicStats,
+    Callback, FinishResult, Health, Job, JobState, NewJob, PushResult, PushStatus, Readiness,
+    Reschedule, Rescheduled, Restored, Stats, TopicStats,
 };
 
 use reqwest::{Method, RequestBuilder, Url};

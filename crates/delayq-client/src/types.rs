@@ -62,6 +62,19 @@ pub struct Job {
     pub attempts: u32,
     /// Deadline of the current reservation; set only when `state` is `reserved`.
     pub reserved_until_ms: Option<u64>,
+    /// Set only for a callback job: delayq calls it instead of handing the job out.
+    #[serde(default)]
+    pub callback: Option<Callback>,
+}
+
+/// A callback job's destination (docs/delivery.md): the body is POSTed to `url` when the job is
+/// due, and a 2xx within `timeout_ms` finishes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Callback {
+    pub url: String,
+    /// Server default when pushing: 30 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// A job to push (`POST /v1/jobs`, or one entry of a batch). Only `topic` and `body` are always
@@ -86,6 +99,8 @@ pub struct NewJob {
     pub max_attempts: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_ms: Option<Vec<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<Callback>,
     /// Sent only when true (the server's default is false).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replace: bool,
@@ -104,6 +119,7 @@ impl NewJob {
             priority: None,
             max_attempts: None,
             backoff_ms: None,
+            callback: None,
             replace: false,
         }
     }
@@ -148,6 +164,16 @@ impl NewJob {
     /// Delay before the n-th redelivery; the last step repeats.
     pub fn backoff_ms(mut self, backoff_ms: impl Into<Vec<u64>>) -> NewJob {
         self.backoff_ms = Some(backoff_ms.into());
+        self
+    }
+
+    /// Makes it a callback job: the server POSTs its body to `url` when due instead of handing
+    /// it to consumers (a `timeout_ms` of `None` is the server's default, 30 s).
+    pub fn callback(mut self, url: impl Into<String>, timeout_ms: Option<u64>) -> NewJob {
+        self.callback = Some(Callback {
+            url: url.into(),
+            timeout_ms,
+        });
         self
     }
 
@@ -265,6 +291,9 @@ pub struct TopicStats {
 pub struct Stats {
     /// Counts per topic, in name order.
     pub topics: BTreeMap<String, TopicStats>,
+    /// Callback jobs' counts per topic.
+    #[serde(default)]
+    pub callbacks: BTreeMap<String, TopicStats>,
     /// The earliest due time of any delayed job; `null` when none is delayed.
     #[serde(default)]
     pub next_due_ms: Option<u64>,
@@ -369,7 +398,7 @@ mod tests {
           "id": "0190f3c2-aaaa", "topic": "orders", "body": "{\"order\":42}",
           "state": "delayed", "run_at_ms": 1767225600000, "ttr_ms": 60000,
           "priority": 1024, "max_attempts": 0, "backoff_ms": [], "attempts": 0,
-          "reserved_until_ms": null
+          "reserved_until_ms": null, "callback": null
         }"#;
         let job: Job = serde_json::from_str(text).unwrap();
         assert_eq!(job.topic, "orders");
@@ -395,6 +424,7 @@ mod tests {
             backoff_ms: vec![5],
             attempts: 6,
             reserved_until_ms: Some(7),
+            callback: None,
         });
         v["seq"] = json!(99);
         let job: Job = serde_json::from_value(v).unwrap();
@@ -562,6 +592,7 @@ mod tests {
             backoff_ms: vec![],
             attempts: 0,
             reserved_until_ms: None,
+            callback: None,
         }
     }
 }

@@ -61,7 +61,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the server (settings: flags, DELAYQ_* variables, --config FILE)
-    Serve(ServeArgs),
+    // Boxed: the settings are many, and every other verb would carry their size.
+    Serve(Box<ServeArgs>),
     /// Push a job
     Push(PushArgs),
     /// Reserve ready jobs, waiting up to --timeout for one
@@ -140,6 +141,13 @@ pub struct PushArgs {
     /// Delays before the 1st, 2nd, ... redelivery; the last repeats (e.g. 15s,3m,10m)
     #[arg(long, value_parser = duration, value_delimiter = ',', value_name = "DURATIONS")]
     pub backoff: Option<Vec<u64>>,
+    /// Make it a callback job: delayq POSTs the body to this URL when due instead of handing
+    /// the job to consumers
+    #[arg(long, value_name = "URL")]
+    pub callback: Option<String>,
+    /// How long one call may take [server default: 30s]
+    #[arg(long, value_parser = duration, value_name = "DURATION", requires = "callback")]
+    pub callback_timeout: Option<u64>,
     /// Replace an existing job with this id instead of failing
     #[arg(long)]
     pub replace: bool,
@@ -199,7 +207,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         command,
     } = cli;
     if let Command::Serve(args) = command {
-        return serve(args).await.map(|()| ExitCode::SUCCESS);
+        return serve(*args).await.map(|()| ExitCode::SUCCESS);
     }
     let mut client = Client::new(&server)?;
     if let Some(token) = token {
@@ -396,6 +404,9 @@ fn new_job(args: PushArgs) -> anyhow::Result<NewJob> {
     job.priority = args.priority;
     job.max_attempts = args.max_attempts;
     job.backoff_ms = args.backoff;
+    if let Some(url) = args.callback {
+        job = job.callback(url, args.callback_timeout);
+    }
     Ok(job)
 }
 
@@ -499,6 +510,35 @@ mod tests {
                 "ttr_ms": 60000, "priority": 0, "max_attempts": 3,
                 "backoff_ms": [15000, 180000, 600000], "replace": true
             })
+        );
+    }
+
+    #[test]
+    fn push_with_a_callback_sends_it() {
+        let Command::Push(p) = command(&[
+            "push",
+            "--topic=orders",
+            "--callback=https://hooks.example.com/due",
+            "--callback-timeout=10s",
+        ]) else {
+            panic!("not push");
+        };
+        let job = new_job(p).unwrap();
+        assert_eq!(
+            serde_json::to_value(&job).unwrap(),
+            serde_json::json!({
+                "topic": "orders", "body": "",
+                "callback": {"url": "https://hooks.example.com/due", "timeout_ms": 10000}
+            })
+        );
+        let Command::Push(p) = command(&["push", "--topic=o", "--callback=https://h.example/"])
+        else {
+            panic!("not push");
+        };
+        let job = serde_json::to_value(new_job(p).unwrap()).unwrap();
+        assert_eq!(
+            job["callback"],
+            serde_json::json!({"url": "https://h.example/"})
         );
     }
 

@@ -46,6 +46,10 @@ pub const CALLBACK_BACKOFF_MS: [u64; 8] = [
 /// The attempts of a callback job pushed without its own limit: the first call and one per
 /// step of [`CALLBACK_BACKOFF_MS`].
 pub const CALLBACK_MAX_ATTEMPTS: u32 = 9;
+/// The shortest wait before a callback is called again after a failed call, whatever its
+/// backoff says (an empty schedule, a step of 0 or `Retry-After: 0`): a failing destination is
+/// never called in a loop.
+pub const CALLBACK_MIN_RETRY_MS: u64 = 1_000;
 /// Ends the name of a topic's callback queue ([`Topic::callback_queue`]).
 const CALLBACK_QUEUE_SUFFIX: &str = ",callback";
 
@@ -300,6 +304,23 @@ impl JobSpec {
         }
     }
 
+    /// Makes this a callback job, with the defaults of one for what the producer left out:
+    /// [`CALLBACK_MAX_ATTEMPTS`] attempts and the [`CALLBACK_BACKOFF_MS`] schedule. Its TTR is
+    /// at least the callback's ([`Callback::ttr_ms`]), so one call never outlives its
+    /// reservation.
+    pub fn with_callback_defaults(
+        &mut self,
+        callback: Callback,
+        ttr_ms: Option<u64>,
+        max_attempts: Option<u32>,
+        backoff_ms: Option<Vec<u64>>,
+    ) {
+        self.ttr_ms = ttr_ms.unwrap_or(0).max(callback.ttr_ms()).min(MAX_TTR_MS);
+        self.max_attempts = max_attempts.unwrap_or(CALLBACK_MAX_ATTEMPTS);
+        self.backoff_ms = backoff_ms.unwrap_or_else(|| CALLBACK_BACKOFF_MS.to_vec());
+        self.callback = Some(callback);
+    }
+
     /// The queue this job waits in when ready or dead: its topic's, or for a callback job its
     /// topic's callback queue ([`Topic::callback_queue`]).
     pub fn queue(&self) -> Topic {
@@ -478,6 +499,14 @@ pub fn after_delivery_failed(
     }
 }
 
+/// How long a callback job waits after its `attempts`-th call failed: the delay its answer's
+/// `Retry-After` asked for, else its backoff step, and at least [`CALLBACK_MIN_RETRY_MS`].
+pub fn callback_retry_delay(spec: &JobSpec, attempts: u32, retry_after_ms: Option<u64>) -> u64 {
+    retry_after_ms
+        .unwrap_or_else(|| backoff_delay(&spec.backoff_ms, attempts))
+        .max(CALLBACK_MIN_RETRY_MS)
+}
+
 /// The backoff before redelivery after `attempts` deliveries (0 without a schedule).
 pub fn backoff_delay(backoff_ms: &[u64], attempts: u32) -> u64 {
     if backoff_ms.is_empty() || attempts == 0 {
@@ -541,6 +570,18 @@ mod tests {
         let a = JobId::generate();
         let b = JobId::generate();
         assert!(a < b, "{a} !< {b}");
+    }
+
+    #[test]
+    fn a_failed_callback_waits_for_retry_after_or_its_backoff_and_at_least_a_second() {
+        let mut s = spec();
+        s.backoff_ms = vec![15_000, 0];
+        assert_eq!(callback_retry_delay(&s, 1, None), 15_000);
+        assert_eq!(callback_retry_delay(&s, 1, Some(2_000)), 2_000);
+        assert_eq!(callback_retry_delay(&s, 2, None), CALLBACK_MIN_RETRY_MS);
+        assert_eq!(callback_retry_delay(&s, 1, Some(0)), CALLBACK_MIN_RETRY_MS);
+        s.backoff_ms.clear();
+        assert_eq!(callback_retry_delay(&s, 5, None), CALLBACK_MIN_RETRY_MS);
     }
 
     #[test]

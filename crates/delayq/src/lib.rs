@@ -13,6 +13,7 @@
 
 pub mod alarm;
 pub mod api;
+pub mod callback;
 pub mod clock;
 pub mod config;
 pub mod dispatch;

@@ -7,12 +7,32 @@ mod output;
 
 use clap::Parser as _;
 use std::process::ExitCode;
+use std::time::Duration;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// How long work still running once the command is done may hold the exit: a callback's host
+/// name lookup runs on a thread of its own and cannot be cancelled (a resolver that does not
+/// answer takes tens of seconds).
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+fn main() -> ExitCode {
     // Usage errors, --help and --version are clap's: printed, exit 2 (usage) or 0.
     let cli = cli::Cli::parse();
-    match cli::run(cli).await {
+    // The process's TLS provider (rustls with ring, as the build links it), before any HTTP
+    // client or Redis connection is made: the CLI's client and the server's callbacks use it.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(cli::run(cli));
+    runtime.shutdown_timeout(EXIT_GRACE);
+    match result {
         Ok(code) => code,
         Err(e) => {
             // `{:#}`: the whole context chain, on one line.

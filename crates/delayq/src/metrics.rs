@@ -67,6 +67,18 @@ struct JobLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// Upper bounds of the callback response-time histogram's buckets, in seconds: a local
+/// receiver's fraction of a millisecond up to the longest timeout (10 minutes).
+const CALLBACK_DURATION_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    600.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     error: &'static str,
 }
@@ -95,6 +107,11 @@ pub struct Metrics {
     lateness: Histogram,
     store_errors: Family<ErrorLabels, Counter>,
     jobs: Family<JobLabels, Gauge>,
+    callback_jobs: Family<JobLabels, Gauge>,
+    callback_attempts: Family<OutcomeLabels, Counter>,
+    callback_duration: Histogram,
+    callback_lateness: Histogram,
+    callbacks_in_flight: Gauge,
     store_up: Gauge,
     waiting: Gauge,
     /// One scrape at a time: each clears and refills the job gauges.
@@ -168,6 +185,39 @@ impl Metrics {
             "Jobs in the store by topic and state (the whole store's, read at scrape time)",
             jobs.clone(),
         );
+        let callback_jobs = Family::<JobLabels, Gauge>::default();
+        registry.register(
+            "callback_jobs",
+            "Callback jobs in the store by topic and state (the whole store's, read at scrape time)",
+            callback_jobs.clone(),
+        );
+        let callback_attempts = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "callback_attempts",
+            "Callback calls this instance made, by outcome: 2xx, 4xx, 5xx, other_status, \
+             timeout, connect_error",
+            callback_attempts.clone(),
+        );
+        let callback_duration = Histogram::new(CALLBACK_DURATION_BUCKETS);
+        registry.register_with_unit(
+            "callback_duration",
+            "Time from sending a callback to its answer (or to the timeout or error)",
+            Unit::Seconds,
+            callback_duration.clone(),
+        );
+        let callback_lateness = Histogram::new(LATENESS_BUCKETS);
+        registry.register_with_unit(
+            "callback_lateness",
+            "Time from a callback job's due time to the start of its call",
+            Unit::Seconds,
+            callback_lateness.clone(),
+        );
+        let callbacks_in_flight = Gauge::default();
+        registry.register(
+            "callbacks_in_flight",
+            "Callback jobs this instance holds: calling, or waiting for their host's limit",
+            callbacks_in_flight.clone(),
+        );
         let store_up = Gauge::default();
         registry.register(
             "store_up",
@@ -205,6 +255,11 @@ impl Metrics {
             lateness,
             store_errors,
             jobs,
+            callback_jobs,
+            callback_attempts,
+            callback_duration,
+            callback_lateness,
+            callbacks_in_flight,
             store_up,
             waiting,
             scrape: tokio::sync::Mutex::new(()),
@@ -236,18 +291,24 @@ impl Metrics {
     pub async fn render(&self, store: &dyn Store, waiting: usize) -> String {
         let _one = self.scrape.lock().await;
         self.jobs.clear();
+        self.callback_jobs.clear();
         match store.stats().await {
             Ok(stats) => {
                 self.store_up.set(1);
-                for (topic, counts) in &stats.topics {
-                    for (state, count) in by_state(counts) {
-                        let labels = JobLabels {
-                            topic: label_value(topic.as_str()),
-                            state,
-                        };
-                        self.jobs
-                            .get_or_create(&labels)
-                            .set(i64::try_from(count).unwrap_or(i64::MAX));
+                for (gauges, topics) in [
+                    (&self.jobs, &stats.topics),
+                    (&self.callback_jobs, &stats.callbacks),
+                ] {
+                    for (topic, counts) in topics {
+                        for (state, count) in by_state(counts) {
+                            let labels = JobLabels {
+                                topic: label_value(topic.as_str()),
+                                state,
+                            };
+                            gauges
+                                .get_or_create(&labels)
+                                .set(i64::try_from(count).unwrap_or(i64::MAX));
+                        }
                     }
                 }
             }
@@ -261,6 +322,21 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+
+    /// Counts one callback call: how it ended, how long it took, and how late it started
+    /// (`late_ms` after its job's due time).
+    pub fn callback_attempt(&self, outcome: &'static str, took: std::time::Duration, late_ms: u64) {
+        self.callback_attempts
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+        self.callback_duration.observe(took.as_secs_f64());
+        self.callback_lateness.observe(late_ms as f64 / 1000.0);
+    }
+
+    /// Callback jobs held now (`+1` when reserved, `-1` when done with).
+    pub fn callbacks_held(&self, delta: i64) {
+        self.callbacks_in_flight.inc_by(delta);
     }
 
     /// Counts the jobs a reserve made at `now` handed out, and how late each was.

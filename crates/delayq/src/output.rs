@@ -128,7 +128,14 @@ pub fn format_job(job: &Job, now_ms: u64) -> String {
     let reserved_until = job
         .reserved_until_ms
         .map_or_else(|| "-".to_string(), |ms| format_time_relative(ms, now_ms));
-    let rows: [(&str, String); 11] = [
+    let callback = job.callback.as_ref().map_or_else(
+        || "-".to_string(),
+        |c| match c.timeout_ms {
+            Some(t) => format!("{} (timeout {})", c.url, format_duration_ms(t)),
+            None => c.url.clone(),
+        },
+    );
+    let rows: [(&str, String); 12] = [
         ("id", job.id.clone()),
         ("topic", job.topic.clone()),
         ("state", job.state.to_string()),
@@ -139,6 +146,7 @@ pub fn format_job(job: &Job, now_ms: u64) -> String {
         ("max_attempts", max_attempts),
         ("backoff", backoff),
         ("reserved_until", reserved_until),
+        ("callback", callback),
         ("body", job.body.clone()),
     ];
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 2;
@@ -169,19 +177,31 @@ pub fn format_stats(stats: &Stats, now_ms: u64) -> String {
         ]
     }
     let mut out = String::new();
-    if stats.topics.is_empty() {
+    // Pull jobs by topic, then each topic's callback jobs as `<topic> (callbacks)`.
+    let all: Vec<(String, &TopicStats)> = stats
+        .topics
+        .iter()
+        .map(|(name, t)| (name.clone(), t))
+        .chain(
+            stats
+                .callbacks
+                .iter()
+                .map(|(name, t)| (format!("{name} (callbacks)"), t)),
+        )
+        .collect();
+    if all.is_empty() {
         out.push_str("no jobs\n");
     } else {
         let mut rows: Vec<[String; 5]> = vec![HEADER.map(String::from)];
         let mut total = TopicStats::default();
-        for (name, t) in &stats.topics {
+        for (name, t) in &all {
             rows.push(cells(name, t));
             total.delayed += t.delayed;
             total.ready += t.ready;
             total.reserved += t.reserved;
             total.dead += t.dead;
         }
-        if stats.topics.len() > 1 {
+        if all.len() > 1 {
             rows.push(cells("total", &total));
         }
         let mut widths = [0; 5];
@@ -225,6 +245,7 @@ mod tests {
             backoff_ms: vec![],
             attempts: 0,
             reserved_until_ms: None,
+            callback: None,
         }
     }
 
@@ -291,8 +312,24 @@ attempts:       0
 max_attempts:   unlimited
 backoff:        none
 reserved_until: -
+callback:       -
 body:           {\"order\":42}
 "
+        );
+    }
+
+    #[test]
+    fn a_callback_job_shows_its_url_and_timeout() {
+        let mut j = job();
+        j.callback = Some(delayq_client::Callback {
+            url: "https://hooks.example.com/due".into(),
+            timeout_ms: Some(30_000),
+        });
+        assert!(
+            format_job(&j, NOW)
+                .contains("callback:       https://hooks.example.com/due (timeout 30s)\n"),
+            "{}",
+            format_job(&j, NOW)
         );
     }
 

@@ -132,6 +132,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let stopping = CancellationToken::new();
     let dispatcher = state.dispatch.start(stopping.clone());
+    let callbacks = state.callbacks.start(stopping.clone());
     let idle_timeout = Duration::from_secs(state.config.idle_timeout_secs);
     let journal = state.journal.clone();
     let app = api::router(state);
@@ -165,6 +166,12 @@ pub async fn run(
         .is_err()
     {
         tracing::warn!("dispatcher did not stop in time");
+    }
+    if tokio::time::timeout(DISPATCH_STOP_TIMEOUT * 2, callbacks)
+        .await
+        .is_err()
+    {
+        tracing::warn!("callbacks did not stop in time");
     }
     if let Some(journal) = journal {
         // In `async` mode, changes acknowledged and not yet journaled are written now.

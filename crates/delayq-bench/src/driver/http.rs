@@ -334,7 +334,16 @@ struct V1NewJob<'a> {
     delay_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     run_at_ms: Option<u64>,
-    ttr_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttr_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    callback: Option<V1Callback<'a>>,
+}
+
+#[derive(Serialize)]
+struct V1Callback<'a> {
+    url: &'a str,
+    timeout_ms: u64,
 }
 
 #[derive(Serialize)]
@@ -408,7 +417,11 @@ impl V1 {
             body: &j.body,
             delay_ms,
             run_at_ms,
-            ttr_ms: ep.ttr_s * 1000,
+            ttr_ms: ep.callback.is_none().then_some(ep.ttr_s * 1000),
+            callback: ep.callback.as_ref().map(|cb| V1Callback {
+                url: &cb.url,
+                timeout_ms: cb.timeout_ms,
+            }),
         }
     }
 

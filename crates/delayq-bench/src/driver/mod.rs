@@ -60,8 +60,15 @@ pub struct Delivered {
     pub body: String,
 }
 
+/// Where the server is to call a job back instead of handing it to a consumer (/v1 only).
+#[derive(Debug, Clone)]
+pub struct CallbackTarget {
+    pub url: String,
+    pub timeout_ms: u64,
+}
+
 /// Everything a connection needs to know, shared by all connections of a run.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Endpoint {
     pub protocol: Protocol,
     /// `host:port`, loopback.
@@ -71,6 +78,8 @@ pub struct Endpoint {
     pub ttr_s: u64,
     /// The `Host` header of every HTTP request (`addr`), built once.
     pub host: hyper::header::HeaderValue,
+    /// Pushed jobs carry this callback (no TTR then: a callback job's is the server's).
+    pub callback: Option<CallbackTarget>,
 }
 
 impl Endpoint {
@@ -81,7 +90,16 @@ impl Endpoint {
             topic: topic.to_string(),
             ttr_s,
             host: hyper::header::HeaderValue::from_str(addr)?,
+            callback: None,
         }))
+    }
+
+    /// The same endpoint, pushing jobs with `callback`.
+    pub fn with_callback(&self, callback: CallbackTarget) -> Arc<Endpoint> {
+        Arc::new(Endpoint {
+            callback: Some(callback),
+            ..self.clone()
+        })
     }
 
     /// Opens one connection (for HTTP, one keep-alive HTTP/1.1 connection of its own).

@@ -4,6 +4,7 @@
 //! bounded: producers by their job count, consumers by a deadline.
 
 pub mod burst;
+pub mod callback;
 pub mod lifecycle;
 pub mod memory;
 pub mod steady;

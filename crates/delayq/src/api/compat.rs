@@ -13,7 +13,7 @@
 
 use super::{AppState, request_body_limit};
 use crate::dispatch::DispatchError;
-use crate::job::{self, InvalidField, Job, JobId, JobSpec, JobState, Topic};
+use crate::job::{self, Callback, InvalidField, Job, JobId, JobSpec, JobState, Topic};
 use crate::store::{PushMode, StoreError, StoreResult};
 use axum::Router;
 use axum::body::Bytes;
@@ -150,7 +150,8 @@ struct PoppedJob<'a> {
     topic: &'a str,
 }
 
-/// `/get`'s job, in the original's field order. `delay` is the due time in Unix seconds.
+/// `/get`'s job, in the original's field order. `delay` is the due time in Unix seconds;
+/// `url`, a callback job's URL, is there only for a callback job.
 #[derive(Serialize)]
 struct StoredJob<'a> {
     topic: &'a str,
@@ -158,6 +159,8 @@ struct StoredJob<'a> {
     delay: u64,
     ttr: u64,
     body: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<&'a str>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -173,6 +176,8 @@ enum Field {
     Body,
     /// Our extension to `/pop`: seconds to wait.
     Timeout,
+    /// `/push`: the callback URL that makes the job a callback job (seed 004's `url`).
+    Url,
 }
 
 impl Field {
@@ -184,6 +189,7 @@ impl Field {
             Field::Ttr => "ttr",
             Field::Body => "body",
             Field::Timeout => "timeout",
+            Field::Url => "url",
         }
     }
 }
@@ -194,6 +200,7 @@ const PUSH_FIELDS: &[Field] = &[
     Field::Delay,
     Field::Ttr,
     Field::Body,
+    Field::Url,
 ];
 const POP_FIELDS: &[Field] = &[Field::Topic, Field::Timeout];
 const ID_FIELDS: &[Field] = &[Field::Id];
@@ -207,6 +214,7 @@ struct Request {
     ttr: i64,
     body: String,
     timeout: Option<i64>,
+    url: String,
 }
 
 /// Decodes a body as Go's `json.Unmarshal` into a struct with `fields` would: a JSON object
@@ -253,11 +261,12 @@ impl<'de> Visitor<'de> for GoStruct<'_> {
                 continue;
             };
             match field {
-                Field::Topic | Field::Id | Field::Body => {
+                Field::Topic | Field::Id | Field::Body | Field::Url => {
                     if let Some(s) = map.next_value::<Option<String>>()? {
                         *match field {
                             Field::Topic => &mut r.topic,
                             Field::Id => &mut r.id,
+                            Field::Url => &mut r.url,
                             _ => &mut r.body,
                         } = s;
                     }
@@ -309,7 +318,9 @@ fn job_id(raw: String) -> Result<JobId, Refusal> {
 // ---------------------------------------------------------------------------------------------
 // Handlers
 
-/// `/push {"topic","id","delay","ttr","body"}`: adds a job, replacing one with the same id.
+/// `/push {"topic","id","delay","ttr","body","url"}`: adds a job, replacing one with the same
+/// id. With a `url` it is a callback job (the callback's defaults; `ttr` is not used then and
+/// may be left out).
 async fn push(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Answer {
     let r = parse(&state, body, PUSH_FIELDS)?;
     let id = job_id(r.id)?;
@@ -320,7 +331,22 @@ async fn push(State(state): State<AppState>, body: Result<Bytes, BytesRejection>
     if !(0..=MAX_DELAY_SECS).contains(&r.delay) {
         return Err(Refusal::new(MSG_DELAY_RANGE));
     }
-    if !(MIN_TTR_SECS..=MAX_TTR_SECS).contains(&r.ttr) {
+    let callback = match r.url.as_str() {
+        "" => None,
+        url => {
+            state
+                .callbacks
+                .allow()
+                .check_url(url)
+                .map_err(|e| Refusal::new(format!("url: {e}")))?;
+            Some(Callback {
+                url: r.url.clone(),
+                timeout_ms: job::DEFAULT_CALLBACK_TIMEOUT_MS,
+            })
+        }
+    };
+    let ttr_unused = callback.is_some() && r.ttr == 0;
+    if !ttr_unused && !(MIN_TTR_SECS..=MAX_TTR_SECS).contains(&r.ttr) {
         return Err(Refusal::new(MSG_TTR_RANGE));
     }
     let at = state.clock.read();
@@ -329,6 +355,9 @@ async fn push(State(state): State<AppState>, body: Result<Bytes, BytesRejection>
     let run_at = at.due_after(r.delay as u64 * 1000).min(job::MAX_RUN_AT);
     let mut spec = JobSpec::new(topic, id, r.body, run_at);
     spec.ttr_ms = r.ttr as u64 * 1000;
+    if let Some(cb) = callback {
+        spec.with_callback_defaults(cb, Some(spec.ttr_ms), None, None);
+    }
     spec.validate(state.config.max_body_bytes)?;
     let (job_id, topic) = (spec.id.clone(), spec.topic.clone());
     let outcome = state.store.push(spec, PushMode::Replace, now).await?;
@@ -417,6 +446,7 @@ fn stored_job(job: &Job) -> StoredJob<'_> {
         delay: job.spec.run_at / 1000,
         ttr: job.spec.ttr_ms.div_ceil(1000),
         body: &job.spec.body,
+        url: job.spec.callback.as_ref().map(|c| c.url.as_str()),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod openapi;
 pub mod restore;
 pub mod v1;
 
+use crate::callback::{CallbackOptions, Deliverer};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::dispatch::{DispatchOptions, Dispatcher};
@@ -42,6 +43,9 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The recovery journal (`--journal`), which the store also writes to; `None` without it.
     pub journal: Option<Journal>,
+    /// Push delivery of callback jobs (not started; `server::run` starts it beside the
+    /// dispatcher).
+    pub callbacks: Arc<Deliverer>,
 }
 
 impl AppState {
@@ -74,6 +78,21 @@ impl AppState {
             ..DispatchOptions::default()
         };
         let dispatch = Dispatcher::with_options(store.clone(), clock.clone(), options);
+        let callback_options = CallbackOptions {
+            secrets: config.callback_secrets.clone(),
+            allow: config.callback_allow.clone(),
+            max_in_flight: config.callback_max_in_flight,
+            max_in_flight_per_host: config.callback_max_in_flight_per_host,
+        };
+        // Building the HTTP client fails only without a TLS provider, and the build links
+        // rustls with ring (tested in callback/call.rs).
+        let callbacks = Deliverer::new(
+            store.clone(),
+            clock.clone(),
+            metrics.clone(),
+            callback_options,
+        )
+        .expect("the callback HTTP client builds");
         AppState {
             store,
             dispatch,
@@ -81,6 +100,7 @@ impl AppState {
             config: Arc::new(config),
             metrics,
             journal,
+            callbacks: Arc::new(callbacks),
         }
     }
 }

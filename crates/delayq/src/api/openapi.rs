@@ -15,10 +15,11 @@
 
 use super::AppState;
 use super::v1::MAX_DELAY_MS;
+use crate::callback::allow::AllowList;
 use crate::config::Config;
 use crate::job::{
-    DEFAULT_PRIORITY, DEFAULT_TTR_MS, MAX_BACKOFF_STEPS, MAX_ID_CHARS, MAX_RUN_AT, MAX_TOPIC_CHARS,
-    MAX_TTR_MS,
+    DEFAULT_CALLBACK_TIMEOUT_MS, DEFAULT_PRIORITY, DEFAULT_TTR_MS, MAX_BACKOFF_STEPS,
+    MAX_CALLBACK_TIMEOUT_MS, MAX_ID_CHARS, MAX_RUN_AT, MAX_TOPIC_CHARS, MAX_TTR_MS,
 };
 use axum::Json;
 use axum::extract::State;
@@ -112,14 +113,31 @@ struct Limits {
     /// but a body of multi-byte characters may be refused (413) below it, which no JSON Schema
     /// keyword can say.
     body_bytes: usize,
+    /// The schema of a callback URL under `callback_allow`.
+    callback_url: Value,
 }
+
+/// Callback URLs the default `callback_allow` (`public`) surely accepts: http or https, a
+/// host name (its addresses are checked when it is called), an optional port and path. The
+/// server accepts more (any absolute http(s) URL whose host is allowed: IP literals, other
+/// names); a pattern cannot say which addresses are public, so it says less, never more.
+const PUBLIC_CALLBACK_URL: &str = r"^https?://[a-z][a-z0-9]{0,30}(\.[a-z][a-z0-9]{0,30}){0,3}\.(com|net|org)(:[1-9][0-9]{0,3})?(/[^\s#?]*)?$";
 
 impl Limits {
     fn of(config: &Config) -> Limits {
+        let callback_url = if config.callback_allow == AllowList::default() {
+            json!({"type": "string", "pattern": PUBLIC_CALLBACK_URL})
+        } else {
+            json!({"type": "string", "format": "uri"})
+        };
         Limits {
             batch: config.max_batch,
             wait_ms: config.max_wait_secs.saturating_mul(1000),
             body_bytes: config.max_body_bytes,
+            callback_url: described(
+                callback_url,
+                "An absolute http or https URL whose host is among this server's allowed destinations (`callback_allow`; by default any host whose addresses are all public)",
+            ),
         }
     }
 }
@@ -476,7 +494,7 @@ fn schemas(limits: &Limits) -> Value {
         "JobState": {"type": "string", "enum": ["delayed", "ready", "reserved", "dead"]},
         "Job": {
             "type": "object",
-            "required": ["id", "topic", "body", "state", "run_at_ms", "ttr_ms", "priority", "max_attempts", "backoff_ms", "attempts", "reserved_until_ms"],
+            "required": ["id", "topic", "body", "state", "run_at_ms", "ttr_ms", "priority", "max_attempts", "backoff_ms", "attempts", "reserved_until_ms", "callback"],
             "properties": {
                 "id": schema_ref("JobId"),
                 "topic": schema_ref("Topic"),
@@ -488,7 +506,26 @@ fn schemas(limits: &Limits) -> Value {
                 "max_attempts": int(0, u32_max),
                 "backoff_ms": {"type": "array", "items": int(0, backoff_step), "maxItems": MAX_BACKOFF_STEPS},
                 "attempts": {"type": "integer", "minimum": 0},
-                "reserved_until_ms": described(or_null(schema_ref("UnixMillis")), "Set only while reserved")
+                "reserved_until_ms": described(or_null(schema_ref("UnixMillis")), "Set only while reserved"),
+                "callback": described(or_null(schema_ref("Callback")), "Set only for a callback job")
+            }
+        },
+        "Callback": {
+            "type": "object",
+            "required": ["url", "timeout_ms"],
+            "properties": {
+                "url": {"type": "string"},
+                "timeout_ms": int(1, MAX_CALLBACK_TIMEOUT_MS)
+            }
+        },
+        "NewCallback": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["url"],
+            "description": "Push delivery: when due, the job's body is POSTed to `url` (signed, Standard Webhooks), and a 2xx within `timeout_ms` finishes it; otherwise it is called again after its backoff. Without its own `backoff_ms` and `max_attempts` a callback job gets 15 s, 3 min, 10 min, 30 min, 1 h, 2 h, 6 h, 15 h and 9 attempts; its `ttr_ms` is at least `timeout_ms` + 5 s.",
+            "properties": {
+                "url": limits.callback_url.clone(),
+                "timeout_ms": defaulting(described(or_null(int(1, MAX_CALLBACK_TIMEOUT_MS)), "How long one call may take: 1 ms to 10 minutes"), json!(DEFAULT_CALLBACK_TIMEOUT_MS))
             }
         },
         "NewJob": {
@@ -509,6 +546,7 @@ fn schemas(limits: &Limits) -> Value {
                     or_null(json!({"type": "array", "items": int(0, backoff_step), "maxItems": MAX_BACKOFF_STEPS})),
                     "Delay before the n-th redelivery; the last step repeats"
                 ), json!([])),
+                "callback": described(or_null(schema_ref("NewCallback")), "Makes it a callback job: delayq calls the URL instead of handing the job to consumers"),
                 "replace": defaulting(described(or_null(json!({"type": "boolean"})), "Replace an existing job with this id instead of answering 409"), json!(false))
             },
             "not": both_due_times.clone()
@@ -656,9 +694,10 @@ fn schemas(limits: &Limits) -> Value {
         },
         "Stats": {
             "type": "object",
-            "required": ["topics", "next_due_ms"],
+            "required": ["topics", "callbacks", "next_due_ms"],
             "properties": {
-                "topics": {"type": "object", "additionalProperties": schema_ref("TopicCounts"), "description": "Topics with at least one job"},
+                "topics": {"type": "object", "additionalProperties": schema_ref("TopicCounts"), "description": "Topics with at least one pull job"},
+                "callbacks": {"type": "object", "additionalProperties": schema_ref("TopicCounts"), "description": "Topics with at least one callback job, and those jobs' counts"},
                 "next_due_ms": described(
                     or_null(schema_ref("UnixMillis")),
                     "The earliest due time of a delayed job or reservation deadline"

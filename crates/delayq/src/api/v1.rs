@@ -16,8 +16,9 @@ mod model;
 pub use error::ApiError;
 
 use super::AppState;
+use crate::callback::allow::AllowList;
 use crate::clock::Reading;
-use crate::job::{self, JobId, JobSpec, Topic, UnixMillis};
+use crate::job::{self, Callback, JobId, JobSpec, Topic, UnixMillis};
 use crate::store::{PushMode, Reschedule, StoreError};
 use axum::Json;
 use axum::Router;
@@ -82,6 +83,7 @@ const NEW_JOB_FIELDS: &[&str] = &[
     "priority",
     "max_attempts",
     "backoff_ms",
+    "callback",
     "replace",
 ];
 
@@ -193,13 +195,38 @@ fn field_of_spec(spec_field: &'static str) -> &'static str {
     }
 }
 
+/// Reads a `NewJob`'s `callback` object: its URL checked against the allowed destinations,
+/// its timeout within limits.
+fn callback(f: &mut Fields, allow: &AllowList) -> ApiResult<Option<Callback>> {
+    let Some(value) = f.take("callback") else {
+        return Ok(None);
+    };
+    if value.is_null() {
+        return Ok(None);
+    }
+    let name = f.name("callback");
+    let mut cf = Fields::from_value(value, &name, &["url", "timeout_ms"])?;
+    let url = cf.string("url")?;
+    let url = required(&cf, "url", url)?;
+    allow
+        .check_url(&url)
+        .map_err(|e| ApiError::field(cf.name("url"), e))?;
+    let timeout_ms = cf
+        .u64("timeout_ms")?
+        .unwrap_or(job::DEFAULT_CALLBACK_TIMEOUT_MS);
+    job::validate_callback_timeout_ms(timeout_ms)
+        .map_err(|e| ApiError::from_invalid(cf.name("timeout_ms"), e))?;
+    Ok(Some(Callback { url, timeout_ms }))
+}
+
 /// A validated `NewJob` and its own `replace` flag, if it gave one.
 struct NewJob {
     spec: JobSpec,
     replace: Option<bool>,
 }
 
-fn new_job(mut f: Fields, now: Reading, max_body_bytes: usize) -> ApiResult<NewJob> {
+fn new_job(mut f: Fields, now: Reading, st: &AppState) -> ApiResult<NewJob> {
+    let max_body_bytes = st.config.max_body_bytes;
     let topic = f.string("topic")?;
     let topic = required(&f, "topic", topic)?;
     let topic = Topic::parse(topic).map_err(|e| ApiError::from_invalid(f.name("topic"), e))?;
@@ -217,20 +244,26 @@ fn new_job(mut f: Fields, now: Reading, max_body_bytes: usize) -> ApiResult<NewJ
     }
     let run_at = due_time(&mut f, now)?.unwrap_or(now.millis());
     let mut spec = JobSpec::new(topic, id, body, run_at);
-    if let Some(ttr) = f.u64("ttr_ms")? {
+    spec.callback = callback(&mut f, st.callbacks.allow())?;
+    let ttr = f.u64("ttr_ms")?;
+    if let Some(ttr) = ttr {
         job::validate_ttr_ms(ttr).map_err(|e| ApiError::from_invalid(f.name("ttr_ms"), e))?;
         spec.ttr_ms = ttr;
     }
     if let Some(p) = f.u32("priority")? {
         spec.priority = p;
     }
-    if let Some(n) = f.u32("max_attempts")? {
-        spec.max_attempts = n;
-    }
-    if let Some(steps) = f.u64s("backoff_ms")? {
-        job::validate_backoff(&steps)
+    let max_attempts = f.u32("max_attempts")?;
+    let backoff = f.u64s("backoff_ms")?;
+    if let Some(steps) = &backoff {
+        job::validate_backoff(steps)
             .map_err(|e| ApiError::from_invalid(f.name("backoff_ms"), e))?;
-        spec.backoff_ms = steps;
+    }
+    if let Some(cb) = spec.callback.take() {
+        spec.with_callback_defaults(cb, ttr, max_attempts, backoff);
+    } else {
+        spec.max_attempts = max_attempts.unwrap_or(spec.max_attempts);
+        spec.backoff_ms = backoff.unwrap_or_default();
     }
     let replace = f.bool("replace")?;
     // Everything was checked above; this is the domain's own word on it, kept as a backstop.
@@ -245,7 +278,7 @@ async fn push(State(st): State<AppState>, body: Body) -> ApiResult<Response> {
     let at = st.clock.read();
     let now = at.millis();
     let f = Fields::new(input::object(&body?, false)?, "", NEW_JOB_FIELDS)?;
-    let NewJob { spec, replace } = new_job(f, at, st.config.max_body_bytes)?;
+    let NewJob { spec, replace } = new_job(f, at, &st)?;
     record_id(&spec.id);
     let mode = if replace.unwrap_or(false) {
         PushMode::Replace
@@ -281,7 +314,7 @@ async fn push_batch(State(st): State<AppState>, body: Body) -> ApiResult<Json<Ba
     for (i, item) in items.into_iter().enumerate() {
         let name = format!("jobs[{i}]");
         let jf = Fields::from_value(item, &name, NEW_JOB_FIELDS)?;
-        let job = new_job(jf, at, st.config.max_body_bytes)?;
+        let job = new_job(jf, at, &st)?;
         if job.replace.is_some_and(|r| r != replace) {
             return Err(ApiError::field(
                 format!("{name}.replace"),
@@ -528,7 +561,15 @@ async fn kick_topic(
     let max = f.u64("max")?;
     let max = required(&f, "max", max)?;
     batch_max(max, st.config.max_batch)?;
-    let kicked = st.store.kick_topic(&topic, max, st.clock.now()).await?;
+    // The topic's dead pull jobs first, then its dead callback jobs, `max` in all.
+    let now = st.clock.now();
+    let mut kicked = st.store.kick_topic(&topic, max, now).await?;
+    if kicked < max {
+        kicked += st
+            .store
+            .kick_topic(&topic.callback_queue(), max - kicked, now)
+            .await?;
+    }
     Ok(Json(KickTopicReply { kicked }))
 }
 

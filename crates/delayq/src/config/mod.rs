@@ -19,9 +19,13 @@ mod journal;
 mod rules;
 mod token;
 
+use crate::callback::allow::AllowList;
+use crate::callback::sign::WebhookSecret;
 use define::{Origin, settings};
 use journal::{JournalModeRule, JournalUrl};
-use rules::{Address, Any, Between, ClusterSeeds, KeyPrefix, NonEmptyPath, RedisUrl};
+use rules::{
+    Address, Allow, Any, Between, ClusterSeeds, KeyPrefix, NonEmptyPath, RedisUrl, WebhookSecrets,
+};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use token::{TokenFile, Tokens};
@@ -50,6 +54,8 @@ pub const MAX_WAIT_LIMIT_SECS: u64 = 86_400;
 pub const MAX_JOURNAL_RETENTION_SECS: u64 = 10 * 365 * 86_400;
 /// Largest accepted `request_timeout` and `idle_timeout` (one day).
 pub const MAX_TIMEOUT_SECS: u64 = 86_400;
+/// Largest accepted `callback_max_in_flight` and `callback_max_in_flight_per_host`.
+pub const MAX_CALLBACKS_IN_FLIGHT: u64 = 100_000;
 
 // Each entry: the `Config` field and its type, then `key` (the TOML key, the name in errors
 // and of the `ServeArgs` field), `flag`, `env`, `value_name` (the flag's value in `--help`),
@@ -223,6 +229,57 @@ settings! {
             given: u64,
             rule: Between(1, MAX_TIMEOUT_SECS),
             default: 60,
+        },
+        /// Secrets, not shown anywhere; given like tokens (hidden from `--help`, the flag once
+        /// per secret) so a rotation can list the old and the new one.
+        callback_secrets: Vec<WebhookSecret> {
+            key: callback_secret,
+            flag: "callback-secret",
+            env: "DELAYQ_CALLBACK_SECRET",
+            value_name: "SECRET",
+            help: "Standard Webhooks secret (`whsec_` + base64 of the key) every callback is \
+                   signed with; several: each call carries one signature per secret (rotation); \
+                   none: calls are unsigned",
+            given: Vec<AuthToken>,
+            rule: WebhookSecrets,
+            default: Vec::new(),
+        },
+        /// `public` by default, which refuses loopback, private and link-local addresses:
+        /// a producer must not make delayq call the cloud metadata address or a service
+        /// beside it (SSRF). docs/security.md explains.
+        callback_allow: AllowList {
+            key: callback_allow,
+            flag: "callback-allow",
+            env: "DELAYQ_CALLBACK_ALLOW",
+            value_name: "DESTINATIONS",
+            help: "Where callbacks may go: `public` (any host whose addresses are all public), \
+                   IP networks or addresses (`10.0.0.0/8`, `127.0.0.1`), host names \
+                   (`hooks.example.com`) and `*.domain`; a push whose URL is outside is refused",
+            given: Vec<String>,
+            rule: Allow,
+            default: AllowList::default(),
+        },
+        callback_max_in_flight: usize {
+            key: callback_max_in_flight,
+            flag: "callback-max-in-flight",
+            env: "DELAYQ_CALLBACK_MAX_IN_FLIGHT",
+            value_name: "N",
+            help: "Most callback jobs this instance holds at once (calling, or waiting for their \
+                   host's limit)",
+            given: u64,
+            rule: Between(1, MAX_CALLBACKS_IN_FLIGHT),
+            default: crate::callback::DEFAULT_MAX_IN_FLIGHT,
+        },
+        callback_max_in_flight_per_host: usize {
+            key: callback_max_in_flight_per_host,
+            flag: "callback-max-in-flight-per-host",
+            env: "DELAYQ_CALLBACK_MAX_IN_FLIGHT_PER_HOST",
+            value_name: "N",
+            help: "Most calls at once to one destination (`host:port`), so one slow endpoint \
+                   cannot hold every call",
+            given: u64,
+            rule: Between(1, MAX_CALLBACKS_IN_FLIGHT),
+            default: crate::callback::DEFAULT_MAX_IN_FLIGHT_PER_HOST,
         },
         /// Those of `auth_tokens` and those of `auth_token_file`, together. None by default,
         /// which is why the default listener is loopback. The flag is singular: it is given

@@ -4,7 +4,10 @@
 //! rule only refers to them. Rules between settings are in `Config::from_args`; the bearer
 //! token rules are in `token.rs`.
 
-use super::define::Rule;
+use super::AuthToken;
+use super::define::{Rule, ShowDefault};
+use crate::callback::allow::{AllowList, DEFAULT_ALLOW};
+use crate::callback::sign::WebhookSecret;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -127,4 +130,46 @@ fn check_scheme(url: &str, schemes: &[&str]) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join(", ")
     ))
+}
+
+/// `callback_secret`: each a Standard Webhooks secret; an error says which one (by position)
+/// and why, never quoting it.
+pub(super) struct WebhookSecrets;
+
+impl Rule<Vec<AuthToken>, Vec<WebhookSecret>> for WebhookSecrets {
+    fn apply(&self, given: Vec<AuthToken>) -> Result<Vec<WebhookSecret>, String> {
+        given
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                WebhookSecret::parse(s.as_str()).map_err(|m| format!("secret {}: {m}", i + 1))
+            })
+            .collect()
+    }
+
+    fn limits(&self) -> Option<String> {
+        Some("each `whsec_` followed by base64".into())
+    }
+}
+
+/// Secrets are never shown, and there are none by default.
+impl ShowDefault for Vec<WebhookSecret> {
+    fn show(&self) -> Option<String> {
+        None
+    }
+}
+
+/// `callback_allow`: the destinations callbacks may reach.
+pub(super) struct Allow;
+
+impl Rule<Vec<String>, AllowList> for Allow {
+    fn apply(&self, entries: Vec<String>) -> Result<AllowList, String> {
+        AllowList::parse(&entries)
+    }
+}
+
+impl ShowDefault for AllowList {
+    fn show(&self) -> Option<String> {
+        (*self == AllowList::default()).then(|| format!("`{DEFAULT_ALLOW}`"))
+    }
 }

@@ -87,6 +87,11 @@ fn every_setting_is_read_from_flags() {
             "--auth-token=fedcba9876543210",
             "--request-timeout=8",
             "--idle-timeout=9",
+            "--callback-secret=whsec_YWFhYQ==",
+            "--callback-secret=whsec_YmJiYg==",
+            "--callback-allow=10.0.0.0/8,hooks.example.com",
+            "--callback-max-in-flight=10",
+            "--callback-max-in-flight-per-host=11",
             "--journal=mysql://u@h:3306/db",
             "--journal-mode=async",
             "--journal-retention=120",
@@ -112,10 +117,41 @@ fn every_setting_is_read_from_flags() {
             auth_tokens: vec!["0123456789abcdef".into(), "fedcba9876543210".into()],
             request_timeout_secs: 8,
             idle_timeout_secs: 9,
+            callback_secrets: vec![
+                WebhookSecret::parse("whsec_YWFhYQ==").unwrap(),
+                WebhookSecret::parse("whsec_YmJiYg==").unwrap(),
+            ],
+            callback_allow: AllowList::parse(&["10.0.0.0/8".into(), "hooks.example.com".into()])
+                .unwrap(),
+            callback_max_in_flight: 10,
+            callback_max_in_flight_per_host: 11,
             journal: Some("mysql://u@h:3306/db".into()),
             journal_mode: crate::journal::JournalMode::Async,
             journal_retention_secs: 120,
         }
+    );
+}
+
+#[test]
+fn a_bad_callback_secret_or_destination_is_refused_naming_the_setting_not_the_secret() {
+    let e = load(&["--callback-secret=whsec_not*base64"], &[]).unwrap_err();
+    let text = e.to_string();
+    assert_eq!(invalid_setting(e).0, "callback_secret");
+    assert!(!text.contains("not*base64"), "{text}");
+    let e = load(&[], &[("DELAYQ_CALLBACK_ALLOW", "http://x/")]).unwrap_err();
+    let text = e.to_string();
+    let (setting, origin) = invalid_setting(e);
+    assert_eq!(setting, "callback_allow");
+    assert!(
+        origin.contains("DELAYQ_CALLBACK_ALLOW"),
+        "{origin} / {text}"
+    );
+    // The default refuses the metadata address.
+    let c = load(&[], &[]).unwrap();
+    assert!(
+        c.callback_allow
+            .check_url("http://169.254.169.254/")
+            .is_err()
     );
 }
 

@@ -1,5 +1,5 @@
-//! Rate-limited logging of a store call that keeps failing, shared by the timer and the
-//! waiter-serving task: both retry forever, and a store that is down for minutes must not
+//! Rate-limited logging of a store call that keeps failing, shared by the timer, the
+//! waiter-serving task and the callback deliverer: both retry forever, and a store that is down for minutes must not
 //! write a log line per retry.
 //!
 //! Not here: the retrying itself (each loop decides when to try again).
@@ -13,7 +13,7 @@ const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Logs a failing store call at most once per [`ERROR_LOG_INTERVAL`] (with how many failures
 /// were not logged), and once when it recovers.
-pub(super) struct ErrorLog {
+pub(crate) struct ErrorLog {
     what: &'static str,
     failing_since: Option<Instant>,
     last_logged: Option<Instant>,
@@ -22,7 +22,7 @@ pub(super) struct ErrorLog {
 
 impl ErrorLog {
     /// A log for the store call described by `what` (a log field, e.g. "timer tick").
-    pub(super) fn new(what: &'static str) -> ErrorLog {
+    pub(crate) fn new(what: &'static str) -> ErrorLog {
         ErrorLog {
             what,
             failing_since: None,
@@ -31,7 +31,7 @@ impl ErrorLog {
         }
     }
 
-    pub(super) fn failed(&mut self, e: &StoreError) {
+    pub(crate) fn failed(&mut self, e: &StoreError) {
         let now = Instant::now();
         self.failing_since.get_or_insert(now);
         if self
@@ -51,7 +51,7 @@ impl ErrorLog {
         }
     }
 
-    pub(super) fn recovered(&mut self) {
+    pub(crate) fn recovered(&mut self) {
         if let Some(since) = self.failing_since.take() {
             tracing::info!(what = self.what, after = ?since.elapsed(), "store call recovered");
             self.last_logged = None;

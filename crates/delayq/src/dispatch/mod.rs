@@ -20,7 +20,7 @@
 //! [`StoreEvent::Due`]: crate::store::StoreEvent::Due
 //! [`StoreEvent::Ready`]: crate::store::StoreEvent::Ready
 
-mod error_log;
+pub(crate) mod error_log;
 mod timer;
 mod waiters;
 

@@ -5,13 +5,15 @@
 //! is answered clearly (503 `store_unavailable`, compat code 1) and never hangs or panics.
 //! docs/reliability.md states the guarantees these tests back.
 //!
-//! CI runs one bounded round of each (about 8–15 s each, ~40 s for the file, in a debug build):
+//! CI runs one bounded round of each (about 5–15 s each, 1–2 min for the file, in a debug build):
 //! `cargo test -p delayq --test faults -- --nocapture` (the figures go to stdout).
 //! The soaks repeat the crashes for `DELAYQ_SOAK_SECS` (default 300) and keep Redis away for
 //! `DELAYQ_SOAK_OUTAGE_SECS` (default 60):
 //! `DELAYQ_SOAK_SECS=600 DELAYQ_SOAK_OUTAGE_SECS=120 cargo test -p delayq --test faults soak_ -- --ignored --nocapture`
 //!
 //! memory.rs: `delayq serve --memory`, whose jobs do not survive any stop.
+//! callbacks.rs: push delivery across a kill -9 (embedded and Redis) and across three instances
+//! on one Redis, with a real HTTP receiver.
 //!
 //! Not here: the embedded store's crash test (embedded_crash.rs), several instances on one
 //! Redis (multi_instance.rs), the store-level outage test (redis_store.rs).
@@ -19,6 +21,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod callbacks;
 mod memory;
 
 use reqwest::{Client, RequestBuilder, StatusCode};

@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod callbacks;
 mod client;
 mod http_auth;
 mod http_compat;

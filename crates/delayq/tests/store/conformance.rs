@@ -6,7 +6,7 @@
 
 use crate::support;
 
-use delayq::job::{JobId, JobSpec, JobState, Topic, UnixMillis};
+use delayq::job::{Callback, JobId, JobSpec, JobState, Topic, UnixMillis};
 use delayq::store::{PushMode, PushOutcome, Reschedule, StoreError, StoreEvent};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -928,7 +928,115 @@ async fn far_job_rescheduled_near_is_ready_on_time_and_near_job_moved_far_waits(
     assert!(b.store.stats().await.unwrap().topics.is_empty());
 }
 
+/// A callback job: `url` called with a 10 s timeout, one retry after 15 s, then dead.
+fn callback_job(t: &str, i: &str, run_at: UnixMillis) -> JobSpec {
+    let mut spec = job(t, i, "{\"order\":42}", run_at);
+    spec.with_callback_defaults(
+        Callback {
+            url: "https://hooks.example.com/due".into(),
+            timeout_ms: 10 * SEC,
+        },
+        None,
+        Some(2),
+        Some(vec![15 * SEC]),
+    );
+    spec
+}
+
+/// Callback jobs wait in their topic's callback queue: a consumer of the topic never gets one;
+/// the callback queue hands them out, with a reservation of the timeout plus 5 s, and they
+/// are counted apart.
+async fn callback_jobs_are_only_in_their_topics_callback_queue(b: &Backend) {
+    push(b, callback_job("orders", "cb1", T0), T0).await;
+    push(b, job("orders", "pull1", "p", T0), T0).await;
+    let got = b.store.get(&id("cb1")).await.unwrap();
+    assert_eq!(
+        got.spec,
+        callback_job("orders", "cb1", T0),
+        "every field kept"
+    );
+    let stats = b.store.stats().await.unwrap();
+    assert_eq!(stats.topics[&topic("orders")].ready, 1);
+    assert_eq!(stats.callbacks[&topic("orders")].ready, 1);
+
+    assert_eq!(reserve_ids(b, &["orders"], 10, T0).await, ["pull1"]);
+    assert!(reserve_ids(b, &["orders"], 10, T0).await.is_empty());
+    let queue = topic("orders").callback_queue();
+    let jobs = b
+        .store
+        .reserve(std::slice::from_ref(&queue), 10, T0)
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].spec.id.as_str(), "cb1");
+    assert_eq!(jobs[0].reserved_until, Some(T0 + 15 * SEC));
+    assert_eq!(jobs[0].attempts, 1);
+    assert!(b.store.reserve(&[queue], 10, T0).await.unwrap().is_empty());
+}
+
+/// A callback job's failed call follows its backoff, then it dies; kicked, it is in its
+/// callback queue again, and `kick_topic` of that queue brings back its dead.
+async fn callback_job_retries_dies_and_is_kicked_back_to_its_queue(b: &Backend) {
+    let queue = topic("mail").callback_queue();
+    push(b, callback_job("mail", "cb", T0), T0).await;
+    let mut rx = b.store.subscribe();
+    b.store
+        .reserve(std::slice::from_ref(&queue), 1, T0)
+        .await
+        .unwrap();
+    let j = b.store.release(&id("cb"), None, T0 + SEC).await.unwrap();
+    assert_eq!((j.state, j.spec.run_at), (JobState::Delayed, T0 + 16 * SEC));
+    b.store.tick(T0 + 16 * SEC, 100).await.unwrap();
+    // The timer's promotion names the callback queue, which the deliverer listens for.
+    let mut heard = false;
+    while let Ok(Ok(ev)) = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await {
+        if ev == StoreEvent::Ready(queue.clone()) {
+            heard = true;
+            break;
+        }
+    }
+    assert!(heard, "no Ready event for the callback queue");
+    assert_eq!(
+        b.store
+            .reserve(std::slice::from_ref(&queue), 1, T0 + 16 * SEC)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let j = b
+        .store
+        .release(&id("cb"), None, T0 + 17 * SEC)
+        .await
+        .unwrap();
+    assert_eq!(j.state, JobState::Dead, "out of its 2 attempts");
+    assert_eq!(
+        b.store.stats().await.unwrap().callbacks[&topic("mail")].dead,
+        1
+    );
+    assert_eq!(
+        b.store
+            .kick_topic(&topic("mail"), 10, T0 + 18 * SEC)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        b.store.kick_topic(&queue, 10, T0 + 18 * SEC).await.unwrap(),
+        1
+    );
+    assert!(
+        reserve_ids(b, &["mail"], 10, T0 + 18 * SEC)
+            .await
+            .is_empty()
+    );
+    let again = b.store.reserve(&[queue], 1, T0 + 18 * SEC).await.unwrap();
+    assert_eq!((again.len(), again[0].attempts), (1, 1));
+}
+
 backend_tests!(
+    callback_jobs_are_only_in_their_topics_callback_queue,
+    callback_job_retries_dies_and_is_kicked_back_to_its_queue,
     push_then_get_returns_every_field,
     unknown_job_is_not_found,
     job_due_now_or_earlier_is_ready_at_once,

@@ -283,6 +283,12 @@ async fn pushed_records_are_what_the_scripts_would_write() {
     let mut only_attempts = job("t", "only_attempts", "x", u64::MAX);
     only_attempts.max_attempts = 3;
     specs.push(only_attempts);
+    let mut callback = job("t", "callback", "{}", NOW + 1);
+    callback.callback = Some(delayq::job::Callback {
+        url: "https://hooks.example.com/ü?x=1".into(),
+        timeout_ms: 30_000,
+    });
+    specs.push(callback);
     let mut c = raw(&server).await;
     for (k, spec) in specs.into_iter().enumerate() {
         let mode = if k % 2 == 0 {

@@ -53,6 +53,7 @@ impl TestApp {
         let state = AppState::new(store, Arc::new(SystemClock), config);
         let shutdown = CancellationToken::new();
         state.dispatch.start(shutdown.clone());
+        state.callbacks.start(shutdown.clone());
         TestApp {
             router: api::router(state.clone()),
             state,

@@ -9,5 +9,6 @@ pub mod backends;
 pub mod failing;
 pub mod load;
 pub mod process;
+pub mod receiver;
 pub mod redis_cluster;
 pub mod redis_server;

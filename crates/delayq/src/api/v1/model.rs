@@ -22,6 +22,15 @@ pub struct JobView {
     pub attempts: u32,
     /// Set only while reserved.
     pub reserved_until_ms: Option<UnixMillis>,
+    /// Set only for a callback job.
+    pub callback: Option<CallbackView>,
+}
+
+/// A callback job's `callback` object.
+#[derive(Debug, Serialize)]
+pub struct CallbackView {
+    pub url: String,
+    pub timeout_ms: u64,
 }
 
 impl From<Job> for JobView {
@@ -38,6 +47,10 @@ impl From<Job> for JobView {
             backoff_ms: j.spec.backoff_ms,
             attempts: j.attempts,
             reserved_until_ms: j.reserved_until,
+            callback: j.spec.callback.map(|c| CallbackView {
+                url: c.url,
+                timeout_ms: c.timeout_ms,
+            }),
         }
     }
 }
@@ -88,6 +101,8 @@ pub struct KickTopicReply {
 #[derive(Debug, Serialize)]
 pub struct StatsView {
     pub topics: BTreeMap<String, TopicCounts>,
+    /// Callback jobs' counts by topic.
+    pub callbacks: BTreeMap<String, TopicCounts>,
     pub next_due_ms: Option<UnixMillis>,
 }
 
@@ -96,6 +111,11 @@ impl From<store::Stats> for StatsView {
         StatsView {
             topics: s
                 .topics
+                .into_iter()
+                .map(|(t, c)| (String::from(t), c))
+                .collect(),
+            callbacks: s
+                .callbacks
                 .into_iter()
                 .map(|(t, c)| (String::from(t), c))
                 .collect(),

@@ -1,0 +1,393 @@
+//! Push delivery: delayq calls a callback job's URL when the job is due, instead of waiting for
+//! a consumer. Written once over [`Store`], so every store (and every instance sharing one)
+//! delivers the same way, with pull's guarantees:
+//!
+//! 1. The [`Deliverer`] task listens for [`StoreEvent::Ready`] of callback queues
+//!    ([`Topic::callback_queue`]), plus a sweep of [`Store::stats`] at start, after missed
+//!    events and every [`SWEEP_INTERVAL`].
+//! 2. It reserves ready callback jobs like a consumer. The reservation lasts the call's timeout
+//!    plus [`job::CALLBACK_GRACE_MS`] (a callback job's `ttr_ms`), so no other instance calls
+//!    the job while this call may still run; a crash mid-call leaves the job reserved, and its
+//!    TTR running out makes it due again (at least once).
+//! 3. Each job is called in its own task, once its host has room (`max_in_flight_per_host`):
+//!    `POST` of the body, signed ([`sign`]), redirects not followed, within the timeout.
+//! 4. A 2xx finishes the job; anything else releases it ([`Store::release`]): its backoff
+//!    schedule, or the `Retry-After` asked for, decides the next call, and `max_attempts` when
+//!    it is dead.
+//!
+//! Limits: at most `max_in_flight` jobs held (calling or waiting for their host) per instance,
+//! at most `max_in_flight_per_host` calls to one host (`host:port`) at once, and at most that
+//! many of one queue's jobs waiting for their host: a queue whose jobs wait for a host at its
+//! limit is not read further until they move, so a destination that hangs holds at most twice
+//! its limit of jobs per topic, and other destinations go on.
+//!
+//! Not here: the request's shape ([`call`]), the outcome rules ([`outcome`]), the allowed
+//! destinations ([`allow`]), the signature ([`sign`]).
+
+pub mod allow;
+mod call;
+pub mod outcome;
+pub mod sign;
+
+use crate::clock::Clock;
+use crate::dispatch::error_log::ErrorLog;
+use crate::job::{self, Job, Topic};
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreError, StoreEvent};
+use allow::AllowList;
+use call::Caller;
+use sign::WebhookSecret;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Default `callback_max_in_flight`.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
+/// Default `callback_max_in_flight_per_host`.
+pub const DEFAULT_MAX_IN_FLIGHT_PER_HOST: usize = 32;
+/// How often the store's counts are read for ready callback jobs, whatever the events said
+/// (safety net, as the waiters' re-check).
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// Most jobs one reserve takes.
+const RESERVE_BATCH: usize = 100;
+/// A reservation with less than this left beyond the call's timeout is extended before the
+/// call (after a wait for the host), so the call never outlives it.
+const RESERVATION_MARGIN_MS: u64 = 1_000;
+/// How long shutdown waits for calls in flight before leaving them to their TTR.
+const STOP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the deliverer is told: the callback settings.
+#[derive(Debug, Clone)]
+pub struct CallbackOptions {
+    pub secrets: Vec<WebhookSecret>,
+    pub allow: AllowList,
+    pub max_in_flight: usize,
+    pub max_in_flight_per_host: usize,
+}
+
+impl Default for CallbackOptions {
+    fn default() -> Self {
+        CallbackOptions {
+            secrets: Vec::new(),
+            allow: AllowList::default(),
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_in_flight_per_host: DEFAULT_MAX_IN_FLIGHT_PER_HOST,
+        }
+    }
+}
+
+/// The push-delivery task of one server (module docs). Cheap to build; [`Deliverer::start`]
+/// runs it.
+pub struct Deliverer {
+    shared: Arc<Shared>,
+}
+
+/// What the task and every call task share.
+struct Shared {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    caller: Caller,
+    per_host: usize,
+    /// Permits for jobs held: reserved and not yet finished or released.
+    held: Arc<Semaphore>,
+    /// One semaphore per host with calls running or waiting; removed when idle.
+    hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Per queue, its jobs waiting for their host.
+    parked: Mutex<HashMap<Topic, usize>>,
+    /// Woken when a job is done with or leaves the wait for its host.
+    room: Notify,
+}
+
+impl Deliverer {
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+        options: CallbackOptions,
+    ) -> anyhow::Result<Deliverer> {
+        let caller = Caller::new(options.secrets, options.allow)?;
+        Ok(Deliverer {
+            shared: Arc::new(Shared {
+                store,
+                clock,
+                metrics,
+                caller,
+                per_host: options.max_in_flight_per_host.max(1),
+                held: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
+                hosts: Mutex::new(HashMap::new()),
+                parked: Mutex::new(HashMap::new()),
+                room: Notify::new(),
+            }),
+        })
+    }
+
+    /// The allowed destinations, for the API's check at push.
+    pub fn allow(&self) -> &AllowList {
+        self.shared.caller.allow()
+    }
+
+    /// Starts delivering until `stop` is cancelled; the handle ends once calls in flight have
+    /// ended (or after [`STOP_TIMEOUT`], leaving the rest to their reservations' TTR).
+    pub fn start(&self, stop: CancellationToken) -> JoinHandle<()> {
+        let shared = self.shared.clone();
+        let events = shared.store.subscribe();
+        tokio::spawn(async move {
+            let calls = tokio_util::task::TaskTracker::new();
+            run(&shared, events, &stop, &calls).await;
+            calls.close();
+            if tokio::time::timeout(STOP_TIMEOUT, calls.wait())
+                .await
+                .is_err()
+            {
+                tracing::info!(
+                    "callbacks still running at shutdown; their jobs are called again after their TTR"
+                );
+            }
+        })
+    }
+}
+
+/// Callback queues that may have ready jobs, served in turn.
+#[derive(Default)]
+struct Pending {
+    order: VecDeque<Topic>,
+}
+
+impl Pending {
+    fn add(&mut self, queue: Topic) {
+        if !self.order.contains(&queue) {
+            self.order.push_back(queue);
+        }
+    }
+}
+
+async fn run(
+    shared: &Arc<Shared>,
+    mut events: broadcast::Receiver<StoreEvent>,
+    stop: &CancellationToken,
+    calls: &tokio_util::task::TaskTracker,
+) {
+    let mut pending = Pending::default();
+    let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sweep_errors = ErrorLog::new("callback sweep");
+    let mut errors = ErrorLog::new("callback reserve");
+    loop {
+        let mut sweep_now = false;
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            ev = events.recv() => match ev {
+                Ok(StoreEvent::Ready(queue)) if queue.callback_topic().is_some() => pending.add(queue),
+                Ok(StoreEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => sweep_now = true,
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = sweep.tick() => sweep_now = true,
+            _ = shared.room.notified() => {}
+        }
+        if sweep_now {
+            match shared.store.stats().await {
+                Ok(stats) => {
+                    sweep_errors.recovered();
+                    for (topic, counts) in stats.callbacks {
+                        if counts.ready > 0 {
+                            pending.add(topic.callback_queue());
+                        }
+                    }
+                }
+                Err(e) => sweep_errors.failed(&e),
+            }
+        }
+        serve(shared, &mut pending, calls, &mut errors).await;
+    }
+}
+
+/// Reserves what the limits allow from each pending queue in turn and starts its calls.
+async fn serve(
+    shared: &Arc<Shared>,
+    pending: &mut Pending,
+    calls: &tokio_util::task::TaskTracker,
+    errors: &mut ErrorLog,
+) {
+    let mut turns = pending.order.len();
+    while turns > 0 {
+        turns -= 1;
+        let Some(queue) = pending.order.pop_front() else {
+            return;
+        };
+        let free = shared.held.available_permits();
+        let parked = shared.parked(&queue);
+        let room = free
+            .min(shared.per_host.saturating_sub(parked))
+            .min(RESERVE_BATCH);
+        if room == 0 {
+            // Kept for when a job is done with (`room` wakes the loop).
+            pending.order.push_back(queue);
+            if free == 0 {
+                return;
+            }
+            continue;
+        }
+        let now = shared.clock.now();
+        let jobs = match shared
+            .store
+            .reserve(std::slice::from_ref(&queue), room, now)
+            .await
+        {
+            Ok(jobs) => {
+                errors.recovered();
+                jobs
+            }
+            Err(e) => {
+                errors.failed(&e);
+                pending.order.push_back(queue);
+                return;
+            }
+        };
+        if jobs.len() == room {
+            // There may be more: this queue's turn comes again.
+            pending.order.push_back(queue.clone());
+            turns += 1;
+        }
+        for job in jobs {
+            // Only this task takes permits, and `room` is at most what was free.
+            let Ok(permit) = shared.held.clone().try_acquire_owned() else {
+                tracing::error!("callback permits ran out; the job is called after its TTR");
+                break;
+            };
+            shared.park(&queue, 1);
+            shared.metrics.callbacks_held(1);
+            let shared = shared.clone();
+            let queue = queue.clone();
+            calls.spawn(async move {
+                attempt(&shared, job, &queue).await;
+                shared.metrics.callbacks_held(-1);
+                drop(permit);
+                shared.room.notify_one();
+            });
+        }
+    }
+}
+
+impl Shared {
+    fn parked(&self, queue: &Topic) -> usize {
+        let parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        parked.get(queue).copied().unwrap_or(0)
+    }
+
+    /// Adds `delta` (±1) to a queue's jobs waiting for their host.
+    fn park(&self, queue: &Topic, delta: isize) {
+        let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        let n = parked.entry(queue.clone()).or_default();
+        *n = n.saturating_add_signed(delta);
+        if *n == 0 {
+            parked.remove(queue);
+        }
+    }
+
+    /// Waits for room to call `host`.
+    async fn host_permit(&self, host: &str) -> OwnedSemaphorePermit {
+        let sem = {
+            let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+            hosts
+                .entry(host.to_string())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.per_host)))
+                .clone()
+        };
+        // The semaphore is never closed.
+        sem.acquire_owned()
+            .await
+            .expect("host semaphores are never closed")
+    }
+
+    /// Forgets a host's semaphore once nobody calls or waits for it.
+    fn host_done(&self, host: &str) {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sem) = hosts.get(host)
+            && Arc::strong_count(sem) == 1
+            && sem.available_permits() == self.per_host
+        {
+            hosts.remove(host);
+        }
+    }
+}
+
+/// One attempt of one reserved job: wait for its host, call, then finish or release it.
+async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
+    let Some(cb) = job.spec.callback.clone() else {
+        // Only callback jobs are in callback queues; a pull job here would be a store bug.
+        shared.park(queue, -1);
+        tracing::error!(job_id = %job.spec.id, "a job without a callback in a callback queue");
+        return;
+    };
+    let id = job.spec.id.clone();
+    let started;
+    let answer = match shared.caller.target(&cb.url) {
+        // Checked at push; the allowed destinations may have changed since.
+        Err(reason) => {
+            shared.park(queue, -1);
+            started = shared.clock.read();
+            call::Answer::refused(reason)
+        }
+        Ok(url) => {
+            let host = call::host_key(&url);
+            let host_permit = shared.host_permit(&host).await;
+            shared.park(queue, -1);
+            shared.room.notify_one();
+            // The call must end before the reservation does; a wait for the host may have
+            // used it up.
+            let now = shared.clock.now();
+            let need = job::after(now, cb.timeout_ms.saturating_add(RESERVATION_MARGIN_MS));
+            if job.reserved_until.is_none_or(|until| until < need)
+                && let Err(e) = shared.store.touch(&id, now).await
+            {
+                // Deleted, or no longer reserved by this call: not ours to call any more.
+                tracing::debug!(job_id = %id, error = %e, "callback job gone before its call");
+                drop(host_permit);
+                shared.host_done(&host);
+                return;
+            }
+            started = shared.clock.read();
+            let answer = shared.caller.call(&job, &cb, url, started).await;
+            drop(host_permit);
+            shared.host_done(&host);
+            answer
+        }
+    };
+    let late_ms = started.millis().saturating_sub(job.spec.run_at);
+    shared
+        .metrics
+        .callback_attempt(answer.outcome.label(), answer.took, late_ms);
+    let now = shared.clock.now();
+    let result = if answer.outcome.finished() {
+        shared.store.finish(&id).await.map(drop)
+    } else {
+        tracing::warn!(
+            job_id = %id,
+            topic = %job.spec.topic,
+            attempt = job.attempts,
+            outcome = answer.outcome.label(),
+            status = answer.status,
+            reason = %answer.reason,
+            "callback failed"
+        );
+        let delay = job::callback_retry_delay(&job.spec, job.attempts, answer.retry_after_ms);
+        shared.store.release(&id, Some(delay), now).await.map(drop)
+    };
+    match result {
+        Ok(()) | Err(StoreError::NotFound) => {}
+        Err(e @ StoreError::WrongState(_)) => {
+            tracing::debug!(job_id = %id, error = %e, "callback job changed during its call");
+        }
+        Err(e) => tracing::warn!(
+            job_id = %id,
+            error = %e,
+            "cannot record the callback's outcome; the job is called again after its TTR"
+        ),
+    }
+}
