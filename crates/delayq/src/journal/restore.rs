@@ -110,7 +110,8 @@ fn plan(row: JobRow, now: UnixMillis) -> Plan {
 
 impl Journal {
     /// Puts back into `store` the journaled jobs it lacks (all, or `options.id`), as of `now`.
-    /// Refused with [`RestoreError::Running`] while another restore runs.
+    /// Refused with [`RestoreError::Running`] while another restore runs, on this delayq or on
+    /// any other sharing the journal (a lock in the database).
     pub async fn restore(
         &self,
         store: &dyn Store,
@@ -122,6 +123,21 @@ impl Journal {
             .restoring
             .try_lock()
             .map_err(|_| RestoreError::Running)?;
+        // Across every delayq sharing the journal, too.
+        let Some(lock) = self.inner.db.try_restore_lock().await? else {
+            return Err(RestoreError::Running);
+        };
+        let result = self.restore_locked(store, options, now).await;
+        lock.release().await;
+        result
+    }
+
+    async fn restore_locked(
+        &self,
+        store: &dyn Store,
+        options: RestoreOptions,
+        now: UnixMillis,
+    ) -> Result<RestoreCounts, RestoreError> {
         self.flush().await.map_err(RestoreError::Flush)?;
         let mut counts = RestoreCounts::default();
         let only = options.id.as_ref().map(|id| id.as_str());

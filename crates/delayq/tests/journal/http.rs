@@ -182,8 +182,21 @@ async fn a_restore_while_another_runs_is_refused_with_409(db: &TestDb) {
         "{:?}",
         compat.json
     );
+    // Another delayq sharing the journal is refused too (the lock is in the database).
+    let other = open_journal(db, JournalMode::Sync).await;
+    let elsewhere = delayq::journal::Journaled::new(Arc::new(MemoryStore::new()), other.clone());
+    let options = delayq::journal::RestoreOptions {
+        overdue: delayq::journal::Overdue::Fire,
+        id: None,
+    };
+    let refused = other.restore(&elsewhere, options.clone(), now).await;
+    assert_eq!(refused, Err(delayq::journal::RestoreError::Running));
     hold.permits.add_permits(1);
     let done = running.await.unwrap();
+    // Released when done: the other delayq may restore now.
+    let counts = other.restore(&elsewhere, options, now).await.unwrap();
+    assert_eq!(counts.restored, 1);
+    other.close().await;
     assert_eq!(done.status, StatusCode::OK, "{:?}", done.json);
     assert_eq!(done.json["restored"], 1);
     journal.close().await;
