@@ -24,7 +24,7 @@ mod types;
 pub use error::ClientError;
 pub use types::{
     Callback, FinishResult, Health, Job, JobState, NewJob, PushResult, PushStatus, Readiness,
-    Reschedule, Rescheduled, Stats, TopicStats,
+    Reschedule, Rescheduled, Restored, Stats, TopicStats,
 };
 
 use reqwest::{Method, RequestBuilder, Url};
@@ -32,12 +32,15 @@ use serde::de::DeserializeOwned;
 use std::time::Duration;
 use types::{
     FinishBatchRequest, KickTopicRequest, KickTopicResponse, PushBatchRequest, PushBatchResponse,
-    ReleaseRequest, ReserveRequest, ReserveResponse,
+    ReleaseRequest, ReserveRequest, ReserveResponse, RestoreRequest,
 };
 
 /// How long an ordinary request may take, end to end, unless [`Client::with_timeout`] says
 /// otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a restore may take: one of millions of jobs takes minutes.
+const RESTORE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How long connecting may take; a server that does not accept within this is down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -252,6 +255,21 @@ impl Client {
             )
             .await?;
         Ok(r.jobs)
+    }
+
+    /// `POST /v1/restore`: puts back the journaled jobs the server's store lost (all, or the
+    /// job `id`); overdue ones are left out with `skip_overdue`. Waits as long as the restore
+    /// takes, whatever [`Client::with_timeout`] says.
+    pub async fn restore(&self, skip_overdue: bool, id: Option<&str>) -> Result<Restored> {
+        let body = RestoreRequest {
+            overdue: if skip_overdue { "skip" } else { "fire" },
+            id,
+        };
+        let req = self
+            .request(Method::POST, &["v1", "restore"])
+            .timeout(RESTORE_TIMEOUT)
+            .json(&body);
+        self.call(req).await
     }
 
     /// `GET /v1/stats`: job counts per topic and state.

@@ -299,6 +299,19 @@ pub struct Stats {
     pub next_due_ms: Option<u64>,
 }
 
+/// The answer of `POST /v1/restore`: what the restore did, job by job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Restored {
+    /// Put back into the store.
+    pub restored: u64,
+    /// Still in the store: left alone.
+    pub already_present: u64,
+    /// Due before the restore began and left out (`skip_overdue`, now or earlier).
+    pub skipped_overdue: u64,
+    /// Finished or deleted: never restored.
+    pub skipped_finished: u64,
+}
+
 /// The answer of `GET /healthz`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
@@ -355,6 +368,13 @@ pub(crate) struct FinishBatchRequest<'a> {
 #[derive(Serialize)]
 pub(crate) struct KickTopicRequest {
     pub max: u64,
+}
+
+#[derive(Serialize)]
+pub(crate) struct RestoreRequest<'a> {
+    pub overdue: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<&'a str>,
 }
 
 #[derive(Deserialize)]

@@ -61,7 +61,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the server (settings: flags, DELAYQ_* variables, --config FILE)
-    Serve(ServeArgs),
+    // Boxed: the settings are many, and every other verb would carry their size.
+    Serve(Box<ServeArgs>),
     /// Push a job
     Push(PushArgs),
     /// Reserve ready jobs, waiting up to --timeout for one
@@ -102,6 +103,16 @@ pub enum Command {
     },
     /// Change the due time (and optionally body and priority) of a delayed or ready job
     Reschedule(RescheduleArgs),
+    /// Put back the journaled jobs the server's store lost (a server run with --journal)
+    Restore {
+        /// Leave out jobs already due (and record that, so no later restore brings them back)
+        /// instead of making them ready at once
+        #[arg(long)]
+        skip_overdue: bool,
+        /// Only this job
+        #[arg(long, value_name = "ID")]
+        id: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -196,7 +207,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         command,
     } = cli;
     if let Command::Serve(args) = command {
-        return serve(args).await.map(|()| ExitCode::SUCCESS);
+        return serve(*args).await.map(|()| ExitCode::SUCCESS);
     }
     let mut client = Client::new(&server)?;
     if let Some(token) = token {
@@ -295,6 +306,15 @@ async fn run_client(client: &Client, json: bool, command: Command) -> anyhow::Re
         Command::Kick { id } => {
             let job = client.kick(&id).await?;
             out.print_transition("kicked", &job);
+        }
+        Command::Restore { skip_overdue, id } => {
+            let r = client.restore(skip_overdue, id.as_deref()).await?;
+            out.print(&r, || {
+                format!(
+                    "restored {}, already present {}, skipped overdue {}, skipped finished {}\n",
+                    r.restored, r.already_present, r.skipped_overdue, r.skipped_finished
+                )
+            });
         }
         Command::KickTopic { topic, max } => {
             let kicked = client.kick_topic(&topic, max).await?;
@@ -628,6 +648,21 @@ mod tests {
         assert!(matches!(
             command(&["kick-topic", "orders", "--max", "7"]),
             Command::KickTopic { max: 7, .. }
+        ));
+    }
+
+    #[test]
+    fn restore_fires_overdue_jobs_unless_told_to_skip_them() {
+        assert!(matches!(
+            command(&["restore"]),
+            Command::Restore {
+                skip_overdue: false,
+                id: None
+            }
+        ));
+        assert!(matches!(
+            command(&["restore", "--skip-overdue", "--id", "j"]),
+            Command::Restore { skip_overdue: true, id: Some(id) } if id == "j"
         ));
     }
 

@@ -7,6 +7,7 @@
 //! - [`dispatch`]: the timer and the long-poll waiters, generic over any store ([`alarm`]: the
 //!   timer's precise sleep).
 //! - [`api`]: the HTTP APIs (compat and /v1). Only `api` knows HTTP.
+//! - [`journal`]: the recovery journal in PostgreSQL or MySQL (a store hook) and the restore.
 //! - [`metrics`]: what the server did and what the store holds, for `GET /metrics`.
 //! - [`config`], [`server`]: settings and wiring; `main.rs` is the CLI.
 
@@ -17,6 +18,7 @@ pub mod clock;
 pub mod config;
 pub mod dispatch;
 pub mod job;
+pub mod journal;
 pub mod metrics;
 pub mod server;
 pub mod store;

@@ -266,6 +266,26 @@ impl Metrics {
         }
     }
 
+    /// Adds the journal's gauges (`--journal`): its lag, its queue and whether it is written.
+    pub fn register_journal(&mut self, gauges: crate::journal::LagGauges) {
+        self.registry.register_with_unit(
+            "journal_lag",
+            "Age of the oldest acknowledged change not yet written to the journal",
+            Unit::Seconds,
+            gauges.lag_seconds,
+        );
+        self.registry.register(
+            "journal_pending",
+            "Changes queued for the journal and not yet written",
+            gauges.pending,
+        );
+        self.registry.register(
+            "journal_up",
+            "1 if the journal's last write succeeded, else 0",
+            gauges.up,
+        );
+    }
+
     /// The exposition text: the job gauges read from `store` now, `waiting` long polls, and
     /// every counter.
     pub async fn render(&self, store: &dyn Store, waiting: usize) -> String {

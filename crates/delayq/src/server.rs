@@ -14,8 +14,9 @@
 //! does not answer. `axum::serve` has no such knob.
 
 use crate::api::{self, AppState};
-use crate::clock::SystemClock;
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::journal::Journal;
 use crate::store::Store;
 use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::store::memory::MemoryStore;
@@ -52,8 +53,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let addr = listener
         .local_addr()
         .with_context(|| format!("cannot read the address bound for {}", config.listen))?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let journal = open_journal(&config, clock.clone()).await?;
     tracing::info!(%addr, store = store.kind(), "delayq listening");
-    let state = AppState::new(store, Arc::new(SystemClock), config);
+    let state = AppState::with_journal(store, clock, config, journal);
     run(listener, state, shutdown_signal()).await
 }
 
@@ -96,6 +99,20 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     }
 }
 
+/// Opens the journal when `journal` is set (its errors name the setting).
+pub async fn open_journal(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<Option<Journal>> {
+    let Some(url) = &config.journal else {
+        return Ok(None);
+    };
+    let retention = Duration::from_secs(config.journal_retention_secs);
+    let journal = Journal::open(url, config.journal_mode, retention, clock).await?;
+    tracing::info!(mode = %config.journal_mode, "journal open");
+    Ok(Some(journal))
+}
+
 /// A URL fit for logs and errors: any `user:password@` part is replaced by `***@`.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -117,6 +134,7 @@ pub async fn run(
     let dispatcher = state.dispatch.start(stopping.clone());
     let callbacks = state.callbacks.start(stopping.clone());
     let idle_timeout = Duration::from_secs(state.config.idle_timeout_secs);
+    let journal = state.journal.clone();
     let app = api::router(state);
 
     let begin_shutdown = {
@@ -154,6 +172,14 @@ pub async fn run(
         .is_err()
     {
         tracing::warn!("callbacks did not stop in time");
+    }
+    if let Some(journal) = journal {
+        // In `async` mode, changes acknowledged and not yet journaled are written now.
+        match tokio::time::timeout(DRAIN_TIMEOUT, journal.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "journal: not written at shutdown"),
+            Err(_) => tracing::warn!("journal: not written within the drain timeout"),
+        }
     }
     tracing::info!("stopped");
     served

@@ -12,12 +12,14 @@
 pub mod auth;
 pub mod compat;
 pub mod openapi;
+pub mod restore;
 pub mod v1;
 
 use crate::callback::{CallbackOptions, Deliverer};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::dispatch::{DispatchOptions, Dispatcher};
+use crate::journal::{Journal, Journaled};
 use crate::metrics::{self, Metered, Metrics};
 use crate::store::Store;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -39,6 +41,8 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     pub config: Arc<Config>,
     pub metrics: Arc<Metrics>,
+    /// The recovery journal (`--journal`), which the store also writes to; `None` without it.
+    pub journal: Option<Journal>,
     /// Push delivery of callback jobs (not started; `server::run` starts it beside the
     /// dispatcher).
     pub callbacks: Arc<Deliverer>,
@@ -48,7 +52,26 @@ impl AppState {
     /// The state of a server over `store`: the store wrapped in its metrics, and a dispatcher
     /// (not started) over the wrapped store, so long polls and the timer are counted too.
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: Config) -> AppState {
-        let metrics = Arc::new(Metrics::new(store.kind()));
+        AppState::with_journal(store, clock, config, None)
+    }
+
+    /// [`AppState::new`] with a journal: the store journaled ([`Journaled`]) inside its
+    /// metrics, so a call the journal refuses is counted as a store error.
+    pub fn with_journal(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: Config,
+        journal: Option<Journal>,
+    ) -> AppState {
+        let mut metrics = Metrics::new(store.kind());
+        let store: Arc<dyn Store> = match &journal {
+            Some(j) => {
+                metrics.register_journal(j.gauges());
+                Arc::new(Journaled::new(store, j.clone()))
+            }
+            None => store,
+        };
+        let metrics = Arc::new(metrics);
         let store: Arc<dyn Store> = Arc::new(Metered::new(store, metrics.clone()));
         let options = DispatchOptions {
             max_waiters: config.max_waiters,
@@ -76,6 +99,7 @@ impl AppState {
             clock,
             config: Arc::new(config),
             metrics,
+            journal,
             callbacks: Arc::new(callbacks),
         }
     }
@@ -106,6 +130,7 @@ pub fn router(state: AppState) -> Router {
     let mut app = Router::new()
         .merge(compat::routes())
         .merge(v1::routes())
+        .merge(restore::routes())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(serve_metrics))
@@ -119,7 +144,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The compat API's paths: refusals there have its `{"code","message","data"}` body.
-const COMPAT_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get"];
+const COMPAT_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get", "/reStore"];
 
 /// The long-poll paths: they may wait up to `max_wait` for a job before answering.
 const LONG_POLL_PATHS: &[&str] = &["/pop", "/v1/reserve"];
@@ -129,7 +154,7 @@ const LONG_POLL_PATHS: &[&str] = &["/pop", "/v1/reserve"];
 /// /v1 error body `{"error":{"code","field":null,"message"}}`. Both with `status`: a compat client
 /// gets a non-200 here, where the original had no such refusal at all.
 pub(crate) fn refusal(path: &str, status: StatusCode, code: &str, message: &str) -> Response {
-    let body = if COMPAT_PATHS.contains(&path) {
+    let body = if COMPAT_PATHS.contains(&path) || path.starts_with("/reStore/") {
         serde_json::json!({"code": 1, "message": message, "data": null})
     } else {
         serde_json::json!({"error": {"code": code, "field": null, "message": message}})

@@ -363,6 +363,19 @@ fn paths() -> Value {
                 ok("How many were kicked", "KickTopicReply")
             )
         },
+        "/v1/restore": {
+            "post": {
+                "operationId": "restore",
+                "summary": "Put back the journaled jobs the store lost (docs/journal.md); jobs still in the store are left alone",
+                "tags": ["admin"],
+                "requestBody": request("RestoreRequest", false),
+                "responses": responses(map(json!({
+                    "200": ok("What the restore did, job by job", "RestoreReply"),
+                    "404": error("`not_found`: the journal has no job with that `id`"),
+                    "409": error("`restore_running`: another restore is running; `no_journal`: the server runs without `--journal`")
+                })), true)
+            }
+        },
         "/v1/stats": {
             "get": {
                 "operationId": "stats",
@@ -646,6 +659,24 @@ fn schemas(limits: &Limits) -> Value {
             "required": ["max"],
             "properties": {"max": described(int(1, batch), "At most `max_batch`")}
         },
+        "RestoreRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "overdue": or_null(described(json!({"enum": ["fire", "skip"]}), "Jobs due before the restore began: `fire` (the default) puts them back ready; `skip` leaves them out and records that, so no later restore brings them back")),
+                "id": or_null(described(schema_ref("JobId"), "Only this job"))
+            }
+        },
+        "RestoreReply": {
+            "type": "object",
+            "required": ["restored", "already_present", "skipped_overdue", "skipped_finished"],
+            "properties": {
+                "restored": {"type": "integer", "minimum": 0},
+                "already_present": {"type": "integer", "minimum": 0},
+                "skipped_overdue": {"type": "integer", "minimum": 0},
+                "skipped_finished": {"type": "integer", "minimum": 0}
+            }
+        },
         "KickTopicReply": {
             "type": "object",
             "required": ["kicked"],
@@ -690,7 +721,7 @@ fn schemas(limits: &Limits) -> Value {
                     "type": "object",
                     "required": ["code", "field", "message"],
                     "properties": {
-                        "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "unauthorized", "timeout", "store_unavailable", "too_many_waiters", "internal"]},
+                        "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "unauthorized", "timeout", "store_unavailable", "too_many_waiters", "internal", "restore_running", "no_journal"]},
                         "field": {"type": ["string", "null"], "description": "The offending field (`jobs[3].topic` in batches) for `invalid_field`, and for `too_large` about a job body"},
                         "message": {"type": "string"},
                         "state": described(json!({"allOf": [schema_ref("JobState")]}), "Only with `wrong_state`: the job's current state")

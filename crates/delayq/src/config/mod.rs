@@ -15,12 +15,14 @@
 
 mod define;
 mod file;
+mod journal;
 mod rules;
 mod token;
 
 use crate::callback::allow::AllowList;
 use crate::callback::sign::WebhookSecret;
 use define::{Origin, settings};
+use journal::{JournalModeRule, JournalUrl};
 use rules::{
     Address, Allow, Any, Between, ClusterSeeds, KeyPrefix, NonEmptyPath, RedisUrl, WebhookSecrets,
 };
@@ -48,6 +50,8 @@ pub const MAX_BATCH_LIMIT: u64 = 10_000;
 /// Largest accepted `max_wait` (one day): keeps seconds-to-milliseconds arithmetic far from
 /// overflow, and no HTTP client waits longer.
 pub const MAX_WAIT_LIMIT_SECS: u64 = 86_400;
+/// Largest accepted `journal_retention` (ten years).
+pub const MAX_JOURNAL_RETENTION_SECS: u64 = 10 * 365 * 86_400;
 /// Largest accepted `request_timeout` and `idle_timeout` (one day).
 pub const MAX_TIMEOUT_SECS: u64 = 86_400;
 /// Largest accepted `callback_max_in_flight` and `callback_max_in_flight_per_host`.
@@ -290,6 +294,46 @@ settings! {
             given: Vec<AuthToken>,
             rule: Tokens,
             default: Vec::new(),
+        },
+        /// Off by default: without it nothing is journaled and nothing changes.
+        journal: Option<String> {
+            key: journal,
+            flag: "journal",
+            env: "DELAYQ_JOURNAL",
+            value_name: "URL",
+            help: "Recovery journal: `postgres://user:password@host/db` or \
+                   `mysql://user:password@host/db` (MariaDB too); every job and state change \
+                   is written there, and `POST /v1/restore` puts back what the store lost \
+                   (docs/journal.md)",
+            given: String,
+            rule: JournalUrl,
+            default: None,
+        },
+        /// `sync` by default: an acknowledged job is a journaled job.
+        journal_mode: crate::journal::JournalMode {
+            key: journal_mode,
+            flag: "journal-mode",
+            env: "DELAYQ_JOURNAL_MODE",
+            value_name: "MODE",
+            help: "`sync`: every acknowledged change is in the journal before the reply \
+                   (group commit), and changes are refused (503) while it cannot be \
+                   written; `async`: replies do not wait, the journal follows (its lag is a \
+                   metric)",
+            given: String,
+            rule: JournalModeRule,
+            default: crate::journal::JournalMode::Sync,
+        },
+        /// A week: long enough to look at what happened to a job after an incident.
+        journal_retention_secs: u64 {
+            key: journal_retention,
+            flag: "journal-retention",
+            env: "DELAYQ_JOURNAL_RETENTION",
+            value_name: "SECS",
+            help: "Seconds finished, deleted and skipped jobs, and every state change, are \
+                   kept in the journal before they are pruned",
+            given: u64,
+            rule: Between(60, MAX_JOURNAL_RETENTION_SECS),
+            default: 604_800,
         },
     }
     inputs {

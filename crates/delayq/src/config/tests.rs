@@ -92,6 +92,9 @@ fn every_setting_is_read_from_flags() {
             "--callback-allow=10.0.0.0/8,hooks.example.com",
             "--callback-max-in-flight=10",
             "--callback-max-in-flight-per-host=11",
+            "--journal=mysql://u@h:3306/db",
+            "--journal-mode=async",
+            "--journal-retention=120",
         ],
         &[],
     )
@@ -122,6 +125,9 @@ fn every_setting_is_read_from_flags() {
                 .unwrap(),
             callback_max_in_flight: 10,
             callback_max_in_flight_per_host: 11,
+            journal: Some("mysql://u@h:3306/db".into()),
+            journal_mode: crate::journal::JournalMode::Async,
+            journal_retention_secs: 120,
         }
     );
 }
@@ -165,6 +171,9 @@ fn every_setting_is_read_from_the_file() {
         auth_tokens = ["0123456789abcdef"]
         request_timeout = 7
         idle_timeout = 8
+        journal = "postgres://u@h/db"
+        journal_mode = "sync"
+        journal_retention = 3600
         "#,
     );
     let c = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap();
@@ -178,6 +187,22 @@ fn every_setting_is_read_from_the_file() {
     );
     assert_eq!(c.auth_tokens, vec![AuthToken::from("0123456789abcdef")]);
     assert_eq!((c.request_timeout_secs, c.idle_timeout_secs), (7, 8));
+    assert_eq!(c.journal.as_deref(), Some("postgres://u@h/db"));
+    let sync = crate::journal::JournalMode::Sync;
+    assert_eq!((c.journal_mode, c.journal_retention_secs), (sync, 3600));
+}
+
+#[test]
+fn a_bad_journal_url_or_mode_is_an_error_naming_the_setting() {
+    for (args, key) in [
+        (["--journal", "redis://h/0"], "journal"),
+        (["--journal", "postgres://u:pw@[::1"], "journal"),
+        (["--journal-mode", "later"], "journal_mode"),
+    ] {
+        let e = load(&args, &[]).unwrap_err().to_string();
+        assert!(e.contains(key), "{args:?}: {e}");
+        assert!(!e.contains("pw@"), "{args:?}: the password is shown: {e}");
+    }
 }
 
 #[test]

@@ -122,6 +122,26 @@ pub trait StoreHook: Send + Sync + 'static {
     /// Called once the wrapped store answered a call, with the answer.
     fn after(&self, _call: &Call<'_>, _result: Result<Reply<'_>, &StoreError>) {}
 
+    /// Whether [`StoreHook::settle`] is given the jobs of each `PushBatch`. They are moved
+    /// into the wrapped store, so [`Hooked`] keeps a copy for the hook only when this is
+    /// `true`; a hook that leaves it `false` costs nothing per push.
+    const SEES_PUSHED_JOBS: bool = false;
+
+    /// Called after [`StoreHook::after`], with the same answer; the caller gets its answer
+    /// once the returned future completes, and an `Err` from it is the answer instead.
+    /// For a hook that must finish work before a transition is acknowledged (the journal
+    /// writes its rows here). `pushed` is the jobs of a `PushBatch`, in order, when
+    /// [`StoreHook::SEES_PUSHED_JOBS`] is set; empty otherwise. The default completes at
+    /// once, so a hook that only looks adds no await.
+    fn settle(
+        &self,
+        _call: &Call<'_>,
+        _result: Result<Reply<'_>, &StoreError>,
+        _pushed: &[JobSpec],
+    ) -> impl Future<Output = StoreResult<()>> + Send + 'static {
+        std::future::ready(Ok(()))
+    }
+
     /// [`Store::kind`] of the wrapper: the wrapped store's unless the hook names another.
     fn kind(&self, inner: &dyn Store) -> &'static str {
         inner.kind()
@@ -135,13 +155,24 @@ pub trait StoreHook: Send + Sync + 'static {
 }
 
 /// A hook shared with whoever else holds it (to read what it counted, or to switch it).
-impl<H: StoreHook + ?Sized> StoreHook for Arc<H> {
+impl<H: StoreHook> StoreHook for Arc<H> {
     fn before(&self, call: &Call<'_>) -> StoreResult<()> {
         (**self).before(call)
     }
 
     fn after(&self, call: &Call<'_>, result: Result<Reply<'_>, &StoreError>) {
         (**self).after(call, result)
+    }
+
+    const SEES_PUSHED_JOBS: bool = H::SEES_PUSHED_JOBS;
+
+    fn settle(
+        &self,
+        call: &Call<'_>,
+        result: Result<Reply<'_>, &StoreError>,
+        pushed: &[JobSpec],
+    ) -> impl Future<Output = StoreResult<()>> + Send + 'static {
+        (**self).settle(call, result, pushed)
     }
 
     fn kind(&self, inner: &dyn Store) -> &'static str {
@@ -169,8 +200,8 @@ impl<H: StoreHook> Hooked<H> {
         &self.hook
     }
 
-    /// Runs `call` on the wrapped store (`run`) between the hook's `before` and `after`;
-    /// `reply` describes a success for `after`.
+    /// Runs `call` on the wrapped store (`run`) between the hook's `before` and `after`,
+    /// then awaits its `settle`; `reply` describes a success for both.
     async fn around<T, F>(
         &self,
         call: Call<'_>,
@@ -180,9 +211,28 @@ impl<H: StoreHook> Hooked<H> {
     where
         F: Future<Output = StoreResult<T>>,
     {
+        self.around_pushed(call, run, reply, &[]).await
+    }
+
+    /// [`Hooked::around`] with the jobs of a push for the hook's `settle`.
+    async fn around_pushed<T, F>(
+        &self,
+        call: Call<'_>,
+        run: impl FnOnce() -> F,
+        reply: impl for<'r> FnOnce(&'r T) -> Reply<'r>,
+        pushed: &[JobSpec],
+    ) -> StoreResult<T>
+    where
+        F: Future<Output = StoreResult<T>>,
+    {
         self.hook.before(&call)?;
         let result = run().await;
-        self.hook.after(&call, result.as_ref().map(reply));
+        let settled = {
+            let answer = result.as_ref().map(reply);
+            self.hook.after(&call, answer);
+            self.hook.settle(&call, answer, pushed)
+        };
+        settled.await?;
         result
     }
 }
@@ -204,8 +254,15 @@ impl<H: StoreHook> Store for Hooked<H> {
             mode,
             now,
         };
+        // Known at compile time: a hook that does not want the jobs costs no copy.
+        let kept = if H::SEES_PUSHED_JOBS {
+            jobs.clone()
+        } else {
+            Vec::new()
+        };
         let run = || self.inner.push_batch(jobs, mode, now);
-        self.around(call, run, |r| Reply::PushBatch(r)).await
+        self.around_pushed(call, run, |r| Reply::PushBatch(r), &kept)
+            .await
     }
 
     async fn reserve(
@@ -525,6 +582,64 @@ mod tests {
         assert_eq!(pushed, Ok(PushOutcome::Created));
         assert_eq!(inner.get(&id("a")).await.unwrap().state, JobState::Ready);
         assert_eq!(store.hook().counts(), (3, 1));
+    }
+
+    /// Sees each push's jobs in `settle` and, while `fail` is set, makes it the answer.
+    #[derive(Default)]
+    struct Settler {
+        seen: Mutex<Vec<String>>,
+        fail: AtomicBool,
+    }
+
+    impl StoreHook for Settler {
+        const SEES_PUSHED_JOBS: bool = true;
+
+        fn settle(
+            &self,
+            call: &Call<'_>,
+            _: Result<Reply<'_>, &StoreError>,
+            pushed: &[JobSpec],
+        ) -> impl Future<Output = StoreResult<()>> + Send + 'static {
+            let ids = pushed.iter().map(|j| j.id.to_string());
+            self.note(call, ids);
+            let fail = self.fail.load(Ordering::SeqCst);
+            async move {
+                if fail {
+                    return Err(StoreError::Unavailable("not settled".into()));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    impl Settler {
+        fn note(&self, call: &Call<'_>, ids: impl Iterator<Item = String>) {
+            let mut seen = self.seen.lock().unwrap();
+            seen.push(format!("{call:?}"));
+            seen.extend(ids);
+        }
+    }
+
+    #[tokio::test]
+    async fn settle_sees_the_pushed_jobs_when_asked_and_its_error_is_the_answer() {
+        let inner = Arc::new(MemoryStore::new());
+        let store = Hooked::new(inner.clone(), Settler::default());
+        store
+            .push_batch(vec![spec("a", 0), spec("b", 0)], PushMode::Reject, 10)
+            .await
+            .unwrap();
+        let seen = std::mem::take(&mut *store.hook().seen.lock().unwrap());
+        assert_eq!(seen[1..], ["a".to_string(), "b".to_string()]);
+        store.hook().fail.store(true, Ordering::SeqCst);
+        let failed = store.delete(&id("a")).await;
+        assert_eq!(failed, Err(StoreError::Unavailable("not settled".into())));
+        assert_eq!(
+            inner.get(&id("a")).await,
+            Err(StoreError::NotFound),
+            "the call was made; only its answer is the hook's"
+        );
+        // A hook that does not ask (the default, the metrics) is given no jobs.
+        const { assert!(!<Arc<Recorder> as StoreHook>::SEES_PUSHED_JOBS) };
     }
 
     /// Names the store and hands out a channel of its own.

@@ -49,12 +49,17 @@ const ENDPOINTS: &[(&str, &str, &str)] = &[
     ("POST", "/finish", r#"{"id":"s1"}"#),
     ("POST", "/delete", r#"{"id":"s1"}"#),
     ("POST", "/get", r#"{"id":"s1"}"#),
+    ("POST", "/v1/restore", r#"{"overdue":"fire"}"#),
+    ("GET", "/reStore?expire=true", ""),
+    ("GET", "/reStore/s1", ""),
     // No such route: still a 401 first, so an unauthenticated client learns nothing.
     ("GET", "/no/such/route", ""),
 ];
 
 fn is_compat_path(path: &str) -> bool {
-    ["/push", "/pop", "/finish", "/delete", "/get"].contains(&path)
+    let path = path.split('?').next().unwrap_or(path);
+    ["/push", "/pop", "/finish", "/delete", "/get", "/reStore"].contains(&path)
+        || path.starts_with("/reStore/")
 }
 
 fn with_tokens(tokens: &[&str]) -> Config {

@@ -1394,6 +1394,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/finish"),
     ("post", "/v1/topics/{topic}/kick"),
     ("get", "/v1/stats"),
+    ("post", "/v1/restore"),
     ("get", "/v1/openapi.json"),
     ("get", "/healthz"),
     ("get", "/readyz"),

@@ -181,6 +181,10 @@ impl IntoResponse for ApiError {
                 Some(*s),
             ),
             ApiError::TooLarge { field, message } => (field.as_deref(), message.clone(), None),
+            ApiError::StoreUnavailable(detail) if detail.contains(crate::journal::UNWRITABLE) => {
+                tracing::warn!(error = %detail, "journal unavailable");
+                (None, crate::journal::UNWRITABLE_ANSWER.into(), None)
+            }
             ApiError::StoreUnavailable(detail) => {
                 tracing::warn!(error = %detail, "store unavailable");
                 (

@@ -1,0 +1,197 @@
+//! The restore routes (docs/journal.md): `POST /v1/restore` on the /v1 API, and the seed's
+//! `GET /reStore?expire=true|false` and `GET /reStore/{id}` in the compat API's
+//! `{code,message,data}` envelope. Both call [`crate::journal::Journal::restore`] on the
+//! server's store, behind the same authentication as every route.
+//!
+//! Answers: the counts (`restored`, `already_present`, `skipped_overdue`,
+//! `skipped_finished`); 409 `restore_running` while another restore runs, 409 `no_journal`
+//! when the server runs without `--journal`, 404 when `id` is not in the journal, 503 when
+//! the journal or the store cannot be read or written (`store_unavailable`).
+
+use super::AppState;
+use super::v1::ApiError;
+use crate::job::JobId;
+use crate::journal::{Overdue, RestoreCounts, RestoreError, RestoreOptions};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use serde_json::Value;
+use std::collections::HashMap;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/restore", post(restore_v1))
+        .route("/reStore", get(restore_compat_all))
+        .route("/reStore/{id}", get(restore_compat_one))
+}
+
+/// A refusal of the restore itself, in the /v1 error shape.
+fn refused(status: StatusCode, code: &str, message: &str) -> Response {
+    super::refusal("/v1/restore", status, code, message)
+}
+
+/// The options of `POST /v1/restore`'s body: `overdue` (`fire`, the default, or `skip`) and
+/// `id` (optional), nothing else.
+fn options_v1(body: &[u8]) -> Result<RestoreOptions, ApiError> {
+    let map = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Map::new()
+    } else {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => {
+                return Err(ApiError::InvalidJson(
+                    "the request body must be a JSON object".into(),
+                ));
+            }
+            Err(e) => {
+                return Err(ApiError::InvalidJson(format!(
+                    "the request body is not valid JSON: {e}"
+                )));
+            }
+        }
+    };
+    let mut options = RestoreOptions {
+        overdue: Overdue::Fire,
+        id: None,
+    };
+    for (key, value) in map {
+        match (key.as_str(), value) {
+            (_, Value::Null) => {}
+            ("overdue", Value::String(s)) if s == "fire" => options.overdue = Overdue::Fire,
+            ("overdue", Value::String(s)) if s == "skip" => options.overdue = Overdue::Skip,
+            ("overdue", _) => {
+                return Err(ApiError::field("overdue", "must be \"fire\" or \"skip\""));
+            }
+            ("id", Value::String(s)) => {
+                options.id = Some(JobId::parse(s).map_err(|e| ApiError::from_invalid("id", e))?);
+            }
+            ("id", _) => return Err(ApiError::field("id", "must be a string")),
+            (other, _) => {
+                return Err(ApiError::field(
+                    other,
+                    "unknown field; expected one of overdue, id",
+                ));
+            }
+        }
+    }
+    Ok(options)
+}
+
+/// Runs a restore; `Err` is the refusal as an error code, status and message.
+async fn run(
+    state: &AppState,
+    options: RestoreOptions,
+) -> Result<RestoreCounts, (StatusCode, &'static str, String)> {
+    let Some(journal) = &state.journal else {
+        return Err((
+            StatusCode::CONFLICT,
+            "no_journal",
+            "this server runs without a journal (--journal): there is nothing to restore from"
+                .into(),
+        ));
+    };
+    let now = state.clock.now();
+    // Its own task: a restore that outlasts the request's deadline still runs to its end
+    // (and holds off other restores until then).
+    let (journal, store) = (journal.clone(), state.store.clone());
+    let task = tokio::spawn(async move { journal.restore(store.as_ref(), options, now).await });
+    let result = task
+        .await
+        .unwrap_or_else(|e| Err(RestoreError::Stopped(e.to_string())));
+    result.map_err(|e| match e {
+        RestoreError::Running => (
+            StatusCode::CONFLICT,
+            "restore_running",
+            "a restore is already running; try again when it has finished".into(),
+        ),
+        RestoreError::NotFound => (
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "the journal has no job with that id".into(),
+        ),
+        e => {
+            tracing::warn!(error = %e, "restore failed");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                e.to_string(),
+            )
+        }
+    })
+}
+
+/// `POST /v1/restore`: 200 with the counts.
+async fn restore_v1(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let options = match body.map_err(ApiError::from).and_then(|b| options_v1(&b)) {
+        Ok(o) => o,
+        Err(e) => return e.into_response(),
+    };
+    match run(&state, options).await {
+        Ok(counts) => Json(counts).into_response(),
+        Err((status, code, message)) => refused(status, code, &message),
+    }
+}
+
+/// The compat envelope, HTTP 200: code 0 and the counts, or code 1 and why not.
+fn envelope(result: Result<RestoreCounts, String>) -> Response {
+    let body = match result {
+        Ok(counts) => serde_json::json!({"code": 0, "message": "操作成功", "data": counts}),
+        Err(message) => serde_json::json!({"code": 1, "message": message, "data": null}),
+    };
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// `expire`: `true` (the default) fires overdue jobs, `false` skips them.
+fn overdue_of(query: &HashMap<String, String>) -> Result<Overdue, String> {
+    match query.get("expire").map(String::as_str) {
+        None | Some("true") | Some("1") => Ok(Overdue::Fire),
+        Some("false") | Some("0") => Ok(Overdue::Skip),
+        Some(_) => Err("expire: must be true or false".into()),
+    }
+}
+
+async fn restore_compat(
+    state: AppState,
+    query: HashMap<String, String>,
+    id: Option<String>,
+) -> Response {
+    let overdue = match overdue_of(&query) {
+        Ok(o) => o,
+        Err(m) => return envelope(Err(m)),
+    };
+    let id = match id.map(JobId::parse).transpose() {
+        Ok(id) => id,
+        Err(e) => return envelope(Err(e.to_string())),
+    };
+    let result = run(&state, RestoreOptions { overdue, id }).await;
+    envelope(result.map_err(|(_, _, message)| message))
+}
+
+/// `GET /reStore?expire=true|false`: every job.
+async fn restore_compat_all(
+    State(state): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    restore_compat(state, query, None).await
+}
+
+/// `GET /reStore/{id}?expire=true|false`: one job.
+async fn restore_compat_one(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    restore_compat(state, query, Some(id)).await
+}

@@ -1,0 +1,317 @@
+//! The recovery journal (`--journal`): a copy of every job and every acknowledged state
+//! change in PostgreSQL or MySQL/MariaDB, from which [`Journal::restore`] puts back the jobs a
+//! store lost (a Redis restart without persistence, a failover, a FLUSHALL, a lost data dir).
+//! docs/journal.md describes it for operators.
+//!
+//! Written once over [`Store`], for every store: [`Journal`] is a [`StoreHook`], so
+//! [`Journaled`] (`Hooked<Journal>`) sees each call and its answer. From each answer it
+//! makes [`row::Op`]s (the job's row as it now is, or its end) and queues them to the single
+//! writer (`writer.rs`), which writes everything queued in one transaction. In
+//! [`JournalMode::Sync`] the call's answer waits for that write ([`StoreHook::settle`]), and
+//! while the journal cannot be written every changing call is refused; in
+//! [`JournalMode::Async`] nothing waits and nothing is refused.
+//!
+//! Not seen by hooks, and not written: the timer's moves (a delayed job falling due, a
+//! reservation running out). The restore recomputes them from the recorded due time and
+//! reservation deadline with job.rs's rules, so they need no row.
+//!
+//! Modules: `schema.rs` the tables and migrations, `db.rs` the statements, `row.rs` what is
+//! written, `writer.rs` group commit, `restore.rs` the restore.
+
+mod db;
+pub mod restore;
+pub mod row;
+pub mod schema;
+mod writer;
+
+pub use db::check_url;
+pub use restore::{Overdue, RestoreCounts, RestoreError, RestoreOptions};
+pub use writer::LagGauges;
+
+use crate::clock::Clock;
+use crate::job::{JobSpec, JobState, UnixMillis};
+use crate::store::hook::{Call, Hooked, Reply, StoreHook};
+use crate::store::{PushOutcome, StoreError, StoreResult};
+use db::Db;
+use row::{JobRow, Op, RowState};
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use writer::Writer;
+
+/// A store whose acknowledged transitions are journaled: `Journaled::new(store, journal)`.
+pub type Journaled = Hooked<Journal>;
+
+/// Whether a call's answer waits for its journal rows (`--journal-mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum JournalMode {
+    /// Every acknowledged transition is in the journal before its answer.
+    #[default]
+    Sync,
+    /// Answers do not wait; the journal follows, its lag a metric.
+    Async,
+}
+
+impl JournalMode {
+    pub fn parse(s: &str) -> Option<JournalMode> {
+        match s {
+            "sync" => Some(JournalMode::Sync),
+            "async" => Some(JournalMode::Async),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for JournalMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JournalMode::Sync => "sync",
+            JournalMode::Async => "async",
+        })
+    }
+}
+
+/// Why the journal could not be opened or read. Each says `journal` (the setting) first.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JournalError {
+    #[error("journal: {0}")]
+    Url(String),
+    #[error("journal: cannot connect to the database at {0}")]
+    Unreachable(String),
+    #[error(
+        "journal: the database's journal schema is version {found}, newer than this delayq \
+         knows ({supported}); run a delayq at least as new as the one that migrated it"
+    )]
+    NewerSchema { found: i64, supported: i64 },
+    #[error("journal: {0}")]
+    Database(String),
+    #[error("journal: corrupt row: {0}")]
+    Corrupt(String),
+}
+
+/// Begins the message of every call refused or failed because the journal cannot be
+/// written (the API recognises it by this).
+pub const UNWRITABLE: &str = "the journal (--journal) cannot be written";
+/// What /v1 answers (503 `store_unavailable`) when the journal cannot be written: the
+/// database's own error is logged, not sent.
+pub const UNWRITABLE_ANSWER: &str = "the journal (--journal) cannot be written, so the change \
+    is not acknowledged; if it was made, it is journaled once the journal is back. Retry with \
+    the same id";
+
+/// How often finished, deleted and skipped rows older than the retention are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+struct Inner {
+    db: Db,
+    mode: JournalMode,
+    writer: Writer,
+    clock: Arc<dyn Clock>,
+    /// One restore at a time.
+    restoring: tokio::sync::Mutex<()>,
+}
+
+/// The journal: a handle on its database and writer (cheap to clone), and the hook that
+/// feeds it.
+#[derive(Clone)]
+pub struct Journal {
+    inner: Arc<Inner>,
+}
+
+/// This process, as the events' `instance` column names it: host and process id.
+fn instance_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "delayq".into());
+    let name = format!("{host}:{}", std::process::id());
+    name.chars().take(128).collect()
+}
+
+impl Journal {
+    /// Connects to the journal at `url`, creates or migrates its tables, and starts its
+    /// writer (which prunes ended rows older than `retention`). Must run in a tokio runtime.
+    pub async fn open(
+        url: &str,
+        mode: JournalMode,
+        retention: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Journal, JournalError> {
+        let db = Db::open(url).await?;
+        let inner = Arc::new(Inner {
+            db: db.clone(),
+            mode,
+            writer: Writer::new(),
+            clock,
+            restoring: tokio::sync::Mutex::new(()),
+        });
+        let task = inner.clone();
+        let instance = instance_name();
+        // The writer lives as long as the runtime: it holds the journal it writes.
+        tokio::spawn(async move { task.writer.run(task.db.clone(), instance).await });
+        let clock = inner.clock.clone();
+        // Pruning runs beside the writer, so a long delete never holds up a write.
+        tokio::spawn(async move {
+            let keep = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+            let mut every = tokio::time::interval(PRUNE_EVERY);
+            loop {
+                every.tick().await;
+                match db.prune(clock.now().saturating_sub(keep)).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(rows = n, "journal: pruned ended jobs and old events"),
+                    Err(e) => tracing::warn!(error = %e, "journal: pruning failed"),
+                }
+            }
+        });
+        Ok(Journal { inner })
+    }
+
+    pub fn mode(&self) -> JournalMode {
+        self.inner.mode
+    }
+
+    /// The lag gauges, for the metrics.
+    pub fn gauges(&self) -> LagGauges {
+        self.inner.writer.gauges.clone()
+    }
+
+    /// Waits until everything queued so far is written (or a write of it failed).
+    pub async fn flush(&self) -> Result<(), String> {
+        match self.inner.writer.enqueue(Vec::new(), true) {
+            Some(rx) => rx
+                .await
+                .unwrap_or_else(|_| Err("the journal writer stopped".into())),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes the database connections (tests drop their database after).
+    pub async fn close(&self) {
+        self.inner.db.close().await;
+    }
+}
+
+/// Whether a call changes jobs (and so is journaled, and refused while the journal is down in
+/// `sync` mode). The timer's `tick` changes jobs too, but only as job.rs's rules say from
+/// what is recorded, so it is neither journaled nor refused.
+fn changes(call: &Call<'_>) -> bool {
+    !matches!(
+        call,
+        Call::Get { .. } | Call::Stats | Call::Tick { .. } | Call::Ping
+    )
+}
+
+/// The ops of a call's successful answer, at `at` where the call gives no time.
+fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis) -> Vec<Op> {
+    let put = |job: &crate::job::Job, from: Option<JobState>| Op::Put {
+        row: JobRow::of_job(job, at),
+        from,
+    };
+    let end = |id: &crate::job::JobId, from: JobState, to: RowState| Op::End {
+        id: id.clone(),
+        from: Some(from),
+        to,
+        at,
+    };
+    match reply {
+        Reply::PushBatch(items) => {
+            let now = match call {
+                Call::PushBatch { now, .. } => *now,
+                _ => at,
+            };
+            pushed
+                .iter()
+                .zip(items)
+                .filter_map(|(spec, item)| {
+                    let from = match item {
+                        Ok(PushOutcome::Created) => None,
+                        Ok(PushOutcome::Replaced(s)) => Some(*s),
+                        Err(_) => return None,
+                    };
+                    Some(Op::Put {
+                        row: JobRow::of_push(spec, now),
+                        from,
+                    })
+                })
+                .collect()
+        }
+        Reply::Reserve(jobs) => jobs.iter().map(|j| put(j, Some(JobState::Ready))).collect(),
+        Reply::Finish(s) => match call {
+            Call::Finish { id } => vec![end(id, s, RowState::Finished)],
+            _ => Vec::new(),
+        },
+        Reply::FinishBatch(items) => match call {
+            Call::FinishBatch { ids } => ids
+                .iter()
+                .zip(items)
+                .filter_map(|(id, r)| r.as_ref().ok().map(|s| end(id, *s, RowState::Finished)))
+                .collect(),
+            _ => Vec::new(),
+        },
+        Reply::Delete(s) => match call {
+            Call::Delete { id } => vec![end(id, s, RowState::Deleted)],
+            _ => Vec::new(),
+        },
+        Reply::Release(j) | Reply::Touch(j) => vec![put(j, Some(JobState::Reserved))],
+        Reply::Bury(j) => vec![put(j, None)],
+        Reply::Kick(j) => vec![put(j, Some(JobState::Dead))],
+        Reply::Reschedule { job, previous } => vec![put(job, Some(previous))],
+        Reply::KickTopic(n) => match call {
+            // The kicked jobs are ready from the kick's `now` on, as the store made them.
+            Call::KickTopic { topic, now, .. } if n > 0 => vec![Op::KickTopic {
+                queue: (*topic).clone(),
+                n,
+                at: *now,
+            }],
+            _ => Vec::new(),
+        },
+        Reply::Get(_) | Reply::Stats(_) | Reply::Tick(_) | Reply::Ping => Vec::new(),
+    }
+}
+
+impl StoreHook for Journal {
+    const SEES_PUSHED_JOBS: bool = true;
+
+    /// In `sync` mode, while the journal cannot be written, a changing call is refused before
+    /// the store is asked: nothing is acknowledged without its journal row.
+    fn before(&self, call: &Call<'_>) -> StoreResult<()> {
+        let w = &self.inner.writer;
+        if self.inner.mode == JournalMode::Sync && changes(call) && !w.healthy() {
+            return Err(StoreError::Unavailable(
+                format!("{}; nothing was changed", w.last_error()).into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn settle(
+        &self,
+        call: &Call<'_>,
+        result: Result<Reply<'_>, &StoreError>,
+        pushed: &[JobSpec],
+    ) -> impl Future<Output = StoreResult<()>> + Send + 'static {
+        let ops = match result {
+            Ok(reply) if changes(call) => ops_of(call, reply, pushed, self.inner.clock.now()),
+            _ => Vec::new(),
+        };
+        let wait = self.inner.mode == JournalMode::Sync;
+        let written = if ops.is_empty() {
+            None
+        } else {
+            self.inner.writer.enqueue(ops, wait)
+        };
+        async move {
+            let Some(rx) = written else { return Ok(()) };
+            match rx.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(message)) => Err(StoreError::Unavailable(
+                    format!("{message}; the change was made but is not yet journaled").into(),
+                )),
+                Err(_) => Err(StoreError::Unavailable(
+                    "the journal (--journal) writer stopped".into(),
+                )),
+            }
+        }
+    }
+}

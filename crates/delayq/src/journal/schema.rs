@@ -1,0 +1,80 @@
+//! The journal's tables and their versioned migrations, one list per SQL dialect. Version `n`
+//! is the `n`-th entry of each list; `delayq_journal_schema` holds the versions applied. A
+//! migration is only ever appended, never edited: a database migrated by one build must read
+//! the same in every later one.
+//!
+//! The events table has one index besides its key, on `at` for pruning: each index is one more
+//! write per transition. Add one on `job_id` to look a job's history up often.
+
+/// The schema version this build writes.
+pub const LATEST: i64 = 1;
+
+/// The table holding the version (one row).
+pub const VERSION_TABLE: &str = "delayq_journal_schema";
+
+/// PostgreSQL: each migration's statements, in order.
+pub const POSTGRES: &[&[&str]] = &[&[
+    "CREATE TABLE IF NOT EXISTS delayq_jobs (
+        id VARCHAR(256) PRIMARY KEY,
+        topic VARCHAR(128) NOT NULL,
+        queue VARCHAR(140) NOT NULL,
+        body BYTEA NOT NULL,
+        run_at BIGINT NOT NULL,
+        ttr_ms BIGINT NOT NULL,
+        priority BIGINT NOT NULL,
+        attempts BIGINT NOT NULL,
+        max_attempts BIGINT NOT NULL,
+        backoff_ms TEXT NOT NULL,
+        callback_url TEXT NULL,
+        callback_timeout_ms BIGINT NULL,
+        state VARCHAR(16) NOT NULL,
+        reserved_until BIGINT NULL,
+        seq BIGINT NOT NULL,
+        changed_at BIGINT NOT NULL
+    )",
+    "CREATE INDEX IF NOT EXISTS delayq_jobs_state ON delayq_jobs (state, changed_at)",
+    "CREATE INDEX IF NOT EXISTS delayq_jobs_queue ON delayq_jobs (queue, state, changed_at)",
+    "CREATE TABLE IF NOT EXISTS delayq_job_events (
+        seq BIGSERIAL PRIMARY KEY,
+        job_id VARCHAR(256) NOT NULL,
+        from_state VARCHAR(16) NULL,
+        to_state VARCHAR(16) NOT NULL,
+        at BIGINT NOT NULL,
+        instance VARCHAR(128) NOT NULL
+    )",
+    "CREATE INDEX IF NOT EXISTS delayq_job_events_at ON delayq_job_events (at)",
+]];
+
+/// MySQL and MariaDB: each migration's statements, in order. Binary collation: ids and topics
+/// compare byte for byte, as delayq compares them (`a` and `A` are two jobs).
+pub const MYSQL: &[&[&str]] = &[&[
+    "CREATE TABLE IF NOT EXISTS delayq_jobs (
+        id VARCHAR(256) NOT NULL PRIMARY KEY,
+        topic VARCHAR(128) NOT NULL,
+        queue VARCHAR(140) NOT NULL,
+        body LONGBLOB NOT NULL,
+        run_at BIGINT NOT NULL,
+        ttr_ms BIGINT NOT NULL,
+        priority BIGINT NOT NULL,
+        attempts BIGINT NOT NULL,
+        max_attempts BIGINT NOT NULL,
+        backoff_ms TEXT NOT NULL,
+        callback_url TEXT NULL,
+        callback_timeout_ms BIGINT NULL,
+        state VARCHAR(16) NOT NULL,
+        reserved_until BIGINT NULL,
+        seq BIGINT NOT NULL,
+        changed_at BIGINT NOT NULL,
+        INDEX delayq_jobs_state (state, changed_at),
+        INDEX delayq_jobs_queue (queue, state, changed_at)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+    "CREATE TABLE IF NOT EXISTS delayq_job_events (
+        seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        job_id VARCHAR(256) NOT NULL,
+        from_state VARCHAR(16) NULL,
+        to_state VARCHAR(16) NOT NULL,
+        at BIGINT NOT NULL,
+        instance VARCHAR(128) NOT NULL,
+        INDEX delayq_job_events_at (at)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+]];
