@@ -284,6 +284,34 @@ async fn a_call_without_an_answer_times_out_and_is_retried() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_is_a_failed_attempt_and_is_not_followed() {
+    let b = Backend::memory().await;
+    let target = Receiver::start(|_, _| Reply::Status(200)).await;
+    let moved = format!("{}/moved", target.base);
+    let rx = Receiver::start(move |_, earlier| match earlier {
+        0 => Reply::Redirect(307, moved.clone()),
+        _ => Reply::Status(200),
+    })
+    .await;
+    let app = TestApp::with_config(&b, config());
+    push(
+        &app,
+        json!({"topic": "moved", "id": "m1", "backoff_ms": [0],
+               "callback": {"url": format!("{}/hook", rx.base)}}),
+    )
+    .await;
+    let calls = rx.wait_for(2, SOON).await;
+    assert_eq!(calls[1].attempt, 2, "the 307 counted as a failed attempt");
+    wait_gone(&app, "m1", SOON).await;
+    assert!(target.calls().is_empty(), "the redirect was followed");
+    let metrics = String::from_utf8(app.get("/metrics").await.raw).unwrap();
+    assert!(
+        metrics.contains(r#"delayq_callback_attempts_total{outcome="other_status"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_moves_the_next_call() {
     let b = Backend::memory().await;
     let rx = Receiver::start(|_, earlier| match earlier {

@@ -34,6 +34,8 @@ pub enum Reply {
     Status(u16),
     /// A status with `Retry-After: <value>`.
     RetryAfter(u16, String),
+    /// A status with `Location: <url>`.
+    Redirect(u16, String),
     /// Never answer (until the caller gives up).
     Hang,
 }
@@ -53,6 +55,12 @@ fn header(h: &HeaderMap, name: &str) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string()
+}
+
+fn with_header(status: u16, name: &'static str, value: &str) -> Response {
+    let mut resp: Response = StatusCode::from_u16(status).unwrap().into_response();
+    resp.headers_mut().insert(name, value.parse().unwrap());
+    resp
 }
 
 impl Receiver {
@@ -100,12 +108,8 @@ impl Receiver {
                         changed.notify_waiters();
                         match answer(&r, earlier) {
                             Reply::Status(s) => StatusCode::from_u16(s).unwrap().into_response(),
-                            Reply::RetryAfter(s, v) => {
-                                let mut resp: Response =
-                                    StatusCode::from_u16(s).unwrap().into_response();
-                                resp.headers_mut().insert("retry-after", v.parse().unwrap());
-                                resp
-                            }
+                            Reply::RetryAfter(s, v) => with_header(s, "retry-after", &v),
+                            Reply::Redirect(s, to) => with_header(s, "location", &to),
                             Reply::Hang => {
                                 tokio::time::sleep(Duration::from_secs(3600)).await;
                                 StatusCode::OK.into_response()
