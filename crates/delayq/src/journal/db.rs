@@ -494,7 +494,21 @@ async fn pg_one(pool: &PgPool, ops: &[Op], instance: &str) -> Result<bool, sqlx:
     let (puts, ends) = last_of(ops);
     let events: Vec<_> = ops.iter().filter_map(event_of).collect();
     let query = sqlx::query(PG_ONE);
-    bind_puts(query, &puts)
+    bind_events(bind_ends(bind_puts(query, &puts), &ends), &events)
+        .bind(instance)
+        .execute(pool)
+        .await?;
+    Ok(true)
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// A state change: job, from (none for a new job), to, when.
+type Event<'a> = (&'a JobId, Option<RowState>, RowState, UnixMillis);
+
+/// Binds the 3 column arrays of `ends` (id, state, at) after what `query` has bound.
+fn bind_ends<'q>(query: PgQuery<'q>, ends: &Ends<'_>) -> PgQuery<'q> {
+    query
         .bind(
             ends.iter()
                 .map(|e| e.0.as_str().to_string())
@@ -506,6 +520,11 @@ async fn pg_one(pool: &PgPool, ops: &[Op], instance: &str) -> Result<bool, sqlx:
                 .collect::<Vec<_>>(),
         )
         .bind(ends.iter().map(|e| i(e.2)).collect::<Vec<_>>())
+}
+
+/// Binds the 4 column arrays of `events` (id, from, to, at) after what `query` has bound.
+fn bind_events<'q>(query: PgQuery<'q>, events: &[Event<'_>]) -> PgQuery<'q> {
+    query
         .bind(
             events
                 .iter()
@@ -525,13 +544,7 @@ async fn pg_one(pool: &PgPool, ops: &[Op], instance: &str) -> Result<bool, sqlx:
                 .collect::<Vec<_>>(),
         )
         .bind(events.iter().map(|e| i(e.3)).collect::<Vec<_>>())
-        .bind(instance)
-        .execute(pool)
-        .await?;
-    Ok(true)
 }
-
-type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 /// Binds the 16 column arrays of `puts` ($1 to $16).
 fn bind_puts<'q>(query: PgQuery<'q>, puts: &[&JobRow]) -> PgQuery<'q> {
@@ -599,55 +612,25 @@ async fn pg_bulk(
             .await?;
     }
     if !ends.is_empty() {
-        sqlx::query(
+        let update = sqlx::query(
             "UPDATE delayq_jobs AS j SET state = e.state, changed_at = e.at \
              FROM UNNEST($1::varchar[], $2::varchar[], $3::int8[]) AS e(id, state, at) \
              WHERE j.id = e.id",
-        )
-        .bind(
-            ends.iter()
-                .map(|e| e.0.as_str().to_string())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            ends.iter()
-                .map(|e| e.1.as_str().to_string())
-                .collect::<Vec<_>>(),
-        )
-        .bind(ends.iter().map(|e| i(e.2)).collect::<Vec<_>>())
-        .execute(&mut **tx)
-        .await?;
+        );
+        bind_ends(update, ends).execute(&mut **tx).await?;
     }
     let events: Vec<_> = ops.iter().filter_map(event_of).collect();
     if !events.is_empty() {
-        sqlx::query(
+        let insert = sqlx::query(
             "INSERT INTO delayq_job_events (job_id, from_state, to_state, at, instance) \
              SELECT e.id, e.from_state, e.to_state, e.at, $5 \
              FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::int8[]) \
              AS e(id, from_state, to_state, at)",
-        )
-        .bind(
-            events
-                .iter()
-                .map(|e| e.0.as_str().to_string())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            events
-                .iter()
-                .map(|e| e.1.map(|s| s.as_str().to_string()))
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            events
-                .iter()
-                .map(|e| e.2.as_str().to_string())
-                .collect::<Vec<_>>(),
-        )
-        .bind(events.iter().map(|e| i(e.3)).collect::<Vec<_>>())
-        .bind(instance)
-        .execute(&mut **tx)
-        .await?;
+        );
+        bind_events(insert, &events)
+            .bind(instance)
+            .execute(&mut **tx)
+            .await?;
     }
     Ok(true)
 }
@@ -779,7 +762,7 @@ fn i(v: u64) -> i64 {
 }
 
 /// The event row of an op: job id, from, to, time.
-fn event_of(op: &Op) -> Option<(&JobId, Option<RowState>, RowState, UnixMillis)> {
+fn event_of(op: &Op) -> Option<Event<'_>> {
     match op {
         Op::Put { row, from } => Some((
             &row.spec.id,
