@@ -93,6 +93,7 @@ struct BuildLabels {
 pub struct Metrics {
     registry: Registry,
     pushed: Counter,
+    restored: Counter,
     delivered: Counter,
     redelivered: Counter,
     finished: Counter,
@@ -130,6 +131,10 @@ impl Metrics {
         let pushed = counter(
             "jobs_pushed",
             "Jobs stored by a push (created, or replacing one)",
+        );
+        let restored = counter(
+            "jobs_restored",
+            "Jobs put back by a restore from the journal",
         );
         let delivered = counter(
             "jobs_delivered",
@@ -241,6 +246,7 @@ impl Metrics {
         Metrics {
             registry,
             pushed,
+            restored,
             delivered,
             redelivered,
             finished,
@@ -386,6 +392,7 @@ impl StoreHook for Metrics {
         };
         let one = match reply {
             Reply::PushBatch(items) => return self.each(&self.pushed, items),
+            Reply::RestoreBatch(items) => return self.each(&self.restored, items),
             Reply::FinishBatch(items) => return self.each(&self.finished, items),
             Reply::Reserve(jobs) => {
                 if let Call::Reserve { now, .. } = call {

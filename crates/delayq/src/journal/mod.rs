@@ -236,6 +236,20 @@ fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis)
                 })
                 .collect()
         }
+        Reply::RestoreBatch(items) => match call {
+            // A restored job's row again, as it is back: its attempts, its due state.
+            Call::RestoreBatch { jobs, now } => jobs
+                .iter()
+                .zip(items)
+                .filter(|(_, item)| item.is_ok())
+                .map(|(job, _)| {
+                    let mut row = JobRow::of_push(&job.spec, *now);
+                    row.attempts = job.attempts;
+                    Op::Put { row, from: None }
+                })
+                .collect(),
+            _ => Vec::new(),
+        },
         Reply::Reserve(jobs) => jobs.iter().map(|j| put(j, Some(JobState::Ready))).collect(),
         Reply::Finish(s) => match call {
             Call::Finish { id } => vec![end(id, s, RowState::Finished)],

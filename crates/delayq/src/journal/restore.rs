@@ -1,5 +1,5 @@
 //! The restore: puts back into a store every journaled job it lost. Insert-if-absent: each
-//! job is pushed with [`PushMode::Reject`], so a job still in the store is left as it is
+//! job is restored with [`Store::restore_batch`], so a job still in the store is left as it is
 //! ([`StoreError::Exists`] counts as `already_present`), and running it twice, or on a store
 //! that lost nothing, changes nothing.
 //!
@@ -9,19 +9,19 @@
 //! - a reserved job as its reservation's expiry at its deadline would have left it
 //!   ([`job::after_delivery_failed`] at `reserved_until`): ready from the deadline on, delayed
 //!   by its backoff, or dead when out of attempts;
-//! - dead jobs dead (pushed, then buried);
+//! - dead jobs dead (restored, then buried);
 //! - finished, deleted and skipped jobs never.
 //!
 //! Overdue jobs (due before the restore began: ready jobs, delayed ones whose time passed,
 //! reservations whose deadline passed) fire at once with [`Overdue::Fire`]; with
 //! [`Overdue::Skip`] those the store lost are left out and marked `skipped` in the journal,
-//! so no later restore brings them back. Attempts are not restored: the store's push starts
-//! every job at 0 (its limit, `max_attempts`, is kept).
+//! so no later restore brings them back. Each job comes back with its attempts
+//! (`Store::restore_batch`).
 
 use super::row::{JobRow, Op, RowState};
 use super::{Journal, JournalError};
-use crate::job::{self, JobId, JobSpec, JobState, UnixMillis};
-use crate::store::{PushMode, PushOutcome, Store, StoreError};
+use crate::job::{self, Job, JobId, JobSpec, JobState, UnixMillis};
+use crate::store::{PushOutcome, Store, StoreError};
 
 /// Rows read from the journal per query, and jobs pushed per call.
 const PAGE: usize = 1_000;
@@ -75,9 +75,10 @@ pub enum RestoreError {
 enum Plan {
     Ended,
     Skipped,
-    /// Push this spec; bury it after when `dead`.
+    /// Restore this spec with its attempts; bury it after when `dead`.
     Push {
         spec: JobSpec,
+        attempts: u32,
         dead: bool,
         overdue: bool,
     },
@@ -104,6 +105,7 @@ fn plan(row: JobRow, now: UnixMillis) -> Plan {
     Plan::Push {
         overdue: !dead && spec.run_at < now,
         spec,
+        attempts: row.attempts,
         dead,
     }
 }
@@ -188,9 +190,20 @@ impl Journal {
                         Err(e) => return Err(RestoreError::Store(e)),
                     }
                 }
-                Plan::Push { spec, dead: d, .. } => {
+                Plan::Push {
+                    spec,
+                    attempts,
+                    dead: d,
+                    ..
+                } => {
                     dead.push(d);
-                    push.push(spec);
+                    push.push(Job {
+                        state: spec.initial_state(now),
+                        spec,
+                        attempts,
+                        reserved_until: None,
+                        seq: 0,
+                    });
                 }
             }
         }
@@ -210,9 +223,9 @@ impl Journal {
         if push.is_empty() {
             return Ok(());
         }
-        let ids: Vec<JobId> = push.iter().map(|s| s.id.clone()).collect();
+        let ids: Vec<JobId> = push.iter().map(|j| j.spec.id.clone()).collect();
         let out = store
-            .push_batch(push, PushMode::Reject, now)
+            .restore_batch(push, now)
             .await
             .map_err(RestoreError::Store)?;
         for ((id, result), dead) in ids.iter().zip(out).zip(dead) {
@@ -261,6 +274,7 @@ mod tests {
             spec,
             dead,
             overdue,
+            ..
         } = plan(r.clone(), 1_000)
         else {
             panic!("not pushed")

@@ -248,6 +248,23 @@ impl Engine {
         Ok(outcome)
     }
 
+    /// [`crate::store::Store::restore_batch`] of one job.
+    pub fn restore(
+        &mut self,
+        job: Job,
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> StoreResult<PushOutcome> {
+        if self.jobs.contains(&job.spec.id) {
+            return Err(StoreError::Exists);
+        }
+        let seq = self.stamp();
+        let mut j = Job::new(job.spec, now, seq);
+        j.attempts = job.attempts;
+        self.put(j, fx);
+        Ok(PushOutcome::Created)
+    }
+
     pub fn reserve(
         &mut self,
         topics: &[Topic],

@@ -131,6 +131,15 @@ impl<D: Durability> Store for EngineStore<D> {
             .await
     }
 
+    async fn restore_batch(
+        &self,
+        jobs: Vec<Job>,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
+        self.apply(|e, fx| jobs.into_iter().map(|j| e.restore(j, now, fx)).collect())
+            .await
+    }
+
     async fn reserve(
         &self,
         topics: &[Topic],

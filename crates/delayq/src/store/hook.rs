@@ -28,6 +28,11 @@ pub enum Call<'a> {
         mode: PushMode,
         now: UnixMillis,
     },
+    /// The jobs as given (a restore is rare: [`Hooked`] keeps a copy for the hook).
+    RestoreBatch {
+        jobs: &'a [Job],
+        now: UnixMillis,
+    },
     Reserve {
         topics: &'a [Topic],
         max: usize,
@@ -87,6 +92,7 @@ pub enum Call<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reply<'a> {
     PushBatch(&'a [StoreResult<PushOutcome>]),
+    RestoreBatch(&'a [StoreResult<PushOutcome>]),
     Reserve(&'a [Job]),
     /// The state the job was in.
     Finish(JobState),
@@ -263,6 +269,17 @@ impl<H: StoreHook> Store for Hooked<H> {
         let run = || self.inner.push_batch(jobs, mode, now);
         self.around_pushed(call, run, |r| Reply::PushBatch(r), &kept)
             .await
+    }
+
+    async fn restore_batch(
+        &self,
+        jobs: Vec<Job>,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
+        let given = jobs.clone();
+        let call = Call::RestoreBatch { jobs: &given, now };
+        let run = || self.inner.restore_batch(jobs, now);
+        self.around(call, run, |r| Reply::RestoreBatch(r)).await
     }
 
     async fn reserve(

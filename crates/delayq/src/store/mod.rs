@@ -133,6 +133,16 @@ pub trait Store: Send + Sync + 'static {
         now: UnixMillis,
     ) -> StoreResult<Vec<StoreResult<PushOutcome>>>;
 
+    /// Puts back jobs a store lost (a restore from the journal): each is stored only if its id
+    /// is absent (else `Exists`, and nothing changes), delayed or ready by its `run_at`, with
+    /// its `attempts` kept; its state, reservation and push stamp are the store's, as for a
+    /// push. The outer error means the store could not be asked at all.
+    async fn restore_batch(
+        &self,
+        jobs: Vec<Job>,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<StoreResult<PushOutcome>>>;
+
     /// Hands out up to `max` ready jobs, preferring `topics` in the order given and, within a
     /// topic, (priority, run_at, push order). Each is `Reserved` until `now + ttr` with
     /// `attempts` incremented. Never waits.

@@ -129,7 +129,7 @@ impl StoreHook for Hold {
         _: Result<Reply<'_>, &StoreError>,
         _: &[JobSpec],
     ) -> impl Future<Output = StoreResult<()>> + Send + 'static {
-        let hold = matches!(call, Call::PushBatch { .. }) && self.armed.load(Ordering::SeqCst);
+        let hold = matches!(call, Call::RestoreBatch { .. }) && self.armed.load(Ordering::SeqCst);
         let permits = self.permits.clone();
         async move {
             if hold {
@@ -160,7 +160,7 @@ async fn a_restore_while_another_runs_is_refused_with_409(db: &TestDb) {
         let app = app.clone();
         tokio::spawn(async move { app.post("/v1/restore", json!({"overdue": "fire"})).await })
     };
-    // The first restore is held in its push; the second is refused at once.
+    // The first restore is held in its store call; the second is refused at once.
     let mut refused = None;
     for _ in 0..100 {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -6,7 +6,7 @@
 
 use crate::support;
 
-use delayq::job::{Callback, JobId, JobSpec, JobState, Topic, UnixMillis};
+use delayq::job::{Callback, Job, JobId, JobSpec, JobState, Topic, UnixMillis};
 use delayq::store::{PushMode, PushOutcome, Reschedule, StoreError, StoreEvent};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -928,6 +928,49 @@ async fn far_job_rescheduled_near_is_ready_on_time_and_near_job_moved_far_waits(
     assert!(b.store.stats().await.unwrap().topics.is_empty());
 }
 
+/// A restore puts back absent jobs with their attempts, delayed or ready by their due time,
+/// and leaves a present id alone.
+async fn restore_keeps_attempts_and_leaves_present_jobs_alone(b: &Backend) {
+    push(b, job("r", "present", "kept", T0 + HOUR), T0).await;
+    let lost = |i: &str, run_at, attempts| Job {
+        spec: job("r", i, "back", run_at),
+        state: JobState::Ready,
+        attempts,
+        reserved_until: None,
+        seq: 0,
+    };
+    let mut cb = lost("cb", T0, 4);
+    cb.spec = callback_job("r", "cb", T0);
+    let out = b
+        .store
+        .restore_batch(
+            vec![
+                lost("due", T0, 3),
+                lost("later", T0 + HOUR, 7),
+                lost("present", T0, 1),
+                cb,
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out[0], Ok(PushOutcome::Created));
+    assert_eq!(out[1], Ok(PushOutcome::Created));
+    assert_eq!(out[2], Err(StoreError::Exists));
+    assert_eq!(out[3], Ok(PushOutcome::Created));
+    let present = b.store.get(&id("present")).await.unwrap();
+    assert_eq!((present.spec.body.as_str(), present.attempts), ("kept", 0));
+    let later = b.store.get(&id("later")).await.unwrap();
+    assert_eq!((later.state, later.attempts), (JobState::Delayed, 7));
+    let got = b.store.reserve(&[topic("r")], 10, T0).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].spec.id.as_str(), got[0].attempts), ("due", 4));
+    let queue = topic("r").callback_queue();
+    let got = b.store.reserve(&[queue], 10, T0).await.unwrap();
+    assert_eq!((got[0].spec.id.as_str(), got[0].attempts), ("cb", 5));
+    assert_eq!(got[0].spec, callback_job("r", "cb", T0));
+}
+
 /// A callback job: `url` called with a 10 s timeout, one retry after 15 s, then dead.
 fn callback_job(t: &str, i: &str, run_at: UnixMillis) -> JobSpec {
     let mut spec = job(t, i, "{\"order\":42}", run_at);
@@ -1035,6 +1078,7 @@ async fn callback_job_retries_dies_and_is_kicked_back_to_its_queue(b: &Backend) 
 }
 
 backend_tests!(
+    restore_keeps_attempts_and_leaves_present_jobs_alone,
     callback_jobs_are_only_in_their_topics_callback_queue,
     callback_job_retries_dies_and_is_kicked_back_to_its_queue,
     push_then_get_returns_every_field,

@@ -289,6 +289,25 @@ async fn pushed_records_are_what_the_scripts_would_write() {
         timeout_ms: 30_000,
     });
     specs.push(callback);
+    // Restored jobs keep their attempts (`restore_batch`).
+    let mut restored = Vec::new();
+    for (name, cb) in [
+        ("restored", None),
+        ("restored_cb", Some("https://h.example/x")),
+    ] {
+        let mut spec = job("t", name, "r", NOW + 1);
+        spec.callback = cb.map(|url| delayq::job::Callback {
+            url: url.into(),
+            timeout_ms: 5_000,
+        });
+        restored.push(delayq::job::Job {
+            state: JobState::Delayed,
+            spec,
+            attempts: 6,
+            reserved_until: None,
+            seq: 0,
+        });
+    }
     let mut c = raw(&server).await;
     for (k, spec) in specs.into_iter().enumerate() {
         let mode = if k % 2 == 0 {
@@ -317,6 +336,27 @@ async fn pushed_records_are_what_the_scripts_would_write() {
         assert_eq!(stored.spec.backoff_ms, spec.backoff_ms);
         assert_eq!(stored.spec.run_at, spec.run_at.min(delayq::job::MAX_RUN_AT));
         assert_eq!(stored.state, spec.initial_state(NOW));
+    }
+    for job in restored {
+        let jid = job.spec.id.clone();
+        let out = s.restore_batch(vec![job.clone()], NOW).await.unwrap();
+        assert!(out[0].is_ok(), "{out:?}");
+        let record: Vec<u8> = redis::cmd("HGET")
+            .arg(&s.shard_keys()[0].jobs)
+            .arg(jid.as_str())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let repacked: Vec<u8> = redis::cmd("EVAL")
+            .arg(&repack)
+            .arg(0)
+            .arg(&record)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(record, repacked, "job {jid} is packed differently");
+        let stored = s.get(&jid).await.unwrap();
+        assert_eq!((stored.spec, stored.attempts), (job.spec, 6));
     }
 }
 

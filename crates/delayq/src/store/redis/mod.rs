@@ -355,6 +355,14 @@ impl Store for RedisStore {
         push::push_batch(self, jobs, mode, now).await
     }
 
+    async fn restore_batch(
+        &self,
+        jobs: Vec<Job>,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
+        push::restore_batch(self, jobs, now).await
+    }
+
     async fn reserve(
         &self,
         topics: &[Topic],

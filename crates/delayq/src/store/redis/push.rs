@@ -10,7 +10,7 @@ use super::keys::{far_window, shard_of};
 use super::record::{corrupt_record, encode_new, per_item, state_from_code, string};
 use super::scripts::LIBRARY;
 use super::{RedisStore, gone};
-use crate::job::{JobSpec, MAX_RUN_AT, UnixMillis};
+use crate::job::{Job, JobSpec, MAX_RUN_AT, UnixMillis};
 use crate::store::{PushMode, PushOutcome, StoreError, StoreResult};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -18,9 +18,11 @@ use std::collections::BTreeMap;
 /// Most jobs one push function call carries: bounds how long one call blocks Redis.
 const PUSH_CHUNK: usize = 256;
 
-/// One caller's `push_batch`: its jobs, stamped `seq..seq + len`.
+/// One caller's `push_batch` (or `restore_batch`): its jobs, stamped `seq..seq + len`.
 pub(super) struct PushRequest {
     pub jobs: Vec<JobSpec>,
+    /// Each job's attempts (a restore); empty for a push, whose jobs start at 0.
+    pub attempts: Vec<u32>,
     pub seq: u64,
     pub mode: PushMode,
     pub now: UnixMillis,
@@ -42,8 +44,36 @@ pub(super) async fn push_batch(
     let seq = store.stamp(now, jobs.len() as u64);
     let request = PushRequest {
         jobs,
+        attempts: Vec::new(),
         seq,
         mode,
+        now,
+    };
+    store
+        .inner
+        .pushes
+        .call(request)
+        .await
+        .unwrap_or_else(|| Err(gone()))
+}
+
+/// `Store::restore_batch`: a push that refuses present ids and keeps each job's attempts,
+/// joined with concurrent pushes like any other.
+pub(super) async fn restore_batch(
+    store: &RedisStore,
+    jobs: Vec<Job>,
+    now: UnixMillis,
+) -> PushReply {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let seq = store.stamp(now, jobs.len() as u64);
+    let (jobs, attempts) = jobs.into_iter().map(|j| (j.spec, j.attempts)).unzip();
+    let request = PushRequest {
+        jobs,
+        attempts,
+        seq,
+        mode: PushMode::Reject,
         now,
     };
     store
@@ -146,11 +176,12 @@ fn push_call(
     for (m, &slot) in chunk.iter().zip(&slot_of) {
         let j = job(m);
         let seq = requests[m.0].seq + m.1 as u64;
+        let attempts = requests[m.0].attempts.get(m.1).copied().unwrap_or(0);
         let stored = stored_spec(j);
         let state = stored.initial_state(now);
         call = call
             .arg(j.id.as_str())
-            .arg(encode_new(&stored, state, seq))
+            .arg(encode_new(&stored, state, seq, attempts))
             .arg(j.queue().as_str())
             .arg(stored.run_at)
             .arg(j.priority)

@@ -107,14 +107,14 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
     })
 }
 
-/// The record of a job being pushed, in `state` (delayed or ready) with push stamp `seq`:
-/// `state, topic, body, run_at, seq`, then `ttr_ms, priority, max_attempts, backoff_ms`
-/// down to the last that differs from its stored default (attempts and reserved_until are 0
-/// for a new job, so always omitted); a callback job has all of them, then `attempts,
-/// reserved_until, callback_url, callback_timeout_ms`. msgpack's smallest form for every integer, string and
+/// The record of a job being pushed (or restored with `attempts`), in `state` (delayed or
+/// ready) with push stamp `seq`: `state, topic, body, run_at, seq`, then `ttr_ms, priority,
+/// max_attempts, backoff_ms, attempts` down to the last that differs from its stored default
+/// (reserved_until is 0 for a job that is not reserved, so omitted); a callback job has all of
+/// them, then `reserved_until, callback_url, callback_timeout_ms`. msgpack's smallest form for every integer, string and
 /// array length, as Lua's cmsgpack packs them. `run_at`, `ttr_ms` and the backoff steps must
 /// already be clamped below 2^53 (exact in Lua), as every caller does with `MAX_RUN_AT`.
-pub fn encode_new(job: &JobSpec, state: JobState, seq: u64) -> Vec<u8> {
+pub fn encode_new(job: &JobSpec, state: JobState, seq: u64, attempts: u32) -> Vec<u8> {
     let code = state_code(state);
     let mut r = vec![
         Out::Text(code),
@@ -126,23 +126,20 @@ pub fn encode_new(job: &JobSpec, state: JobState, seq: u64) -> Vec<u8> {
         Out::Int(u64::from(job.priority)),
         Out::Int(u64::from(job.max_attempts)),
         Out::List(&job.backoff_ms),
+        Out::Int(u64::from(attempts)),
     ];
     let default = |i: usize, o: &Out| match (i, o) {
         (5, Out::Int(n)) => *n == STORED_DEFAULT_TTR_MS,
         (6, Out::Int(n)) => *n == STORED_DEFAULT_PRIORITY,
         (7, Out::Int(n)) => *n == 0,
         (8, Out::List(b)) => b.is_empty(),
+        (9, Out::Int(n)) => *n == 0,
         _ => false,
     };
     if let Some(cb) = &job.callback {
-        r.extend([
-            Out::Int(0),
-            Out::Int(0),
-            Out::Text(&cb.url),
-            Out::Int(cb.timeout_ms),
-        ]);
+        r.extend([Out::Int(0), Out::Text(&cb.url), Out::Int(cb.timeout_ms)]);
     }
-    while r.len() > 5 && r.len() <= 9 && default(r.len() - 1, &r[r.len() - 1]) {
+    while r.len() > 5 && r.len() <= 10 && default(r.len() - 1, &r[r.len() - 1]) {
         r.pop();
     }
     // Serializing a Vec of these cannot fail: every element is a plain value.
