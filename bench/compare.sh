@@ -102,27 +102,10 @@ BENCH="$ROOT/target/release/delayq-bench"
 DELAYQ="$ROOT/target/release/delayq"
 
 # ---------- processes ----------
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
 free_port() { "$BENCH" free-port; }
-
-# wait_port PORT PID LOG: until PORT accepts connections (10 s), or fail with the log.
-wait_port() {
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    if ! kill -0 "$2" 2>/dev/null; then break; fi
-    sleep 0.1
-  done
-  echo "server on port $1 did not come up; log:" >&2
-  tail -20 "$3" >&2
-  return 1
-}
 
 # stop PID: end one server started here, and wait for it.
 stop() {

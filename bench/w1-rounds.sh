@@ -81,28 +81,8 @@ for s in "${SYSTEMS[@]}"; do
 done
 
 TMP="$(mktemp -d /tmp/delayq-w1-rounds.XXXXXX)"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-# ticks PID: CPU time (user + system) of a process in clock ticks, 0 without a PID.
-ticks() { if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
-
-# wait_port PORT PID LOG: until PORT accepts connections (10 s), or fail with the log.
-wait_port() {
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    kill -0 "$2" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "server on port $1 did not come up; log:" >&2
-  tail -20 "$3" >&2
-  return 1
-}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
 # run SYSTEM ROUND: one fresh server, one W1 run, one JSON line appended to results.jsonl.
 run() {

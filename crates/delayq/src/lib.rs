@@ -7,6 +7,7 @@
 //! - [`dispatch`]: the timer and the long-poll waiters, generic over any store ([`alarm`]: the
 //!   timer's precise sleep).
 //! - [`api`]: the HTTP APIs (compat and /v1). Only `api` knows HTTP.
+//! - [`callback`]: push delivery, delayq calling a callback job's URL when it is due.
 //! - [`journal`]: the recovery journal in PostgreSQL or MySQL (a store hook) and the restore.
 //! - [`metrics`]: what the server did and what the store holds, for `GET /metrics`.
 //! - [`config`], [`server`]: settings and wiring; `main.rs` is the CLI.
@@ -22,3 +23,11 @@ pub mod journal;
 pub mod metrics;
 pub mod server;
 pub mod store;
+
+/// Installs rustls's process-wide crypto provider, ring (the one the build links), unless one
+/// is installed already. Every TLS client of the process needs it before it is built: Redis
+/// over `rediss://`, the callbacks' HTTP client, the CLI's client.
+pub fn install_tls_provider() {
+    // An `Err` means a provider is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -17,9 +17,8 @@ const EXIT_GRACE: Duration = Duration::from_secs(1);
 fn main() -> ExitCode {
     // Usage errors, --help and --version are clap's: printed, exit 2 (usage) or 0.
     let cli = cli::Cli::parse();
-    // The process's TLS provider (rustls with ring, as the build links it), before any HTTP
-    // client or Redis connection is made: the CLI's client and the server's callbacks use it.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Before any HTTP client or Redis connection is made.
+    delayq::install_tls_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

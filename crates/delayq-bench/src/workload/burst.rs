@@ -85,7 +85,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         last_ms.saturating_sub(due_at) as f64 / 1000.0,
     );
     put_lateness(&mut r, &consumed.lateness);
-    put_accounting(&mut r, &ledger, &consumed);
+    put_accounting(&mut r, &ledger, consumed.foreign);
     pushed.errors.report("push", &mut r);
     consumed.errors.report("consume", &mut r);
     Ok(r)

@@ -13,7 +13,7 @@
 //! Lateness, early, lost and duplicates are counted as for pull deliveries, with the receiver's
 //! arrival time in place of the consumer's. /v1 only (the callback field is a /v1 one).
 
-use super::{Common, StopRule, multi, own_cpu_s, produce, put_lateness};
+use super::{Common, StopRule, multi, own_cpu_s, produce, put_accounting, put_lateness};
 use crate::driver::{CallbackTarget, Due, Endpoint, Protocol, now_ms, now_us};
 use crate::receiver::Receiver;
 use crate::report::RunResult;
@@ -201,14 +201,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         }
     }
     put_lateness(&mut r, &got.lateness);
-    let a = ledger.account(0);
-    r.metrics.insert("acked".into(), a.acked as f64);
-    r.metrics
-        .insert("delivered".into(), a.delivered_unique as f64);
-    r.metrics.insert("lost".into(), a.lost as f64);
-    r.metrics.insert("duplicates".into(), a.duplicates as f64);
-    r.metrics
-        .insert("unexpected".into(), (a.unexpected + got.foreign) as f64);
+    put_accounting(&mut r, &ledger, got.foreign);
     r.metrics.insert("retried_calls".into(), got.retries as f64);
     r.metrics
         .insert("receiver_connections".into(), got.connections as f64);

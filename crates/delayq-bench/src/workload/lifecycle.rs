@@ -88,7 +88,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         delivered as f64 / total_s.max(1e-9),
     );
     put_lateness(&mut r, &consumed.lateness);
-    put_accounting(&mut r, &ledger, &consumed);
+    put_accounting(&mut r, &ledger, consumed.foreign);
     if let (Some(a), Some(b)) = (cpu0, own_cpu_s()) {
         r.metrics
             .insert("bench_cpu_pct".into(), 100.0 * (b - a) / wall);

@@ -455,18 +455,17 @@ pub fn put_lateness(r: &mut RunResult, l: &Lateness) {
     }
 }
 
-/// Puts lost / duplicates / unexpected into `r`.
-pub fn put_accounting(r: &mut RunResult, ledger: &Ledger, consumed: &Consumed) {
+/// Puts lost / duplicates / unexpected into `r`; `foreign` bodies (not this run's) count as
+/// unexpected.
+pub fn put_accounting(r: &mut RunResult, ledger: &Ledger, foreign: u64) {
     let a = ledger.account(0);
     r.metrics.insert("acked".into(), a.acked as f64);
     r.metrics
         .insert("delivered".into(), a.delivered_unique as f64);
     r.metrics.insert("lost".into(), a.lost as f64);
     r.metrics.insert("duplicates".into(), a.duplicates as f64);
-    r.metrics.insert(
-        "unexpected".into(),
-        (a.unexpected + consumed.foreign) as f64,
-    );
+    r.metrics
+        .insert("unexpected".into(), (a.unexpected + foreign) as f64);
 }
 
 /// CPU seconds (user + system) this process has used so far, from `/proc/self/stat`.

@@ -111,7 +111,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         stream.max_lag.as_secs_f64() * 1000.0,
     );
     put_lateness(&mut r, &consumed.lateness);
-    put_accounting(&mut r, &ledger, &consumed);
+    put_accounting(&mut r, &ledger, consumed.foreign);
     stream.errors.report("push", &mut r);
     consumed.errors.report("consume", &mut r);
 

@@ -335,8 +335,8 @@ async fn push(State(state): State<AppState>, body: Result<Bytes, BytesRejection>
         "" => None,
         url => {
             state
-                .callbacks
-                .allow()
+                .config
+                .callback_allow
                 .check_url(url)
                 .map_err(|e| Refusal::new(format!("url: {e}")))?;
             Some(Callback {

@@ -244,7 +244,7 @@ fn new_job(mut f: Fields, now: Reading, st: &AppState) -> ApiResult<NewJob> {
     }
     let run_at = due_time(&mut f, now)?.unwrap_or(now.millis());
     let mut spec = JobSpec::new(topic, id, body, run_at);
-    spec.callback = callback(&mut f, st.callbacks.allow())?;
+    spec.callback = callback(&mut f, &st.config.callback_allow)?;
     let ttr = f.u64("ttr_ms")?;
     if let Some(ttr) = ttr {
         job::validate_ttr_ms(ttr).map_err(|e| ApiError::from_invalid(f.name("ttr_ms"), e))?;

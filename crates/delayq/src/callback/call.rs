@@ -60,9 +60,7 @@ pub(super) struct Caller {
 impl Caller {
     pub fn new(secrets: Vec<WebhookSecret>, allow: AllowList) -> anyhow::Result<Caller> {
         let allow = Arc::new(allow);
-        // The process's TLS provider: ring, the one rustls is built with (also Redis's). An
-        // `Err` means one is installed already.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::install_tls_provider();
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
@@ -80,10 +78,6 @@ impl Caller {
             secrets,
             allow,
         })
-    }
-
-    pub fn allow(&self) -> &AllowList {
-        &self.allow
     }
 
     /// A callback's URL, parsed once, if the allowed destinations admit it; else why not.

@@ -125,11 +125,6 @@ impl Deliverer {
         })
     }
 
-    /// The allowed destinations, for the API's check at push.
-    pub fn allow(&self) -> &AllowList {
-        self.shared.caller.allow()
-    }
-
     /// Starts delivering until `stop` is cancelled; the handle ends once calls in flight have
     /// ended (or after [`STOP_TIMEOUT`], leaving the rest to their reservations' TTR).
     pub fn start(&self, stop: CancellationToken) -> JoinHandle<()> {

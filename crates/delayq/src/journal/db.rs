@@ -635,31 +635,11 @@ async fn pg_bulk(
     Ok(true)
 }
 
-/// PostgreSQL's whole batch in one statement: the job rows ($1–$16, as [`PG_UPSERT`]), the
-/// ends ($17–$19) and the events ($20–$23, instance $24).
-const PG_ONE: &str = "WITH puts AS (INSERT INTO delayq_jobs (id, topic, queue, body, run_at, \
-    ttr_ms, priority, attempts, max_attempts, backoff_ms, callback_url, callback_timeout_ms, \
-    state, reserved_until, seq, changed_at) \
-    SELECT * FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bytea[], \
-    $5::int8[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::text[], \
-    $12::int8[], $13::varchar[], $14::int8[], $15::int8[], $16::int8[]) \
-    ON CONFLICT (id) DO UPDATE SET topic = EXCLUDED.topic, queue = EXCLUDED.queue, \
-    body = EXCLUDED.body, run_at = EXCLUDED.run_at, ttr_ms = EXCLUDED.ttr_ms, \
-    priority = EXCLUDED.priority, attempts = EXCLUDED.attempts, \
-    max_attempts = EXCLUDED.max_attempts, backoff_ms = EXCLUDED.backoff_ms, \
-    callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
-    state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
-    changed_at = EXCLUDED.changed_at), \
-    ends AS (UPDATE delayq_jobs AS j SET state = e.state, changed_at = e.at \
-    FROM UNNEST($17::varchar[], $18::varchar[], $19::int8[]) AS e(id, state, at) \
-    WHERE j.id = e.id) \
-    INSERT INTO delayq_job_events (job_id, from_state, to_state, at, instance) \
-    SELECT e.id, e.from_state, e.to_state, e.at, $24 \
-    FROM UNNEST($20::varchar[], $21::varchar[], $22::varchar[], $23::int8[]) \
-    AS e(id, from_state, to_state, at)";
-
-/// PostgreSQL's upsert of job rows, one array per column.
-const PG_UPSERT: &str = "INSERT INTO delayq_jobs (id, topic, queue, body, run_at, ttr_ms, \
+/// PostgreSQL's upsert of job rows, one array per column ($1–$16). A macro, so that
+/// [`PG_ONE`] can contain it.
+macro_rules! pg_upsert {
+    () => {
+        "INSERT INTO delayq_jobs (id, topic, queue, body, run_at, ttr_ms, \
     priority, attempts, max_attempts, backoff_ms, callback_url, callback_timeout_ms, state, \
     reserved_until, seq, changed_at) \
     SELECT * FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bytea[], \
@@ -671,7 +651,26 @@ const PG_UPSERT: &str = "INSERT INTO delayq_jobs (id, topic, queue, body, run_at
     max_attempts = EXCLUDED.max_attempts, backoff_ms = EXCLUDED.backoff_ms, \
     callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
     state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
-    changed_at = EXCLUDED.changed_at";
+    changed_at = EXCLUDED.changed_at"
+    };
+}
+
+/// PostgreSQL's upsert of job rows, one array per column.
+const PG_UPSERT: &str = pg_upsert!();
+
+/// PostgreSQL's whole batch in one statement: the job rows ($1–$16, as [`PG_UPSERT`]), the
+/// ends ($17–$19) and the events ($20–$23, instance $24).
+const PG_ONE: &str = concat!(
+    "WITH puts AS (",
+    pg_upsert!(),
+    "), ends AS (UPDATE delayq_jobs AS j SET state = e.state, changed_at = e.at \
+    FROM UNNEST($17::varchar[], $18::varchar[], $19::int8[]) AS e(id, state, at) \
+    WHERE j.id = e.id) \
+    INSERT INTO delayq_job_events (job_id, from_state, to_state, at, instance) \
+    SELECT e.id, e.from_state, e.to_state, e.at, $24 \
+    FROM UNNEST($20::varchar[], $21::varchar[], $22::varchar[], $23::int8[]) \
+    AS e(id, from_state, to_state, at)"
+);
 
 /// The database-wide lock of a restore, held by one connection of the pool for the restore's
 /// duration: a restore on another delayq sharing the journal is refused while it is held. The

@@ -225,7 +225,7 @@ impl Journal {
         }
         let ids: Vec<JobId> = push.iter().map(|j| j.spec.id.clone()).collect();
         let out = store
-            .restore_batch(push, now)
+            .restore_batch(&push, now)
             .await
             .map_err(RestoreError::Store)?;
         for ((id, result), dead) in ids.iter().zip(out).zip(dead) {

@@ -238,14 +238,7 @@ impl Engine {
         now: UnixMillis,
         fx: &mut Effects,
     ) -> StoreResult<PushOutcome> {
-        let outcome = match (self.jobs.contains(&spec.id), mode) {
-            (false, _) => PushOutcome::Created,
-            (true, PushMode::Reject) => return Err(StoreError::Exists),
-            (true, PushMode::Replace) => PushOutcome::Replaced(self.take(&spec.id)?.state),
-        };
-        let seq = self.stamp();
-        self.put(Job::new(spec, now, seq), fx);
-        Ok(outcome)
+        self.insert(spec, 0, mode, now, fx)
     }
 
     /// [`crate::store::Store::restore_batch`] of one job.
@@ -255,14 +248,28 @@ impl Engine {
         now: UnixMillis,
         fx: &mut Effects,
     ) -> StoreResult<PushOutcome> {
-        if self.jobs.contains(&job.spec.id) {
-            return Err(StoreError::Exists);
-        }
+        self.insert(job.spec, job.attempts, PushMode::Reject, now, fx)
+    }
+
+    /// A new job in its initial state with `attempts` (a push's 0, a restore's recorded ones).
+    fn insert(
+        &mut self,
+        spec: JobSpec,
+        attempts: u32,
+        mode: PushMode,
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> StoreResult<PushOutcome> {
+        let outcome = match (self.jobs.contains(&spec.id), mode) {
+            (false, _) => PushOutcome::Created,
+            (true, PushMode::Reject) => return Err(StoreError::Exists),
+            (true, PushMode::Replace) => PushOutcome::Replaced(self.take(&spec.id)?.state),
+        };
         let seq = self.stamp();
-        let mut j = Job::new(job.spec, now, seq);
-        j.attempts = job.attempts;
+        let mut j = Job::new(spec, now, seq);
+        j.attempts = attempts;
         self.put(j, fx);
-        Ok(PushOutcome::Created)
+        Ok(outcome)
     }
 
     pub fn reserve(

@@ -133,10 +133,10 @@ impl<D: Durability> Store for EngineStore<D> {
 
     async fn restore_batch(
         &self,
-        jobs: Vec<Job>,
+        jobs: &[Job],
         now: UnixMillis,
     ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        self.apply(|e, fx| jobs.into_iter().map(|j| e.restore(j, now, fx)).collect())
+        self.apply(|e, fx| jobs.iter().map(|j| e.restore(j.clone(), now, fx)).collect())
             .await
     }
 

@@ -28,7 +28,6 @@ pub enum Call<'a> {
         mode: PushMode,
         now: UnixMillis,
     },
-    /// The jobs as given (a restore is rare: [`Hooked`] keeps a copy for the hook).
     RestoreBatch {
         jobs: &'a [Job],
         now: UnixMillis,
@@ -273,11 +272,10 @@ impl<H: StoreHook> Store for Hooked<H> {
 
     async fn restore_batch(
         &self,
-        jobs: Vec<Job>,
+        jobs: &[Job],
         now: UnixMillis,
     ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        let given = jobs.clone();
-        let call = Call::RestoreBatch { jobs: &given, now };
+        let call = Call::RestoreBatch { jobs, now };
         let run = || self.inner.restore_batch(jobs, now);
         self.around(call, run, |r| Reply::RestoreBatch(r)).await
     }

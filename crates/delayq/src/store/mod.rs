@@ -139,7 +139,7 @@ pub trait Store: Send + Sync + 'static {
     /// push. The outer error means the store could not be asked at all.
     async fn restore_batch(
         &self,
-        jobs: Vec<Job>,
+        jobs: &[Job],
         now: UnixMillis,
     ) -> StoreResult<Vec<StoreResult<PushOutcome>>>;
 

@@ -11,7 +11,7 @@
 //! - Three delayq instances on one Redis, 1,000 callback jobs due within two seconds pushed
 //!   through all three: every job is called, none early, none twice, none left behind.
 
-use super::support::process::{DelayqProcess, install_tls_provider};
+use super::support::process::DelayqProcess;
 use super::support::redis_server::RedisServer;
 use super::{ServerLog, post, push};
 use axum::Router;
@@ -326,7 +326,7 @@ type ReceiverState = (Arc<Mutex<Recorded>>, watch::Receiver<bool>);
 
 impl Receiver {
     async fn start() -> Receiver {
-        install_tls_provider();
+        delayq::install_tls_provider();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(Recorded::default()));

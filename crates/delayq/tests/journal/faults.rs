@@ -11,7 +11,7 @@
 use crate::db::TestDb;
 use crate::private_pg::PrivatePostgres;
 use crate::support::process::DelayqProcess;
-use crate::support::redis_server::RedisServer;
+use crate::support::redis_server::{RedisServer, flushall};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -140,15 +140,6 @@ async fn stop_load(stop: &AtomicBool, tasks: Vec<tokio::task::JoinHandle<()>>) {
     }
 }
 
-async fn flushall(redis: &RedisServer) {
-    let mut c = redis::Client::open(redis.url().as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
-}
-
 /// Restores over HTTP, then checks every acknowledged job is back and every acknowledged
 /// delete stays gone.
 async fn restore_and_check(base: &str, ledger: &Ledger) {
@@ -209,7 +200,7 @@ async fn kill_9_under_load_then_flushall_loses_no_acknowledged_job(db: &TestDb) 
     tokio::time::sleep(Duration::from_secs(3)).await;
     server.kill();
     stop_load(&stop, tasks).await;
-    flushall(&redis).await;
+    flushall(&redis.url()).await;
     server.restart().await;
     let ledger = std::mem::take(&mut *ledger.lock().unwrap());
     assert!(
@@ -288,7 +279,7 @@ async fn postgres_outage(mode: &str) -> (Ledger, u64) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    flushall(&redis).await;
+    flushall(&redis.url()).await;
     let ledger = std::mem::take(&mut *ledger.lock().unwrap());
     println!(
         "{mode}: {} pushes acknowledged while PostgreSQL was away, {} answered 503, \

@@ -207,7 +207,7 @@ async fn a_restore_while_another_runs_is_refused_with_409(db: &TestDb) {
 /// --skip-overdue --id`.
 async fn the_cli_restores_what_redis_lost(db: &TestDb) {
     use crate::support::process::DelayqProcess;
-    use crate::support::redis_server::RedisServer;
+    use crate::support::redis_server::{RedisServer, flushall};
     let redis = RedisServer::start();
     let server = DelayqProcess::start(&["--redis", &redis.url(), "--journal", &db.url]).await;
     let http = reqwest::Client::new();
@@ -220,12 +220,7 @@ async fn the_cli_restores_what_redis_lost(db: &TestDb) {
             .unwrap();
         assert_eq!(r.status(), StatusCode::CREATED);
     }
-    let mut c = redis::Client::open(redis.url().as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+    flushall(&redis.url()).await;
     let cli = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_delayq"))
             .args(["--server", &server.base_url])

@@ -4,7 +4,7 @@
 //! it, and every job is compared with the reference once both have run the same timer passes.
 
 use crate::db::TestDb;
-use crate::support::redis_server::RedisServer;
+use crate::support::redis_server::{RedisServer, flushall};
 use delayq::clock::{Clock, SystemClock};
 use delayq::job::{Callback, Job, JobId, JobSpec, JobState, Topic};
 use delayq::journal::{Journal, JournalMode, Journaled, Overdue, RestoreCounts, RestoreOptions};
@@ -281,13 +281,7 @@ async fn ten_thousand_jobs_come_back_on_redis_after_flushall(db: &TestDb) {
     .unwrap();
     let url = server.url();
     lose_and_restore(&journal, Arc::new(store), |store| async move {
-        let mut c = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        // FLUSHALL of this test's own redis-server.
-        let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+        flushall(&url).await;
         store
     })
     .await;

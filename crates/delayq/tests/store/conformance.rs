@@ -944,7 +944,7 @@ async fn restore_keeps_attempts_and_leaves_present_jobs_alone(b: &Backend) {
     let out = b
         .store
         .restore_batch(
-            vec![
+            &[
                 lost("due", T0, 3),
                 lost("later", T0 + HOUR, 7),
                 lost("present", T0, 1),

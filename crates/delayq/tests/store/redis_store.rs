@@ -317,20 +317,7 @@ async fn pushed_records_are_what_the_scripts_would_write() {
         };
         let jid = spec.id.clone();
         s.push(spec.clone(), mode, NOW).await.unwrap();
-        let record: Vec<u8> = redis::cmd("HGET")
-            .arg(&s.shard_keys()[0].jobs)
-            .arg(jid.as_str())
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        let repacked: Vec<u8> = redis::cmd("EVAL")
-            .arg(&repack)
-            .arg(0)
-            .arg(&record)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        assert_eq!(record, repacked, "job {jid} is packed differently");
+        assert_repacks_alike(&mut c, &s.shard_keys()[0].jobs, &jid, &repack).await;
         let stored = s.get(&jid).await.unwrap();
         assert_eq!(stored.spec.body, spec.body);
         assert_eq!(stored.spec.backoff_ms, spec.backoff_ms);
@@ -339,25 +326,39 @@ async fn pushed_records_are_what_the_scripts_would_write() {
     }
     for job in restored {
         let jid = job.spec.id.clone();
-        let out = s.restore_batch(vec![job.clone()], NOW).await.unwrap();
+        let out = s
+            .restore_batch(std::slice::from_ref(&job), NOW)
+            .await
+            .unwrap();
         assert!(out[0].is_ok(), "{out:?}");
-        let record: Vec<u8> = redis::cmd("HGET")
-            .arg(&s.shard_keys()[0].jobs)
-            .arg(jid.as_str())
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        let repacked: Vec<u8> = redis::cmd("EVAL")
-            .arg(&repack)
-            .arg(0)
-            .arg(&record)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        assert_eq!(record, repacked, "job {jid} is packed differently");
+        assert_repacks_alike(&mut c, &s.shard_keys()[0].jobs, &jid, &repack).await;
         let stored = s.get(&jid).await.unwrap();
         assert_eq!((stored.spec, stored.attempts), (job.spec, 6));
     }
+}
+
+/// Checks that the stored record of `jid` is byte for byte what lib.lua's `encode` (the
+/// script `repack`) writes for it.
+async fn assert_repacks_alike(
+    c: &mut redis::aio::MultiplexedConnection,
+    jobs_key: &str,
+    jid: &JobId,
+    repack: &str,
+) {
+    let record: Vec<u8> = redis::cmd("HGET")
+        .arg(jobs_key)
+        .arg(jid.as_str())
+        .query_async(c)
+        .await
+        .unwrap();
+    let repacked: Vec<u8> = redis::cmd("EVAL")
+        .arg(repack)
+        .arg(0)
+        .arg(&record)
+        .query_async(c)
+        .await
+        .unwrap();
+    assert_eq!(record, repacked, "job {jid} is packed differently");
 }
 
 #[tokio::test]

@@ -22,15 +22,6 @@ pub struct DelayqProcess {
     dir: Option<PathBuf>,
 }
 
-/// Installs rustls's ring crypto provider for this test process, once: delayq's reqwest is
-/// built with rustls and no provider of its own (the server installs ring when it builds its
-/// callback client), so a test that talks to a delayq process must install it before building
-/// a `reqwest::Client`. `start` does.
-pub fn install_tls_provider() {
-    // An `Err` means one is installed already.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -85,7 +76,8 @@ impl DelayqProcess {
         env: Vec<(String, String)>,
         dir: Option<PathBuf>,
     ) -> DelayqProcess {
-        install_tls_provider();
+        // The test's own reqwest clients are built with the server's rustls (no provider).
+        delayq::install_tls_provider();
         let stderr = match &log {
             Some(path) => OpenOptions::new()
                 .create(true)

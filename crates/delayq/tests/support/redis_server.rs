@@ -223,3 +223,14 @@ pub fn answers_as(port: u16, pid: u32) -> bool {
 pub fn read_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("redis.log")).unwrap_or_else(|e| format!("(no log: {e})"))
 }
+
+/// FLUSHALL of a test's own redis-server at `url` (never the machine's): the data loss a
+/// restore must undo.
+pub async fn flushall(url: &str) {
+    let mut c = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+}

@@ -357,7 +357,7 @@ impl Store for RedisStore {
 
     async fn restore_batch(
         &self,
-        jobs: Vec<Job>,
+        jobs: &[Job],
         now: UnixMillis,
     ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
         push::restore_batch(self, jobs, now).await

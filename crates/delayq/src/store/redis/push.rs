@@ -38,42 +38,33 @@ pub(super) async fn push_batch(
     mode: PushMode,
     now: UnixMillis,
 ) -> PushReply {
-    if jobs.is_empty() {
-        return Ok(Vec::new());
-    }
-    let seq = store.stamp(now, jobs.len() as u64);
-    let request = PushRequest {
-        jobs,
-        attempts: Vec::new(),
-        seq,
-        mode,
-        now,
-    };
-    store
-        .inner
-        .pushes
-        .call(request)
-        .await
-        .unwrap_or_else(|| Err(gone()))
+    submit(store, jobs, Vec::new(), mode, now).await
 }
 
 /// `Store::restore_batch`: a push that refuses present ids and keeps each job's attempts,
 /// joined with concurrent pushes like any other.
-pub(super) async fn restore_batch(
+pub(super) async fn restore_batch(store: &RedisStore, jobs: &[Job], now: UnixMillis) -> PushReply {
+    let (jobs, attempts) = jobs.iter().map(|j| (j.spec.clone(), j.attempts)).unzip();
+    submit(store, jobs, attempts, PushMode::Reject, now).await
+}
+
+/// Stamps the jobs and hands them to the push coalescer.
+async fn submit(
     store: &RedisStore,
-    jobs: Vec<Job>,
+    jobs: Vec<JobSpec>,
+    attempts: Vec<u32>,
+    mode: PushMode,
     now: UnixMillis,
 ) -> PushReply {
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
     let seq = store.stamp(now, jobs.len() as u64);
-    let (jobs, attempts) = jobs.into_iter().map(|j| (j.spec, j.attempts)).unzip();
     let request = PushRequest {
         jobs,
         attempts,
         seq,
-        mode: PushMode::Reject,
+        mode,
         now,
     };
     store

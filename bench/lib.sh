@@ -1,0 +1,26 @@
+# lib.sh: what the bench scripts share, sourced after they set TMP (their scratch directory).
+# Processes a script starts go in PIDS: on exit they are killed and waited for, and TMP is
+# removed.
+
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# ticks PID: CPU time (user + system) of a process in clock ticks, 0 without a PID.
+ticks() { if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
+
+# wait_port PORT PID LOG: until PORT accepts connections (10 s), or fail with the log.
+wait_port() {
+  for _ in $(seq 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    kill -0 "$2" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server on port $1 did not come up; log:" >&2
+  tail -20 "$3" >&2
+  return 1
+}
