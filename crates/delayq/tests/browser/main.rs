@@ -77,6 +77,7 @@ impl Server {
             json!({"topic": topic, "id": id, "body": "{\"order\":42}", "delay_ms": 3_600_000}),
         )
         .await;
+        let id: String = url::form_urlencoded::byte_serialize(id.as_bytes()).collect();
         let path = format!("/v1/jobs/{id}/bury");
         self.call(reqwest::Method::POST, &path, None).await;
     }
@@ -122,6 +123,7 @@ async fn overview_shows_the_pushed_counts_and_follows_changes() {
     b.wait_text(&cell("orders", "dead"), "2").await;
     b.wait_text(&cell("emails", "ready"), "8").await;
     b.wait_text(&cell("emails", "reserved"), "4").await;
+    b.wait_text(&cell("reminders", "delayed"), "14").await;
     // Topics in name order.
     let topics = b
         .eval(
@@ -130,7 +132,6 @@ async fn overview_shows_the_pushed_counts_and_follows_changes() {
         )
         .await;
     assert_eq!(topics, json!(["emails", "orders", "reminders"]));
-    b.wait_text(&cell("reminders", "delayed"), "14").await;
     // Polled: a push shows without reloading, and the rates come from two scrapes.
     server
         .push(json!({"topic": "orders", "id": "o-late", "delay_ms": 600_000}))
@@ -155,10 +156,16 @@ async fn a_dead_job_is_kicked_from_its_page_and_leaves_the_dead_list() {
     let server = Server::start(None).await;
     server.dead_job("payments", "pay-7").await;
     server.dead_job("payments", "pay-8").await;
+    // Data is text, never markup: an id that looks like HTML shows as typed.
+    server.dead_job("payments", "<i>x</i>").await;
 
     let b = Browser::start().await;
     b.open(&format!("{}#/topics/payments/dead", server.ui()))
         .await;
+    b.wait_text("tr[data-job-id=\"<i>x</i>\"] a", "<i>x</i>")
+        .await;
+    let markup = "return document.querySelectorAll('#main i').length";
+    assert_eq!(b.eval(markup, vec![]).await, json!(0));
     let row = "tr[data-job-id=\"pay-7\"]";
     b.click(&format!("{row} a")).await;
     b.wait_text("#job-state", "dead").await;
@@ -291,5 +298,72 @@ async fn with_auth_on_the_page_asks_for_the_token_and_shows_nothing_until_given(
     })
     .await;
     assert_eq!(b.eval(nothing, vec![]).await, json!(true));
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_pushed_from_the_form_then_rescheduled_buried_and_deleted() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = Server::start(None).await;
+    let b = Browser::start().await;
+    b.open(&format!("{}#/push", server.ui())).await;
+    b.type_into("#push-topic", "trial").await;
+    b.type_into("#push-id", "try-1").await;
+    b.type_into("#push-body", "hello <b>there</b>").await;
+    b.type_into("#push-delay", "600").await;
+    b.click("#push-submit").await;
+    b.confirm().await;
+    b.wait_text("#job-state", "delayed").await;
+    b.wait_text("#job-body", "hello <b>there</b>").await;
+    let job = server
+        .call(reqwest::Method::GET, "/v1/jobs/try-1", None)
+        .await;
+    assert_eq!(job["topic"], "trial");
+    // Reschedule to a minute two hours ahead, picked in the datetime-local input.
+    let at = b
+        .eval(
+            "const d = new Date(Date.now() + 2 * 3600e3); d.setSeconds(0, 0); \
+             const p = (n) => String(n).padStart(2, '0'); \
+             document.getElementById('reschedule-at').value = \
+               `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`; \
+             return d.getTime()",
+            vec![],
+        )
+        .await;
+    b.click("#reschedule").await;
+    b.confirm().await;
+    b.wait("the new due time", || async {
+        let job = server
+            .call(reqwest::Method::GET, "/v1/jobs/try-1", None)
+            .await;
+        (job["run_at_ms"] == at).then_some(())
+    })
+    .await;
+    b.click("#bury").await;
+    b.confirm().await;
+    b.wait_text("#job-state", "dead").await;
+    // Cancelling the confirmation does nothing.
+    b.click("#delete").await;
+    b.wait("the confirmation dialog", || async {
+        b.visible("#confirm-cancel").await.then_some(())
+    })
+    .await;
+    b.click("#confirm-cancel").await;
+    let job = server
+        .call(reqwest::Method::GET, "/v1/jobs/try-1", None)
+        .await;
+    assert_eq!(job["state"], "dead");
+    b.click("#delete").await;
+    b.confirm().await;
+    b.wait("the job to be deleted", || async {
+        let resp = server
+            .http
+            .get(format!("{}/v1/jobs/try-1", server.live.base_url))
+            .send()
+            .await
+            .unwrap();
+        (resp.status() == reqwest::StatusCode::NOT_FOUND).then_some(())
+    })
+    .await;
     b.close().await;
 }
