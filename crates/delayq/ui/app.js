@@ -150,21 +150,9 @@
 
   const enc = encodeURIComponent;
 
-  // Topics with their counts: GET /v1/topics, or the same built from GET /v1/stats on a server
-  // without that route.
-  async function fetchTopics() {
-    try {
-      return await api('GET', 'v1/topics');
-    } catch (e) {
-      if (e.status !== 404) throw e;
-    }
-    const st = await api('GET', 'v1/stats');
-    const zero = { delayed: 0, ready: 0, reserved: 0, dead: 0 };
-    const names = [...new Set([...Object.keys(st.topics || {}), ...Object.keys(st.callbacks || {})])].sort();
-    return {
-      topics: names.map((t) => ({ topic: t, ...zero, ...(st.topics || {})[t], callbacks: { ...zero, ...(st.callbacks || {})[t] } })),
-      next_due_ms: st.next_due_ms,
-    };
+  // Topics with their counts.
+  function fetchTopics() {
+    return api('GET', 'v1/topics');
   }
 
   // ---- /metrics: rates and lateness quantiles from two successive scrapes ----
