@@ -461,11 +461,11 @@
     const top = niceCeil(max);
     const bw = pw / counts.length;
     const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'Jobs falling due per step', class: 'bars' });
-    // y axis: 0, half, top.
-    for (const v of [0, top / 2, top]) {
+    // y axis: 0, half (when a whole number), top.
+    for (const v of Number.isInteger(top / 2) ? [0, top / 2, top] : [0, top]) {
       const y = T + ph - (v / top) * ph;
       svg.append(s('line', { x1: L, x2: W - R, y1: y, y2: y, class: 'grid' }),
-        s('text', { x: L - 6, y: y + 4, 'text-anchor': 'end', class: 'axis', text: Number.isInteger(v) ? v : v.toFixed(1) }));
+        s('text', { x: L - 6, y: y + 4, 'text-anchor': 'end', class: 'axis', text: v }));
     }
     counts.forEach((c, i) => {
       const start = from + i * step;

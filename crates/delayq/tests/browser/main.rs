@@ -231,12 +231,21 @@ async fn the_schedule_chart_has_bars_for_the_jobs_due_in_the_next_hour() {
         "7 jobs due next hour in reports, per minute.",
     )
     .await;
-    // All topics together.
+    // All topics together, with a busier topic (for the screenshot).
+    let digest = [
+        8, 8, 8, 8, 8, 9, 9, 9, 15, 15, 20, 20, 20, 20, 20, 20, 20, 21, 21, 33, 33, 33, 34, 40, 40,
+        40, 40, 45, 45, 50, 50, 50, 50, 50, 50, 51, 51, 52, 55, 55, 56, 57, 57, 58, 58, 58, 58, 58,
+    ];
+    for (i, m) in digest.iter().enumerate() {
+        let job =
+            json!({"topic": "digest", "id": format!("d{i}"), "run_at_ms": base + m * MINUTE_MS});
+        server.push(job).await;
+    }
     b.open(&format!("{}#/schedule", server.ui())).await;
     b.wait("the all-topics chart", || async {
         let v = b.eval(bars, vec![]).await;
         let counts: Vec<u64> = serde_json::from_value(v).ok()?;
-        (counts.iter().sum::<u64>() == 8).then_some(())
+        (counts.iter().sum::<u64>() == 8 + digest.len() as u64).then_some(())
     })
     .await;
     b.screenshot("schedule").await;
@@ -245,7 +254,7 @@ async fn the_schedule_chart_has_bars_for_the_jobs_due_in_the_next_hour() {
     b.wait("the day chart", || async {
         let v = b.eval(bars, vec![]).await;
         let counts: Vec<u64> = serde_json::from_value(v).ok()?;
-        (counts.len() == 24 && counts.iter().sum::<u64>() == 9).then_some(())
+        (counts.len() == 24 && counts.iter().sum::<u64>() == 9 + digest.len() as u64).then_some(())
     })
     .await;
     b.close().await;
