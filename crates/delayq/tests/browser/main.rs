@@ -376,3 +376,57 @@ async fn a_job_is_pushed_from_the_form_then_rescheduled_buried_and_deleted() {
     .await;
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_list_pages_forward_and_back_and_finds_a_job_by_id() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = Server::start(None).await;
+    // 120 delayed jobs, due one second apart: the list's order is by due time.
+    let jobs: Vec<Value> = (0..120u64)
+        .map(|i| json!({"topic": "bulk", "id": format!("b{i:03}"), "delay_ms": 600_000 + i * 1000}))
+        .collect();
+    server
+        .call(
+            reqwest::Method::POST,
+            "/v1/jobs/batch",
+            Some(json!({"jobs": jobs})),
+        )
+        .await;
+    let ids = "return [...document.querySelectorAll('#jobs tr')].map(r => r.dataset.jobId)";
+    let page = |first: u64, n: u64| {
+        json!(
+            (first..first + n)
+                .map(|i| format!("b{i:03}"))
+                .collect::<Vec<_>>()
+        )
+    };
+    let b = Browser::start().await;
+    b.open(&format!("{}#/topics/bulk/delayed", server.ui()))
+        .await;
+    for (first, n) in [(0, 50), (50, 50), (100, 20)] {
+        if first > 0 {
+            b.click("#next").await;
+        }
+        let want = page(first, n);
+        b.wait(&format!("the page from b{first:03}"), || async {
+            (b.eval(ids, vec![]).await == want).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(
+        b.eval("return document.getElementById('next').disabled", vec![])
+            .await,
+        json!(true)
+    );
+    b.click("#prev").await;
+    let want = page(50, 50);
+    b.wait("the previous page", || async {
+        (b.eval(ids, vec![]).await == want).then_some(())
+    })
+    .await;
+    // The search box opens a job's page.
+    b.type_into("#search-id", "b117").await;
+    b.click("#search button").await;
+    b.wait_text("#job-fields [data-field=\"id\"]", "b117").await;
+    b.close().await;
+}
