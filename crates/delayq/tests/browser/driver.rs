@@ -148,8 +148,12 @@ impl Browser {
             .unwrap();
     }
 
-    /// Types `text` into the input `css`.
+    /// Waits for the input `css` to be displayed, then replaces its text with `text`.
     pub async fn type_into(&self, css: &str, text: &str) {
+        self.wait(&format!("{css} to be shown"), || async {
+            self.visible(css).await.then_some(())
+        })
+        .await;
         let e = self.client.find(Locator::Css(css)).await.unwrap();
         e.clear().await.unwrap();
         e.send_keys(text).await.unwrap();

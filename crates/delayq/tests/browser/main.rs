@@ -185,6 +185,24 @@ async fn a_dead_job_is_kicked_from_its_page_and_leaves_the_dead_list() {
         .call(reqwest::Method::GET, "/v1/jobs/pay-7", None)
         .await;
     assert_eq!(job["state"], "ready");
+    // "Kick all dead" empties the list.
+    b.click("#kick-all").await;
+    b.confirm().await;
+    b.wait("the dead list to be empty", || async {
+        let rows = b
+            .eval(
+                "return document.querySelectorAll('#jobs tr[data-job-id]').length",
+                vec![],
+            )
+            .await;
+        (rows == json!(0) && b.text("#notice").await.as_deref() == Some("Kicked 2 jobs."))
+            .then_some(())
+    })
+    .await;
+    let job = server
+        .call(reqwest::Method::GET, "/v1/jobs/pay-8", None)
+        .await;
+    assert_eq!(job["state"], "ready");
     b.close().await;
 }
 
