@@ -686,7 +686,7 @@
         const res = await api('GET', `${path}/history`);
         if (!alive()) return;
         const rows = res.history.map((x) => h('tr', {},
-          h('td', { text: fmtTime(x.at_ms) }), h('td', { text: x.from === null ? '–' : x.from }),
+          h('td', { text: fmtTime(x.at_ms) }), h('td', { text: x.from === null ? '(pushed)' : x.from }),
           h('td', { text: x.to === null ? '–' : x.to }), h('td', { class: 'mono', text: x.instance || '' })));
         history.replaceChildren(h('div', { class: 'scroll' }, h('table', {},
           h('thead', {}, h('tr', {}, ['At', 'From', 'To', 'Instance'].map((x) => h('th', { text: x })))),

@@ -342,6 +342,12 @@ async fn a_job_is_pushed_from_the_form_then_rescheduled_buried_and_deleted() {
     b.confirm().await;
     b.wait_text("#job-state", "delayed").await;
     b.wait_text("#job-body", "hello <b>there</b>").await;
+    // This server has no journal (404 journal_disabled from the history route).
+    b.wait("the history note", || async {
+        let note = b.text("#history-note").await?;
+        note.starts_with("No journal").then_some(())
+    })
+    .await;
     let job = server
         .call(reqwest::Method::GET, "/v1/jobs/try-1", None)
         .await;
