@@ -205,7 +205,12 @@ impl Journal {
 fn changes(call: &Call<'_>) -> bool {
     !matches!(
         call,
-        Call::Get { .. } | Call::Stats | Call::Tick { .. } | Call::Ping
+        Call::Get { .. }
+            | Call::Stats
+            | Call::List { .. }
+            | Call::Schedule { .. }
+            | Call::Tick { .. }
+            | Call::Ping
     )
 }
 
@@ -294,7 +299,12 @@ fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis)
             }],
             _ => Vec::new(),
         },
-        Reply::Get(_) | Reply::Stats(_) | Reply::Tick(_) | Reply::Ping => Vec::new(),
+        Reply::Get(_)
+        | Reply::Stats(_)
+        | Reply::List(_)
+        | Reply::Schedule(_)
+        | Reply::Tick(_)
+        | Reply::Ping => Vec::new(),
     }
 }
 
