@@ -5,18 +5,17 @@
 //! **Leader and followers** (as RocksDB's write thread). A transition queues a [`Commit`]
 //! (while holding the engine lock, so the queue is in engine order, `engine_store.rs`) and then
 //! waits for its [`Ticket`] outside the lock. The first acknowledged commit that finds no
-//! leader becomes the leader: it takes everything queued (up to [`MAX_CHANGES_PER_COMMIT`]
-//! changes), has the last state of each job it touches appended to the write-ahead log as one
-//! frame (`wal.rs`) and `fdatasync`ed, and only then answers every commit in the batch and
-//! publishes their events, in queue order. Commits queued while it writes are followers: each
-//! waits on its own channel. When the leader's own commit is done it hands the lead to the
-//! oldest follower still waiting (which then writes everything queued behind it), or, if none
-//! is, leaves the log idle. So the requests in flight share each fsync, and a request's
-//! commit crosses no thread on its own: the one hop left is per batch. The leader runs as a
-//! task of its own (a caller that goes away cannot strand a batch), and the blocking write and
-//! fsync run on the syncer thread while that task waits, so no tokio worker is blocked on the
-//! disk; the answers go out from the leader's task, in the runtime, where waking the followers
-//! is cheapest.
+//! leader becomes the leader: in its own task it takes everything queued (up to
+//! [`MAX_CHANGES_PER_COMMIT`] changes), appends the last state of each job it touches to the
+//! write-ahead log as one frame (`wal.rs`), `fdatasync`s it, and only then answers every commit
+//! in the batch and publishes their events, in queue order. Commits queued while it writes
+//! are followers: each waits on its own channel. When the leader's own commit is done it hands
+//! the lead to the oldest follower still waiting (which then writes everything queued behind
+//! it), or, if none is, leaves the log idle; then it answers its own caller. So the requests
+//! in flight share each fsync, and no request crosses to another thread and back to reach the
+//! disk. A leader in a tokio worker thread runs its writes inside
+//! [`tokio::task::block_in_place`], so the runtime moves that worker's other tasks to a
+//! thread that is not blocked on the disk.
 //!
 //! **The housekeeper** thread does what no request may be waiting for: every
 //! [`HOUSEKEEPING_EVERY`], if nobody leads, it leads itself, to write and sync lazy commits
@@ -141,8 +140,6 @@ pub struct GroupCommit {
     failure: Failure,
     /// Makes the next commit fail as if the disk had refused it (tests of the failure path).
     pub inject_failure: AtomicBool,
-    /// To the syncer thread, which writes and syncs each batch a leader hands it.
-    syncer: mpsc::Sender<DiskWork>,
     events: broadcast::Sender<StoreEvent>,
     /// The redb file (for messages) and the data directory (for the logs).
     file: PathBuf,
@@ -172,13 +169,18 @@ fn stopped() -> StoreError {
     StoreError::Unavailable("the embedded store has stopped".into())
 }
 
-/// Work for the syncer thread: a leader's write and fsync (see the module docs).
-type DiskWork = Box<dyn FnOnce() + Send>;
-
-/// The syncer thread: runs each leader's disk work in turn, until the store is gone.
-fn syncer_loop(work: mpsc::Receiver<DiskWork>) {
-    for w in work {
-        w();
+/// Runs `f`, which blocks on the disk: inside `block_in_place` on a multi-threaded tokio
+/// runtime, so the worker's other tasks go on elsewhere; directly anywhere else (a
+/// current-thread runtime has no other worker to hand them to).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    static INLINE: std::sync::LazyLock<bool> =
+        std::sync::LazyLock::new(|| std::env::var_os("DQ_EXPERIMENT_INLINE_SYNC").is_some());
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread && !*INLINE => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 
@@ -221,11 +223,6 @@ impl GroupCommit {
                 None
             }
         };
-        let (syncer, work) = mpsc::channel::<DiskWork>();
-        std::thread::Builder::new()
-            .name("delayq-embedded-syncer".into())
-            .spawn(move || syncer_loop(work))
-            .map_err(|e| StoreError::unavailable("cannot start the embedded store syncer", e))?;
         let group = Arc::new(GroupCommit {
             queue: Mutex::new(Queue {
                 pending: VecDeque::new(),
@@ -242,7 +239,6 @@ impl GroupCommit {
             }),
             failure,
             inject_failure: AtomicBool::new(false),
-            syncer,
             events,
             file,
             dir,
@@ -324,7 +320,12 @@ impl GroupCommit {
                 break;
             }
         }
-        self.checkpoint_if_due(&mut io);
+        if self.failure.get().is_none() {
+            let full = io.log.as_ref().is_some_and(|l| l.bytes >= CHECKPOINT_BYTES);
+            if full || io.since.elapsed() >= CHECKPOINT_EVERY {
+                self.rotate(&mut io, true);
+            }
+        }
         drop(io);
         self.hand_over();
         mine
@@ -368,25 +369,19 @@ impl GroupCommit {
     /// Writes one batch (unless the store has failed), then answers each commit in it and
     /// publishes the events of each, in order. Returns the batch's result.
     fn write_batch(&self, io: &mut Io, batch: Vec<Commit>) -> StoreResult<()> {
-        let (changes, waiting) = split(batch);
-        let result = self.write_or_refuse(io, changes);
-        self.answer(waiting, &result);
-        result
-    }
-
-    /// Writes `changes` unless the store has failed; a failed write fails the store.
-    fn write_or_refuse(&self, io: &mut Io, changes: Vec<Change>) -> StoreResult<()> {
+        let mut changes = Vec::new();
+        let mut waiting = Vec::with_capacity(batch.len());
+        for c in batch {
+            changes.extend(c.changes);
+            waiting.push((c.events, c.turn));
+        }
         let result = match self.failure.get() {
             Some(reason) => Err(reason.clone()),
             None => self
                 .write(io, changes)
                 .inspect_err(|reason| self.fail(reason.clone())),
         };
-        result.map_err(|reason| failed_error(&reason))
-    }
-
-    /// Answers each commit of a written batch and publishes its events, in order.
-    fn answer(&self, waiting: Waiting, result: &StoreResult<()>) {
+        let result = result.map_err(|reason| failed_error(&reason));
         for (events, turn) in waiting {
             if result.is_ok() {
                 for ev in events {
@@ -398,51 +393,7 @@ impl GroupCommit {
                 let _ = turn.send(Turn::Done(result.clone()));
             }
         }
-    }
-
-    /// Leads from a request's task: as [`GroupCommit::lead`], but each batch's write and
-    /// fsync run on the syncer thread while this task waits without blocking its worker;
-    /// the batch is answered from here. Run as a task of its own, so the caller going away
-    /// cannot leave a batch unanswered or the lead held.
-    async fn lead_async(self: Arc<Self>, until: u64) -> StoreResult<()> {
-        let mut mine = Err(stopped());
-        loop {
-            let batch = self.take_batch();
-            let Some(last) = batch.last().map(|c| c.seq) else {
-                break;
-            };
-            let (changes, waiting) = split(batch);
-            let (done, written) = oneshot::channel();
-            let me = self.clone();
-            let work: DiskWork = Box::new(move || {
-                let mut io = lock(&me.io);
-                let result = me.write_or_refuse(&mut io, changes);
-                me.checkpoint_if_due(&mut io);
-                let _ = done.send(result);
-            });
-            let result = match self.syncer.send(work) {
-                Ok(()) => written.await.unwrap_or_else(|_| Err(stopped())),
-                Err(_) => Err(stopped()),
-            };
-            self.answer(waiting, &result);
-            if last >= until {
-                mine = result;
-                break;
-            }
-        }
-        self.hand_over();
-        mine
-    }
-
-    /// Starts a checkpoint if one is due: [`CHECKPOINT_EVERY`] since the last, or
-    /// [`CHECKPOINT_BYTES`] of log.
-    fn checkpoint_if_due(&self, io: &mut Io) {
-        if self.failure.get().is_none() {
-            let full = io.log.as_ref().is_some_and(|l| l.bytes >= CHECKPOINT_BYTES);
-            if full || io.since.elapsed() >= CHECKPOINT_EVERY {
-                self.rotate(io, true);
-            }
-        }
+        result
     }
 
     /// Appends the changes to the log as one frame and syncs it, and keeps them for the next
@@ -569,20 +520,6 @@ impl GroupCommit {
     }
 }
 
-/// What each commit of a batch is answered with: its held-back events and its waiter.
-type Waiting = Vec<(Vec<StoreEvent>, Option<oneshot::Sender<Turn>>)>;
-
-/// A batch's changes, in order, and its [`Waiting`].
-fn split(batch: Vec<Commit>) -> (Vec<Change>, Waiting) {
-    let mut changes = Vec::new();
-    let mut waiting = Vec::with_capacity(batch.len());
-    for c in batch {
-        changes.extend(c.changes);
-        waiting.push((c.events, c.turn));
-    }
-    (changes, waiting)
-}
-
 impl Ticket {
     /// Resolves once the commit is durable, or failed: by the leader's answer, or by leading.
     pub async fn wait(mut self) -> StoreResult<()> {
@@ -602,14 +539,8 @@ impl Ticket {
             }
         }
         self.settled = true;
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => rt
-                .spawn(self.log.clone().lead_async(self.seq))
-                .await
-                .unwrap_or_else(|_| Err(stopped())),
-            // Outside tokio: lead in this thread.
-            Err(_) => self.log.lead(Some(self.seq)),
-        }
+        let (log, seq) = (&self.log, self.seq);
+        blocking(|| log.lead(Some(seq)))
     }
 }
 
