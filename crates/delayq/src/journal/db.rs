@@ -213,7 +213,7 @@ macro_rules! dialect {
                     let mut q = Q::new(
                         "INSERT INTO delayq_jobs (id, topic, queue, body, run_at, ttr_ms, \
                          priority, attempts, max_attempts, backoff_ms, callback_url, \
-                         callback_timeout_ms, state, reserved_until, seq, changed_at) ",
+                         callback_timeout_ms, state, reserved_until, seq, changed_at, publish) ",
                     );
                     q.push_values(chunk, |mut b, row| {
                         let s = &row.spec;
@@ -232,7 +232,8 @@ macro_rules! dialect {
                             .push_bind(row.state.as_str())
                             .push_bind(row.reserved_until.map(i))
                             .push_bind(i(row.seq))
-                            .push_bind(i(row.changed_at));
+                            .push_bind(i(row.changed_at))
+                            .push_bind(s.publish.as_ref().map(|p| p.pack()));
                     });
                     q.push($upsert);
                     q.build().execute(&mut **tx).await?;
@@ -318,7 +319,7 @@ macro_rules! dialect {
 
             const COLUMNS: &str = "id, topic, body, run_at, ttr_ms, priority, attempts, \
                 max_attempts, backoff_ms, callback_url, callback_timeout_ms, state, \
-                reserved_until, changed_at";
+                reserved_until, changed_at, publish";
 
             /// A text column: MySQL reports a binary-collated one as VARBINARY.
             fn text(r: &<$db as sqlx::Database>::Row, col: &str) -> Result<String, sqlx::Error> {
@@ -358,6 +359,7 @@ macro_rules! dialect {
                     text(r, "state").map_err(e)?,
                     r.try_get("reserved_until").map_err(e)?,
                     r.try_get("changed_at").map_err(e)?,
+                    opt_text(r, "publish").map_err(e)?,
                 )
             }
 
@@ -440,7 +442,7 @@ dialect! {
          max_attempts = EXCLUDED.max_attempts, backoff_ms = EXCLUDED.backoff_ms, \
          callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
          state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
-         changed_at = EXCLUDED.changed_at";
+         changed_at = EXCLUDED.changed_at, publish = EXCLUDED.publish";
     my: sqlx::MySql, MySql, schema::MYSQL, no_one, no_bulk,
         " ON DUPLICATE KEY UPDATE topic = VALUES(topic), queue = VALUES(queue), \
          body = VALUES(body), run_at = VALUES(run_at), ttr_ms = VALUES(ttr_ms), \
@@ -448,7 +450,7 @@ dialect! {
          max_attempts = VALUES(max_attempts), backoff_ms = VALUES(backoff_ms), \
          callback_url = VALUES(callback_url), callback_timeout_ms = VALUES(callback_timeout_ms), \
          state = VALUES(state), reserved_until = VALUES(reserved_until), seq = VALUES(seq), \
-         changed_at = VALUES(changed_at)";
+         changed_at = VALUES(changed_at), publish = VALUES(publish)";
 }
 
 /// The ends of a run: job, the state it ended in, when.
@@ -583,6 +585,11 @@ fn bind_puts<'q>(query: PgQuery<'q>, puts: &[&JobRow]) -> PgQuery<'q> {
         )
         .bind(n(|r| i(r.seq)))
         .bind(n(|r| i(r.changed_at)))
+        .bind(
+            puts.iter()
+                .map(|r| r.spec.publish.as_ref().map(|p| p.pack()))
+                .collect::<Vec<_>>(),
+        )
 }
 
 /// MySQL has no arrays: its rows go in multi-row statements (`write_run`).
@@ -635,23 +642,23 @@ async fn pg_bulk(
     Ok(true)
 }
 
-/// PostgreSQL's upsert of job rows, one array per column ($1–$16). A macro, so that
+/// PostgreSQL's upsert of job rows, one array per column ($1–$17). A macro, so that
 /// [`PG_ONE`] can contain it.
 macro_rules! pg_upsert {
     () => {
         "INSERT INTO delayq_jobs (id, topic, queue, body, run_at, ttr_ms, \
     priority, attempts, max_attempts, backoff_ms, callback_url, callback_timeout_ms, state, \
-    reserved_until, seq, changed_at) \
+    reserved_until, seq, changed_at, publish) \
     SELECT * FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bytea[], \
     $5::int8[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::text[], \
-    $12::int8[], $13::varchar[], $14::int8[], $15::int8[], $16::int8[]) \
+    $12::int8[], $13::varchar[], $14::int8[], $15::int8[], $16::int8[], $17::text[]) \
     ON CONFLICT (id) DO UPDATE SET topic = EXCLUDED.topic, queue = EXCLUDED.queue, \
     body = EXCLUDED.body, run_at = EXCLUDED.run_at, ttr_ms = EXCLUDED.ttr_ms, \
     priority = EXCLUDED.priority, attempts = EXCLUDED.attempts, \
     max_attempts = EXCLUDED.max_attempts, backoff_ms = EXCLUDED.backoff_ms, \
     callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
     state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
-    changed_at = EXCLUDED.changed_at"
+    changed_at = EXCLUDED.changed_at, publish = EXCLUDED.publish"
     };
 }
 

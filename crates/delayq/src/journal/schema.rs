@@ -7,14 +7,15 @@
 //! write per transition. Add one on `job_id` to look a job's history up often.
 
 /// The schema version this build writes.
-pub const LATEST: i64 = 1;
+pub const LATEST: i64 = 2;
 
 /// The table holding the version (one row).
 pub const VERSION_TABLE: &str = "delayq_journal_schema";
 
 /// PostgreSQL: each migration's statements, in order.
-pub const POSTGRES: &[&[&str]] = &[&[
-    "CREATE TABLE IF NOT EXISTS delayq_jobs (
+pub const POSTGRES: &[&[&str]] = &[
+    &[
+        "CREATE TABLE IF NOT EXISTS delayq_jobs (
         id VARCHAR(256) PRIMARY KEY,
         topic VARCHAR(128) NOT NULL,
         queue VARCHAR(140) NOT NULL,
@@ -32,9 +33,9 @@ pub const POSTGRES: &[&[&str]] = &[&[
         seq BIGINT NOT NULL,
         changed_at BIGINT NOT NULL
     )",
-    "CREATE INDEX IF NOT EXISTS delayq_jobs_state ON delayq_jobs (state, changed_at)",
-    "CREATE INDEX IF NOT EXISTS delayq_jobs_queue ON delayq_jobs (queue, state, changed_at)",
-    "CREATE TABLE IF NOT EXISTS delayq_job_events (
+        "CREATE INDEX IF NOT EXISTS delayq_jobs_state ON delayq_jobs (state, changed_at)",
+        "CREATE INDEX IF NOT EXISTS delayq_jobs_queue ON delayq_jobs (queue, state, changed_at)",
+        "CREATE TABLE IF NOT EXISTS delayq_job_events (
         seq BIGSERIAL PRIMARY KEY,
         job_id VARCHAR(256) NOT NULL,
         from_state VARCHAR(16) NULL,
@@ -42,13 +43,17 @@ pub const POSTGRES: &[&[&str]] = &[&[
         at BIGINT NOT NULL,
         instance VARCHAR(128) NOT NULL
     )",
-    "CREATE INDEX IF NOT EXISTS delayq_job_events_at ON delayq_job_events (at)",
-]];
+        "CREATE INDEX IF NOT EXISTS delayq_job_events_at ON delayq_job_events (at)",
+    ],
+    // 2: a publish job's target (job.rs `Publish::pack`), NULL for other jobs.
+    &["ALTER TABLE delayq_jobs ADD COLUMN publish TEXT NULL"],
+];
 
 /// MySQL and MariaDB: each migration's statements, in order. Binary collation: ids and topics
 /// compare byte for byte, as delayq compares them (`a` and `A` are two jobs).
-pub const MYSQL: &[&[&str]] = &[&[
-    "CREATE TABLE IF NOT EXISTS delayq_jobs (
+pub const MYSQL: &[&[&str]] = &[
+    &[
+        "CREATE TABLE IF NOT EXISTS delayq_jobs (
         id VARCHAR(256) NOT NULL PRIMARY KEY,
         topic VARCHAR(128) NOT NULL,
         queue VARCHAR(140) NOT NULL,
@@ -68,7 +73,7 @@ pub const MYSQL: &[&[&str]] = &[&[
         INDEX delayq_jobs_state (state, changed_at),
         INDEX delayq_jobs_queue (queue, state, changed_at)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-    "CREATE TABLE IF NOT EXISTS delayq_job_events (
+        "CREATE TABLE IF NOT EXISTS delayq_job_events (
         seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
         job_id VARCHAR(256) NOT NULL,
         from_state VARCHAR(16) NULL,
@@ -77,4 +82,7 @@ pub const MYSQL: &[&[&str]] = &[&[
         instance VARCHAR(128) NOT NULL,
         INDEX delayq_job_events_at (at)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-]];
+    ],
+    // 2: a publish job's target (job.rs `Publish::pack`), NULL for other jobs.
+    &["ALTER TABLE delayq_jobs ADD COLUMN publish TEXT NULL"],
+];
