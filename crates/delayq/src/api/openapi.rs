@@ -494,7 +494,7 @@ fn schemas(limits: &Limits) -> Value {
         "JobState": {"type": "string", "enum": ["delayed", "ready", "reserved", "dead"]},
         "Job": {
             "type": "object",
-            "required": ["id", "topic", "body", "state", "run_at_ms", "ttr_ms", "priority", "max_attempts", "backoff_ms", "attempts", "reserved_until_ms", "callback"],
+            "required": ["id", "topic", "body", "state", "run_at_ms", "ttr_ms", "priority", "max_attempts", "backoff_ms", "attempts", "reserved_until_ms", "callback", "publish"],
             "properties": {
                 "id": schema_ref("JobId"),
                 "topic": schema_ref("Topic"),
