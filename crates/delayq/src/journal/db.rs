@@ -665,17 +665,17 @@ macro_rules! pg_upsert {
 /// PostgreSQL's upsert of job rows, one array per column.
 const PG_UPSERT: &str = pg_upsert!();
 
-/// PostgreSQL's whole batch in one statement: the job rows ($1–$16, as [`PG_UPSERT`]), the
-/// ends ($17–$19) and the events ($20–$23, instance $24).
+/// PostgreSQL's whole batch in one statement: the job rows ($1–$17, as [`PG_UPSERT`]), the
+/// ends ($18–$20) and the events ($21–$24, instance $25).
 const PG_ONE: &str = concat!(
     "WITH puts AS (",
     pg_upsert!(),
     "), ends AS (UPDATE delayq_jobs AS j SET state = e.state, changed_at = e.at \
-    FROM UNNEST($17::varchar[], $18::varchar[], $19::int8[]) AS e(id, state, at) \
+    FROM UNNEST($18::varchar[], $19::varchar[], $20::int8[]) AS e(id, state, at) \
     WHERE j.id = e.id) \
     INSERT INTO delayq_job_events (job_id, from_state, to_state, at, instance) \
-    SELECT e.id, e.from_state, e.to_state, e.at, $24 \
-    FROM UNNEST($20::varchar[], $21::varchar[], $22::varchar[], $23::int8[]) \
+    SELECT e.id, e.from_state, e.to_state, e.at, $25 \
+    FROM UNNEST($21::varchar[], $22::varchar[], $23::varchar[], $24::int8[]) \
     AS e(id, from_state, to_state, at)"
 );
 
