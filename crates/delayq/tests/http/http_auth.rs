@@ -58,6 +58,7 @@ const ENDPOINTS: &[(&str, &str, &str)] = &[
     ("POST", "/delete", r#"{"id":"s1"}"#),
     ("POST", "/get", r#"{"id":"s1"}"#),
     ("POST", "/v1/restore", r#"{"overdue":"fire"}"#),
+    ("GET", "/v1/jobs/s1/history", ""),
     ("GET", "/reStore?expire=true", ""),
     ("GET", "/reStore/s1", ""),
     // No such route: still a 401 first, so an unauthenticated client learns nothing.

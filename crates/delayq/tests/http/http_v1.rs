@@ -1390,6 +1390,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/jobs/{id}/bury"),
     ("post", "/v1/jobs/{id}/kick"),
     ("post", "/v1/jobs/{id}/reschedule"),
+    ("get", "/v1/jobs/{id}/history"),
     ("post", "/v1/reserve"),
     ("post", "/v1/finish"),
     ("post", "/v1/topics/{topic}/kick"),
