@@ -73,6 +73,13 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Listing: the dashboard's /v1 listing calls timed over many pending jobs (`--api v1`).
+    Listing {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        params: workload::listing::Params,
+    },
     /// Median tables with ratios from JSON result lines (files, or stdin with none).
     Compare {
         /// The label the ratios are taken against.
@@ -289,6 +296,12 @@ async fn main() -> Result<()> {
             common,
             boxed(move |c, ep| {
                 Box::pin(async move { workload::burst::run(&c, &ep, &params).await })
+            }),
+        ),
+        Cmd::Listing { common, params } => (
+            common,
+            boxed(move |c, ep| {
+                Box::pin(async move { workload::listing::run(&c, &ep, &params).await })
             }),
         ),
         Cmd::Callback { common, params } => (

@@ -483,7 +483,9 @@ impl StoreHook for Metrics {
                 self.expired.inc_by(t.expired);
                 return;
             }
-            Reply::Get(_) | Reply::Stats(_) | Reply::Ping => return,
+            Reply::Get(_) | Reply::Stats(_) | Reply::List(_) | Reply::Schedule(_) | Reply::Ping => {
+                return;
+            }
             Reply::Finish(_) => &self.finished,
             Reply::Delete(_) => &self.deleted,
             // Released past max_attempts: buried instead.

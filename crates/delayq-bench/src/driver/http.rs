@@ -456,6 +456,18 @@ impl V1 {
         Ok(r.results.iter().map(|x| x.status != "exists").collect())
     }
 
+    /// `method path` without a body (the listing workload's GETs, a bury): the response body
+    /// of a 2xx, an error otherwise.
+    pub async fn request(&mut self, method: &str, path: &str) -> Result<Bytes> {
+        let m = Method::from_bytes(method.as_bytes())?;
+        let uri: Uri = path.parse().with_context(|| format!("path {path}"))?;
+        let (st, b) = self.http.send(m, uri, None, Duration::ZERO).await?;
+        if !st.is_success() {
+            return Err(refused(path, st, &b));
+        }
+        Ok(b)
+    }
+
     pub async fn reserve(&mut self, max: usize, timeout_ms: u64) -> Result<Vec<Delivered>> {
         let req = V1Reserve {
             topics: [&self.http.ep.topic],

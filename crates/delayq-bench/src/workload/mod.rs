@@ -7,6 +7,7 @@ pub mod amqp;
 pub mod burst;
 pub mod callback;
 pub mod lifecycle;
+pub mod listing;
 pub mod memory;
 pub mod steady;
 

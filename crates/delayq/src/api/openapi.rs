@@ -14,7 +14,7 @@
 //! them, though another module serves them.
 
 use super::AppState;
-use super::v1::MAX_DELAY_MS;
+use super::v1::{DEFAULT_PAGE, MAX_DELAY_MS, MAX_PAGE, MAX_SCHEDULE_STEPS};
 use crate::callback::allow::AllowList;
 use crate::config::Config;
 use crate::job::{
@@ -251,6 +251,23 @@ fn post_op(what: [&str; 3], request_schema: &str, reply: Value) -> Value {
 
 fn paths() -> Value {
     let not_found = error("`not_found`: no job with that id");
+    let topic_param = json!({
+        "name": "topic", "in": "path", "required": true,
+        "schema": {"$ref": "#/components/schemas/Topic"}
+    });
+    let ms = |name: &str, what: &str| {
+        json!({
+            "name": name, "in": "query", "required": true, "description": what,
+            "schema": {"type": "integer", "minimum": 0, "maximum": MAX_RUN_AT}
+        })
+    };
+    let schedule_params = json!([
+        ms("from", "Start, Unix ms"),
+        ms("to", "End (exclusive), Unix ms, after `from`"),
+        {"name": "step", "in": "query", "required": true,
+         "description": "Width of a step in ms; at most 10,080 steps from `from` to `to`",
+         "schema": {"type": "integer", "minimum": 1}}
+    ]);
     let wrong_state =
         error("`wrong_state`: the job's state does not allow this; `state` says which it is");
     let job = ok("The job as it is now", "Job");
@@ -363,6 +380,18 @@ fn paths() -> Value {
                 ok("How many were kicked", "KickTopicReply")
             )
         },
+        "/v1/jobs/{id}/history": {
+            "parameters": [{"$ref": "#/components/parameters/JobId"}],
+            "get": {
+                "operationId": "jobHistory",
+                "summary": "A job's journaled state changes, oldest first (the latest 1,000; docs/journal.md)",
+                "tags": ["jobs"],
+                "responses": responses(map(json!({
+                    "200": ok("The job's history", "History"),
+                    "404": error("`not_found`: the journal has no state change of this job; `journal_disabled`: the server runs without `--journal`")
+                })), false)
+            }
+        },
         "/v1/restore": {
             "post": {
                 "operationId": "restore",
@@ -386,6 +415,48 @@ fn paths() -> Value {
                     "500": error("`internal`: stored data could not be read (logged)"),
                     "503": error("`store_unavailable`: the store cannot be reached")
                 }
+            }
+        },
+        "/v1/topics": {
+            "get": {
+                "operationId": "topics",
+                "summary": "Every topic with a pull or callback job, by name, with its counts by state",
+                "tags": ["admin"],
+                "responses": responses(map(json!({"200": ok("The topics", "Topics")})), false)
+            }
+        },
+        "/v1/topics/{topic}/jobs": {
+            "parameters": [topic_param.clone()],
+            "get": {
+                "operationId": "listJobs",
+                "summary": "One page of a topic's jobs in one state: delayed by run_at, reserved by reservation deadline, ready in delivery order, dead oldest burial first (then id)",
+                "tags": ["admin"],
+                "parameters": [
+                    {"name": "state", "in": "query", "required": true, "schema": schema_ref("JobState")},
+                    {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": DEFAULT_PAGE}},
+                    {"name": "cursor", "in": "query", "required": false, "description": "The `next_cursor` of the previous page", "schema": {"type": "string"}},
+                    {"name": "callback", "in": "query", "required": false, "description": "`true`: the topic's callback jobs instead of its pull jobs", "schema": {"type": "boolean", "default": false}}
+                ],
+                "responses": responses(map(json!({"200": ok("The page", "JobsPage")})), false)
+            }
+        },
+        "/v1/topics/{topic}/schedule": {
+            "parameters": [topic_param],
+            "get": {
+                "operationId": "topicSchedule",
+                "summary": "How many of a topic's delayed jobs (pull and callback) fall due in each step from `from` to `to`",
+                "tags": ["admin"],
+                "parameters": schedule_params.clone(),
+                "responses": responses(map(json!({"200": ok("The counts", "Schedule")})), false)
+            }
+        },
+        "/v1/schedule": {
+            "get": {
+                "operationId": "schedule",
+                "summary": "How many delayed jobs of every topic fall due in each step from `from` to `to`",
+                "tags": ["admin"],
+                "parameters": schedule_params,
+                "responses": responses(map(json!({"200": ok("The counts", "Schedule")})), false)
             }
         },
         "/v1/openapi.json": {
@@ -689,6 +760,22 @@ fn schemas(limits: &Limits) -> Value {
                 "id": or_null(described(schema_ref("JobId"), "Only this job"))
             }
         },
+        "History": {
+            "type": "object",
+            "required": ["history"],
+            "properties": {"history": {"type": "array", "items": schema_ref("HistoryEntry")}}
+        },
+        "HistoryEntry": {
+            "type": "object",
+            "required": ["from", "to", "at_ms", "instance"],
+            "properties": {
+                "from": or_null(described(schema_ref("RowState"), "The state before; null for a new job")),
+                "to": schema_ref("RowState"),
+                "at_ms": described(json!({"type": "integer", "minimum": 0}), "When, Unix ms"),
+                "instance": described(json!({"type": "string"}), "The delayq that made the change (host:pid)")
+            }
+        },
+        "RowState": {"enum": ["delayed", "ready", "reserved", "dead", "finished", "deleted", "skipped"]},
         "RestoreReply": {
             "type": "object",
             "required": ["restored", "already_present", "skipped_overdue", "skipped_finished"],
@@ -724,6 +811,50 @@ fn schemas(limits: &Limits) -> Value {
                     or_null(schema_ref("UnixMillis")),
                     "The earliest due time of a delayed job or reservation deadline"
                 )
+            }
+        },
+        "TopicSummary": {
+            "type": "object",
+            "required": ["topic", "delayed", "ready", "reserved", "dead", "callbacks"],
+            "properties": {
+                "topic": schema_ref("Topic"),
+                "delayed": {"type": "integer", "minimum": 0},
+                "ready": {"type": "integer", "minimum": 0},
+                "reserved": {"type": "integer", "minimum": 0},
+                "dead": {"type": "integer", "minimum": 0},
+                "callbacks": described(schema_ref("TopicCounts"), "The topic's callback jobs' counts")
+            }
+        },
+        "Topics": {
+            "type": "object",
+            "required": ["topics", "next_due_ms"],
+            "properties": {
+                "topics": {"type": "array", "items": schema_ref("TopicSummary"), "description": "Sorted by name; the counts are the pull jobs'"},
+                "next_due_ms": described(
+                    or_null(schema_ref("UnixMillis")),
+                    "The earliest due time of a delayed job or reservation deadline"
+                )
+            }
+        },
+        "JobsPage": {
+            "type": "object",
+            "required": ["jobs", "next_cursor"],
+            "properties": {
+                "jobs": {"type": "array", "items": schema_ref("Job"), "maxItems": MAX_PAGE},
+                "next_cursor": described(
+                    or_null(json!({"type": "string"})),
+                    "Pass as `cursor` for the next page; null when there is no more. A page may be shorter than `limit` (even empty) while this is not null"
+                )
+            }
+        },
+        "Schedule": {
+            "type": "object",
+            "required": ["from", "to", "step", "counts"],
+            "properties": {
+                "from": schema_ref("UnixMillis"),
+                "to": schema_ref("UnixMillis"),
+                "step": {"type": "integer", "minimum": 1},
+                "counts": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": MAX_SCHEDULE_STEPS, "description": "counts[i]: jobs due in [from + i*step, min(from + (i+1)*step, to)), exact when from, to and step are whole minutes (a job counts in the step its run_at's minute starts in)"}
             }
         },
         "Health": {

@@ -18,20 +18,21 @@ pub use error::ApiError;
 use super::AppState;
 use crate::callback::allow::AllowList;
 use crate::clock::Reading;
-use crate::job::{self, Callback, JobId, JobSpec, Publish, Topic, UnixMillis};
-use crate::store::{PushMode, Reschedule, StoreError};
+use crate::job::{self, Callback, JobId, JobSpec, JobState, Publish, Topic, UnixMillis};
+use crate::store::{ListKey, PushMode, Reschedule, StoreError, schedule_steps};
 use axum::Json;
 use axum::Router;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use base64::Engine as _;
 use bytes::Bytes;
-use input::Fields;
+use input::{Fields, Query};
 use model::{
-    BatchPushReply, FinishBatchReply, JobView, KickTopicReply, PushResult, RescheduleReply,
-    ReserveReply, StatsView,
+    BatchPushReply, FinishBatchReply, JobView, JobsPage, KickTopicReply, PushResult,
+    RescheduleReply, ReserveReply, ScheduleView, StatsView, TopicsView,
 };
 use std::collections::HashSet;
 use std::time::Duration;
@@ -58,6 +59,10 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/finish", post(finish_batch))
         .route("/v1/topics/{topic}/kick", post(kick_topic))
         .route("/v1/stats", get(stats))
+        .route("/v1/topics", get(topics))
+        .route("/v1/topics/{topic}/jobs", get(list_jobs))
+        .route("/v1/topics/{topic}/schedule", get(topic_schedule))
+        .route("/v1/schedule", get(schedule))
         .route("/v1/openapi.json", get(super::openapi::serve))
 }
 
@@ -633,6 +638,175 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Json<StatsView>> {
     Ok(Json(st.store.stats().await?.into()))
 }
 
+/// `GET /v1/topics`: every topic with a pull or callback job, by name, with its counts.
+#[tracing::instrument(skip_all)]
+async fn topics(State(st): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json<TopicsView>> {
+    Query::new(q.as_deref(), &[])?;
+    Ok(Json(st.store.stats().await?.into()))
+}
+
+/// The most jobs one page of `GET /v1/topics/{topic}/jobs` holds, and the default.
+pub const MAX_PAGE: u64 = 1000;
+pub const DEFAULT_PAGE: u64 = 50;
+/// The most steps one schedule answers: a week by minute.
+pub const MAX_SCHEDULE_STEPS: u64 = 10_080;
+
+/// The topic of a path.
+fn path_topic(path: IdPath) -> ApiResult<Topic> {
+    let Path(raw) = path.map_err(|r| ApiError::path("topic", r))?;
+    let topic = Topic::parse(raw).map_err(|e| ApiError::from_invalid("topic", e))?;
+    tracing::Span::current().record("topic", topic.as_str());
+    Ok(topic)
+}
+
+/// A listing's cursor: the [`ListKey`] of the page's last job as `a.b.c.id`, base64url.
+fn encode_cursor(k: &ListKey) -> String {
+    let text = format!("{}.{}.{}.{}", k.a, k.b, k.c, k.id);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+}
+
+fn decode_cursor(s: &str) -> ApiResult<ListKey> {
+    let bad = || ApiError::field("cursor", "is not a cursor this server gave out");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s)
+        .map_err(|_| bad())?;
+    let text = String::from_utf8(raw).map_err(|_| bad())?;
+    let mut parts = text.splitn(4, '.');
+    let mut num = || -> ApiResult<u64> {
+        let p = parts.next().ok_or_else(bad)?;
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        p.parse().map_err(|_| bad())
+    };
+    let (a, b, c) = (num()?, num()?, num()?);
+    let id = parts.next().ok_or_else(bad)?;
+    let id = JobId::parse(id).map_err(|_| bad())?;
+    Ok(ListKey { a, b, c, id })
+}
+
+/// `GET /v1/topics/{topic}/jobs?state=&limit=&cursor=&callback=`: one page of the topic's pull
+/// (or callback) jobs in one state.
+#[tracing::instrument(skip_all, fields(topic = tracing::field::Empty))]
+async fn list_jobs(
+    State(st): State<AppState>,
+    path: IdPath,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<JobsPage>> {
+    let topic = path_topic(path)?;
+    let mut q = Query::new(q.as_deref(), &["state", "limit", "cursor", "callback"])?;
+    let state = match q.string("state").as_deref() {
+        None => return Err(ApiError::field("state", "is required")),
+        Some("delayed") => JobState::Delayed,
+        Some("ready") => JobState::Ready,
+        Some("reserved") => JobState::Reserved,
+        Some("dead") => JobState::Dead,
+        Some(other) => {
+            return Err(ApiError::field(
+                "state",
+                format!(
+                    "must be one of delayed, ready, reserved, dead, got {:?}",
+                    input::shorten(other)
+                ),
+            ));
+        }
+    };
+    let limit = q.u64("limit")?.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::field(
+            "limit",
+            format!("must be between 1 and {MAX_PAGE}, got {limit}"),
+        ));
+    }
+    let after = q.string("cursor").map(|c| decode_cursor(&c)).transpose()?;
+    let queue = match q.bool("callback")? {
+        Some(true) => topic.callback_queue(),
+        _ => topic,
+    };
+    let page = st
+        .store
+        .list(&queue, state, after.as_ref(), limit as usize)
+        .await?;
+    Ok(Json(JobsPage {
+        jobs: page.jobs.into_iter().map(JobView::from).collect(),
+        next_cursor: page.next.as_ref().map(encode_cursor),
+    }))
+}
+
+/// `from`, `to` and `step` of a schedule, checked.
+fn schedule_range(q: Option<&str>) -> ApiResult<(UnixMillis, UnixMillis, u64)> {
+    let mut q = Query::new(q, &["from", "to", "step"])?;
+    let from = q
+        .u64("from")?
+        .ok_or_else(|| ApiError::field("from", "is required"))?;
+    let to = q
+        .u64("to")?
+        .ok_or_else(|| ApiError::field("to", "is required"))?;
+    let step = q
+        .u64("step")?
+        .ok_or_else(|| ApiError::field("step", "is required"))?;
+    for (name, t) in [("from", from), ("to", to)] {
+        if t > job::MAX_RUN_AT {
+            return Err(ApiError::field(
+                name,
+                format!("must be at most {}, got {t}", job::MAX_RUN_AT),
+            ));
+        }
+    }
+    if to <= from {
+        return Err(ApiError::field(
+            "to",
+            format!("must be after from ({from}), got {to}"),
+        ));
+    }
+    if step == 0 {
+        return Err(ApiError::field("step", "must be at least 1"));
+    }
+    let steps = schedule_steps(from, to, step);
+    if steps > MAX_SCHEDULE_STEPS {
+        return Err(ApiError::field(
+            "step",
+            format!("makes {steps} steps from from to to, at most {MAX_SCHEDULE_STEPS} allowed"),
+        ));
+    }
+    Ok((from, to, step))
+}
+
+/// `GET /v1/topics/{topic}/schedule?from=&to=&step=`: the topic's delayed jobs (pull and
+/// callback) falling due in each step.
+#[tracing::instrument(skip_all, fields(topic = tracing::field::Empty))]
+async fn topic_schedule(
+    State(st): State<AppState>,
+    path: IdPath,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<ScheduleView>> {
+    let topic = path_topic(path)?;
+    let (from, to, step) = schedule_range(q.as_deref())?;
+    let counts = st.store.schedule(Some(&topic), from, to, step).await?;
+    Ok(Json(ScheduleView {
+        from,
+        to,
+        step,
+        counts,
+    }))
+}
+
+/// `GET /v1/schedule?from=&to=&step=`: the same over every topic.
+#[tracing::instrument(skip_all)]
+async fn schedule(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<ScheduleView>> {
+    let (from, to, step) = schedule_range(q.as_deref())?;
+    let counts = st.store.schedule(None, from, to, step).await?;
+    Ok(Json(ScheduleView {
+        from,
+        to,
+        step,
+        counts,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -664,6 +838,23 @@ mod tests {
         let near_end = Reading::at_micros((job::MAX_RUN_AT - 10) * 1000 + 1);
         assert!(after_delay(field(), 9, near_end).is_ok());
         assert!(after_delay(field(), 10, near_end).is_err());
+    }
+
+    #[test]
+    fn cursors_read_back_and_anything_else_is_refused_naming_the_cursor() {
+        let k = ListKey {
+            a: 1,
+            b: 2,
+            c: u64::MAX,
+            id: JobId::parse("a.b/c d").unwrap(),
+        };
+        assert_eq!(decode_cursor(&encode_cursor(&k)), Ok(k));
+        for bad in ["", "x", "MS4yLjM", "!!", "MS4yLjMu"] {
+            match decode_cursor(bad) {
+                Err(ApiError::InvalidField { field, .. }) => assert_eq!(field, "cursor"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -9,18 +9,22 @@
 //!
 //! Indexes: `timeline` orders delayed jobs by due time and reserved jobs by TTR deadline (the
 //! timer reads its head); `ready` orders each queue's ready jobs by (priority, run_at, seq);
-//! `dead` orders each queue's dead jobs by burial stamp. A queue is a topic, or a topic's
+//! `dead` orders each queue's dead jobs by burial stamp; `delayed` and `reserved` order each
+//! queue's delayed and reserved jobs by due time and TTR deadline (the listings, `list`); `due`
+//! counts each topic's delayed jobs (pull and callback) by the minute they fall due, and
+//! `due_all` every topic's (the schedules, `schedule`). A queue is a topic, or a topic's
 //! callback queue for its callback jobs (`JobSpec::queue`); `counts` are by queue too. Every index entry points at a job in
 //! `jobs` in the matching state: `Engine::take` and `Engine::put` keep them in step.
 
 use crate::job::{self, Job, JobId, JobSpec, JobState, Topic, UnixMillis};
 use crate::store::{
-    PushMode, PushOutcome, Reschedule, Stats, StoreError, StoreEvent, StoreResult, TickOutcome,
-    TopicCounts,
+    JobPage, ListKey, PushMode, PushOutcome, Reschedule, SCHEDULE_BUCKET_MS, Stats, StoreError,
+    StoreEvent, StoreResult, TickOutcome, TopicCounts, schedule_step_of, schedule_steps,
 };
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, btree_map};
 use std::hash::{Hash, Hasher};
+use std::ops::Bound;
 
 /// A job record written or removed by a transition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +88,10 @@ pub struct Engine {
     timeline: BTreeSet<(UnixMillis, JobId)>,
     ready: HashMap<Topic, BTreeSet<ReadyKey>>,
     dead: HashMap<Topic, BTreeSet<(u64, JobId)>>,
+    delayed: HashMap<Topic, BTreeSet<(UnixMillis, JobId)>>,
+    reserved: HashMap<Topic, BTreeSet<(UnixMillis, JobId)>>,
+    due: HashMap<Topic, BTreeMap<u64, u64>>,
+    due_all: BTreeMap<u64, u64>,
     counts: BTreeMap<Topic, TopicCounts>,
     next_seq: u64,
 }
@@ -144,10 +152,17 @@ impl Engine {
         let id = j.spec.id.clone();
         match j.state {
             JobState::Delayed => {
-                self.timeline.insert((j.spec.run_at, id));
+                self.timeline.insert((j.spec.run_at, id.clone()));
+                self.delayed
+                    .entry(queue)
+                    .or_default()
+                    .insert((j.spec.run_at, id));
+                self.count_due(&j.spec.topic, j.spec.run_at, true);
             }
             JobState::Reserved => {
-                self.timeline.insert((j.reserved_until.unwrap_or(0), id));
+                let t = j.reserved_until.unwrap_or(0);
+                self.timeline.insert((t, id.clone()));
+                self.reserved.entry(queue).or_default().insert((t, id));
             }
             JobState::Ready => {
                 let (p, r, s) = j.ready_key();
@@ -165,10 +180,15 @@ impl Engine {
         let topic = &queue;
         match j.state {
             JobState::Delayed => {
-                self.timeline.remove(&(j.spec.run_at, id));
+                let key = (j.spec.run_at, id);
+                self.timeline.remove(&key);
+                remove_from(&mut self.delayed, topic, &key);
+                self.count_due(&j.spec.topic, j.spec.run_at, false);
             }
             JobState::Reserved => {
-                self.timeline.remove(&(j.reserved_until.unwrap_or(0), id));
+                let key = (j.reserved_until.unwrap_or(0), id);
+                self.timeline.remove(&key);
+                remove_from(&mut self.reserved, topic, &key);
             }
             JobState::Ready => {
                 let (p, r, s) = j.ready_key();
@@ -193,6 +213,31 @@ impl Engine {
             *n = n.saturating_sub(1);
             if c.total() == 0 {
                 self.counts.remove(topic);
+            }
+        }
+    }
+
+    /// Adds (`add`) or removes a delayed job due at `run_at` to or from its topic's and the
+    /// overall minute counts.
+    fn count_due(&mut self, topic: &Topic, run_at: UnixMillis, add: bool) {
+        let minute = run_at / SCHEDULE_BUCKET_MS;
+        let bump = |m: &mut BTreeMap<u64, u64>| {
+            if add {
+                *m.entry(minute).or_default() += 1;
+            } else if let btree_map::Entry::Occupied(mut o) = m.entry(minute) {
+                *o.get_mut() -= 1;
+                if *o.get() == 0 {
+                    o.remove();
+                }
+            }
+        };
+        bump(&mut self.due_all);
+        if add {
+            bump(self.due.entry(topic.clone()).or_default());
+        } else if let Some(m) = self.due.get_mut(topic) {
+            bump(m);
+            if m.is_empty() {
+                self.due.remove(topic);
             }
         }
     }
@@ -422,6 +467,99 @@ impl Engine {
         stats
     }
 
+    /// [`crate::store::Store::list`].
+    pub fn list(
+        &self,
+        queue: &Topic,
+        state: JobState,
+        after: Option<&ListKey>,
+        limit: usize,
+    ) -> JobPage {
+        let limit = limit.max(1);
+        let ids: Vec<JobId> = match state {
+            JobState::Delayed | JobState::Reserved => {
+                let index = if state == JobState::Delayed {
+                    &self.delayed
+                } else {
+                    &self.reserved
+                };
+                let lower =
+                    after.map_or(Bound::Unbounded, |k| Bound::Excluded((k.a, k.id.clone())));
+                index.get(queue).map_or_else(Vec::new, |s| {
+                    s.range((lower, Bound::Unbounded))
+                        .take(limit + 1)
+                        .map(|k| k.1.clone())
+                        .collect()
+                })
+            }
+            JobState::Ready => {
+                let lower = match after {
+                    None => Bound::Unbounded,
+                    Some(k) => match u32::try_from(k.a) {
+                        Ok(p) => Bound::Excluded((p, k.b, k.c, k.id.clone())),
+                        Err(_) => return JobPage::default(),
+                    },
+                };
+                self.ready.get(queue).map_or_else(Vec::new, |s| {
+                    s.range((lower, Bound::Unbounded))
+                        .take(limit + 1)
+                        .map(|k| k.3.clone())
+                        .collect()
+                })
+            }
+            JobState::Dead => {
+                let lower =
+                    after.map_or(Bound::Unbounded, |k| Bound::Excluded((k.a, k.id.clone())));
+                self.dead.get(queue).map_or_else(Vec::new, |s| {
+                    s.range((lower, Bound::Unbounded))
+                        .take(limit + 1)
+                        .map(|k| k.1.clone())
+                        .collect()
+                })
+            }
+        };
+        let more = ids.len() > limit;
+        let jobs: Vec<Job> = ids
+            .iter()
+            .take(limit)
+            .filter_map(|id| self.get(id).ok())
+            .collect();
+        let next = if more {
+            jobs.last().map(ListKey::of)
+        } else {
+            None
+        };
+        JobPage { jobs, next }
+    }
+
+    /// [`crate::store::Store::schedule`].
+    pub fn schedule(
+        &self,
+        topic: Option<&Topic>,
+        from: UnixMillis,
+        to: UnixMillis,
+        step: u64,
+    ) -> Vec<u64> {
+        let steps = schedule_steps(from, to, step);
+        let mut counts = vec![0; usize::try_from(steps).unwrap_or(0)];
+        let buckets = match topic {
+            None => Some(&self.due_all),
+            Some(t) => self.due.get(t),
+        };
+        let Some(buckets) = buckets else {
+            return counts;
+        };
+        let first = from.div_ceil(SCHEDULE_BUCKET_MS);
+        for (&minute, &n) in buckets.range(first..) {
+            let start = minute.saturating_mul(SCHEDULE_BUCKET_MS);
+            match schedule_step_of(start, from, to, step).and_then(|i| counts.get_mut(i)) {
+                Some(c) => *c += n,
+                None => break,
+            }
+        }
+        counts
+    }
+
     pub fn tick(&mut self, now: UnixMillis, limit: usize, fx: &mut Effects) -> TickOutcome {
         let mut out = TickOutcome::default();
         let mut moved = 0;
@@ -453,6 +591,16 @@ impl Engine {
         }
         out.next_due = self.timeline.first().map(|(t, _)| *t);
         out
+    }
+}
+
+/// Removes `key` from `queue`'s set in `index`, and the set when it is empty.
+fn remove_from<K: Ord>(index: &mut HashMap<Topic, BTreeSet<K>>, queue: &Topic, key: &K) {
+    if let Some(set) = index.get_mut(queue) {
+        set.remove(key);
+        if set.is_empty() {
+            index.remove(queue);
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //! for the durability's acknowledgement outside the lock, so concurrent callers share one
 //! commit. A transition that changed nothing answers at once; the timer's passes (`tick`) are
 //! lazy commits, which nobody waits for (a restart redoes a lost promotion or expiry by
-//! itself). Reads (`get`, `stats`, `ping`) see the engine.
+//! itself). Reads (`get`, `stats`, `list`, `schedule`, `ping`) see the engine.
 //!
 //! Not here: the rules (`engine.rs`, job.rs), and what durable means (each [`Durability`]).
 //! The durability is a type parameter, not a trait object: each store is compiled for its own.
@@ -17,7 +17,8 @@
 use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
 use crate::store::engine::{Effects, Engine};
 use crate::store::{
-    PushMode, PushOutcome, Reschedule, Stats, Store, StoreEvent, StoreResult, TickOutcome,
+    JobPage, ListKey, PushMode, PushOutcome, Reschedule, Stats, Store, StoreEvent, StoreResult,
+    TickOutcome,
 };
 use async_trait::async_trait;
 use std::future::Future;
@@ -200,6 +201,26 @@ impl<D: Durability> Store for EngineStore<D> {
 
     async fn stats(&self) -> StoreResult<Stats> {
         self.read(Engine::stats)
+    }
+
+    async fn list(
+        &self,
+        queue: &Topic,
+        state: JobState,
+        after: Option<&ListKey>,
+        limit: usize,
+    ) -> StoreResult<JobPage> {
+        self.read(|e| e.list(queue, state, after, limit))
+    }
+
+    async fn schedule(
+        &self,
+        topic: Option<&Topic>,
+        from: UnixMillis,
+        to: UnixMillis,
+        step: u64,
+    ) -> StoreResult<Vec<u64>> {
+        self.read(|e| e.schedule(topic, from, to, step))
     }
 
     /// A lazy commit: answers without waiting for the durability (see the module docs).

@@ -10,8 +10,8 @@
 
 use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
 use crate::store::{
-    PushMode, PushOutcome, Reschedule, Stats, Store, StoreError, StoreEvent, StoreResult,
-    TickOutcome,
+    JobPage, ListKey, PushMode, PushOutcome, Reschedule, Stats, Store, StoreError, StoreEvent,
+    StoreResult, TickOutcome,
 };
 use async_trait::async_trait;
 use std::future::Future;
@@ -79,6 +79,18 @@ pub enum Call<'a> {
         id: &'a JobId,
     },
     Stats,
+    List {
+        queue: &'a Topic,
+        state: JobState,
+        after: Option<&'a ListKey>,
+        limit: usize,
+    },
+    Schedule {
+        topic: Option<&'a Topic>,
+        from: UnixMillis,
+        to: UnixMillis,
+        step: u64,
+    },
     Tick {
         now: UnixMillis,
         limit: usize,
@@ -111,6 +123,8 @@ pub enum Reply<'a> {
     },
     Get(&'a Job),
     Stats(&'a Stats),
+    List(&'a JobPage),
+    Schedule(&'a [u64]),
     Tick(&'a TickOutcome),
     Ping,
 }
@@ -371,6 +385,40 @@ impl<H: StoreHook> Store for Hooked<H> {
     async fn stats(&self) -> StoreResult<Stats> {
         let run = || self.inner.stats();
         self.around(Call::Stats, run, |r| Reply::Stats(r)).await
+    }
+
+    async fn list(
+        &self,
+        queue: &Topic,
+        state: JobState,
+        after: Option<&ListKey>,
+        limit: usize,
+    ) -> StoreResult<JobPage> {
+        let call = Call::List {
+            queue,
+            state,
+            after,
+            limit,
+        };
+        let run = || self.inner.list(queue, state, after, limit);
+        self.around(call, run, |r| Reply::List(r)).await
+    }
+
+    async fn schedule(
+        &self,
+        topic: Option<&Topic>,
+        from: UnixMillis,
+        to: UnixMillis,
+        step: u64,
+    ) -> StoreResult<Vec<u64>> {
+        let call = Call::Schedule {
+            topic,
+            from,
+            to,
+            step,
+        };
+        let run = || self.inner.schedule(topic, from, to, step);
+        self.around(call, run, |r| Reply::Schedule(r)).await
     }
 
     async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {

@@ -89,6 +89,65 @@ impl Stats {
     }
 }
 
+/// Where a job sorts in the listing of its queue's jobs in its state ([`Store::list`]), and
+/// so where the next page of a listing resumes: delayed jobs by `(run_at, id)`, reserved ones
+/// by `(reserved_until, id)`, ready ones in delivery order `(priority, run_at, seq, id)`, dead
+/// ones in burial order `(seq, id)`. Unused places are 0. A job that stays in its state keeps
+/// its key (a `touch` or a `reschedule` gives it a new one).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ListKey {
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub id: JobId,
+}
+
+impl ListKey {
+    /// The key of `job` in its current state.
+    pub fn of(job: &Job) -> ListKey {
+        let id = job.spec.id.clone();
+        let (a, b, c) = match job.state {
+            JobState::Delayed => (job.spec.run_at, 0, 0),
+            JobState::Reserved => (job.reserved_until.unwrap_or(0), 0, 0),
+            JobState::Ready => (u64::from(job.spec.priority), job.spec.run_at, job.seq),
+            JobState::Dead => (job.seq, 0, 0),
+        };
+        ListKey { a, b, c, id }
+    }
+}
+
+/// One page of a listing ([`Store::list`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobPage {
+    /// In the listing's order, each after the `after` key asked for.
+    pub jobs: Vec<Job>,
+    /// Where the next page starts (exclusive), or `None` when the listing is complete. May be
+    /// `Some` after a page shorter than asked for, even an empty one (a store that bounds the
+    /// work of one call).
+    pub next: Option<ListKey>,
+}
+
+/// Width of a schedule bucket ([`Store::schedule`]): a minute.
+pub const SCHEDULE_BUCKET_MS: u64 = 60_000;
+
+/// The steps of a schedule from `from` to `to` by `step` (`step > 0`): `ceil((to - from) /
+/// step)`, 0 when `to <= from`.
+pub fn schedule_steps(from: UnixMillis, to: UnixMillis, step: u64) -> u64 {
+    to.saturating_sub(from).div_ceil(step.max(1))
+}
+
+/// The step of a schedule a bucket (the minute starting at `minute_start`) is counted in, if
+/// any: the one its start falls in.
+pub fn schedule_step_of(
+    minute_start: UnixMillis,
+    from: UnixMillis,
+    to: UnixMillis,
+    step: u64,
+) -> Option<usize> {
+    (minute_start >= from && minute_start < to)
+        .then(|| ((minute_start - from) / step.max(1)) as usize)
+}
+
 /// What one timer pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TickOutcome {
@@ -208,6 +267,33 @@ pub trait Store: Send + Sync + 'static {
 
     /// Per-topic counts and the next timer deadline; cheap (no scan of jobs).
     async fn stats(&self) -> StoreResult<Stats>;
+
+    /// One page of the jobs of `queue` (a topic, or a topic's callback queue) in `state`, in
+    /// the order of [`ListKey`], starting after `after` (from the start when `None`): at most
+    /// `limit` (at least 1) jobs. A job that stays in `state` (with the same key) during a walk
+    /// over the pages is listed exactly once, whatever else changes meanwhile. Costs
+    /// O(page + log n) on the engine; on Redis see docs/api.md.
+    async fn list(
+        &self,
+        queue: &Topic,
+        state: JobState,
+        after: Option<&ListKey>,
+        limit: usize,
+    ) -> StoreResult<JobPage>;
+
+    /// How many delayed jobs (pull and callback) of `topic` (of every topic when `None`) fall
+    /// due in each step of `step` ms from `from` to `to`: `counts[i]` counts the jobs whose
+    /// run_at's minute ([`SCHEDULE_BUCKET_MS`]) starts in `[from + i·step, min(from + (i+1)·step,
+    /// to))`, which is run_at itself in that range when `from`, `to` and `step` are whole
+    /// minutes. [`schedule_steps`] steps; the caller bounds their number. Costs the number of
+    /// minutes with delayed jobs in the range, never a scan of jobs.
+    async fn schedule(
+        &self,
+        topic: Option<&Topic>,
+        from: UnixMillis,
+        to: UnixMillis,
+        step: u64,
+    ) -> StoreResult<Vec<u64>>;
 
     /// One timer pass: handles up to `limit` due timer entries in all (delayed jobs become
     /// ready; expired reservations move on to ready, delayed or dead), and emits `Ready` events

@@ -145,7 +145,9 @@ async fn every_key_is_under_the_prefix_with_one_hash_tag_per_shard() {
 
     let keys = all_keys(&server).await;
     assert!(!keys.is_empty());
-    let allowed = ["jobs", "timeline", "ready", "dead", "counts", "windows"];
+    let allowed = [
+        "jobs", "timeline", "ready", "dead", "counts", "windows", "due", "dueidx",
+    ];
     let windows = [(NOW + 3_600_000) / 60_000, (NOW + 3_639_000) / 60_000];
     // Besides the shards, one key records the layout (shard count and tag format).
     assert!(keys.contains(&"{dq:layout}".to_string()), "{keys:?}");
@@ -160,9 +162,9 @@ async fn every_key_is_under_the_prefix_with_one_hash_tag_per_shard() {
             .is_some_and(|w| windows.contains(&w.parse().unwrap()));
         assert!(allowed.contains(&name) || window, "{k}: unexpected key");
     }
-    // No key per job: 80 jobs in 4 shards make at most 6 keys plus 2 window lists per shard,
+    // No key per job: 80 jobs in 4 shards make at most 8 keys plus 2 window lists per shard,
     // and the layout key.
-    assert!(keys.len() <= 33, "{keys:?}");
+    assert!(keys.len() <= 41, "{keys:?}");
 }
 
 #[tokio::test]

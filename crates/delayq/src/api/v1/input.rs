@@ -195,6 +195,68 @@ impl Fields {
     }
 }
 
+/// The parameters of a request's query string (GET routes), taken out one by one: unknown or
+/// repeated parameters are refused, each accessor names the parameter in its errors.
+pub struct Query {
+    map: std::collections::HashMap<String, String>,
+}
+
+impl Query {
+    /// Parses `raw` (the query string, percent-encoded, without `?`), checking that every
+    /// parameter is one of `allowed` and given at most once.
+    pub fn new(raw: Option<&str>, allowed: &[&str]) -> Result<Query, ApiError> {
+        let mut map = std::collections::HashMap::new();
+        for (k, v) in url::form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
+            if !allowed.contains(&k.as_ref()) {
+                return Err(ApiError::field(
+                    k.as_ref(),
+                    format!("unknown parameter; expected one of {}", allowed.join(", ")),
+                ));
+            }
+            if map.insert(k.to_string(), v.into_owned()).is_some() {
+                return Err(ApiError::field(k.as_ref(), "is given more than once"));
+            }
+        }
+        Ok(Query { map })
+    }
+
+    pub fn string(&mut self, name: &str) -> Option<String> {
+        self.map.remove(name)
+    }
+
+    /// A decimal integer >= 0 that fits in a `u64`.
+    pub fn u64(&mut self, name: &str) -> Result<Option<u64>, ApiError> {
+        match self.map.remove(name) {
+            None => Ok(None),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if v.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(n)),
+                _ => Err(ApiError::field(
+                    name,
+                    format!("must be an integer >= 0, got {:?}", shorten(&v)),
+                )),
+            },
+        }
+    }
+
+    /// `true` or `false`.
+    pub fn bool(&mut self, name: &str) -> Result<Option<bool>, ApiError> {
+        match self.map.remove(name).as_deref() {
+            None => Ok(None),
+            Some("true") => Ok(Some(true)),
+            Some("false") => Ok(Some(false)),
+            Some(other) => Err(ApiError::field(
+                name,
+                format!("must be true or false, got {:?}", shorten(other)),
+            )),
+        }
+    }
+}
+
+/// At most 40 characters of a parameter's value, for an error message.
+pub fn shorten(v: &str) -> String {
+    v.chars().take(40).collect()
+}
+
 /// The value of a JSON number that is a non-negative integer fitting in a `u64`. As in JSON
 /// Schema, which the OpenAPI document is written in, a number is an integer when its fractional
 /// part is zero, however it is written: `1614`, `1614.0` and `1.614e3` are all 1614. A number

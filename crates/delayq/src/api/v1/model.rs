@@ -148,3 +148,54 @@ impl From<store::Stats> for StatsView {
         }
     }
 }
+
+/// A topic of `GET /v1/topics`: its pull jobs' counts, and its callback jobs' counts.
+#[derive(Debug, Serialize)]
+pub struct TopicView {
+    pub topic: String,
+    #[serde(flatten)]
+    pub counts: TopicCounts,
+    pub callbacks: TopicCounts,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TopicsView {
+    pub topics: Vec<TopicView>,
+    pub next_due_ms: Option<UnixMillis>,
+}
+
+impl From<store::Stats> for TopicsView {
+    fn from(mut s: store::Stats) -> TopicsView {
+        let mut names: Vec<_> = s.topics.keys().chain(s.callbacks.keys()).cloned().collect();
+        names.sort();
+        names.dedup();
+        let topics = names
+            .into_iter()
+            .map(|t| TopicView {
+                counts: s.topics.remove(&t).unwrap_or_default(),
+                callbacks: s.callbacks.remove(&t).unwrap_or_default(),
+                topic: t.into(),
+            })
+            .collect();
+        TopicsView {
+            topics,
+            next_due_ms: s.next_due,
+        }
+    }
+}
+
+/// A page of `GET /v1/topics/{topic}/jobs`.
+#[derive(Debug, Serialize)]
+pub struct JobsPage {
+    pub jobs: Vec<JobView>,
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/topics/{topic}/schedule` and `GET /v1/schedule`.
+#[derive(Debug, Serialize)]
+pub struct ScheduleView {
+    pub from: UnixMillis,
+    pub to: UnixMillis,
+    pub step: u64,
+    pub counts: Vec<u64>,
+}

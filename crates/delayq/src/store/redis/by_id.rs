@@ -54,7 +54,7 @@ pub(super) async fn kick(store: &RedisStore, id: &JobId, now: UnixMillis) -> Sto
 }
 
 /// The job's new due time names its far window list, when it is far (`keys.rs`
-/// `far_window`), which goes in KEYS[7].
+/// `far_window`), which goes in KEYS[9].
 pub(super) async fn reschedule(
     store: &RedisStore,
     id: &JobId,

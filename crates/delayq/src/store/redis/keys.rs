@@ -15,6 +15,8 @@
 //! | `{p:s}:ready` | ZSET | ready jobs, lexicographic `topic \0 priority run_at seq id` |
 //! | `{p:s}:dead` | ZSET | dead jobs, lexicographic `topic \0 seq id` |
 //! | `{p:s}:counts` | HASH | `<state code><topic>` → count, for cheap stats |
+//! | `{p:s}:due` | HASH | `topic \0 minute` → count of delayed jobs due in that minute (topic `''`: every topic's) |
+//! | `{p:s}:dueidx` | ZSET | the `due` fields, lexicographic: a topic's minutes with delayed jobs, in order |
 //! | `{p:s}:windows` | ZSET | window numbers of the far-future lists below, scored by the earliest run_at pushed into each |
 //! | `{p:s}:w:<n>` | LIST | ids of delayed jobs due in window `n` (`run_at / WINDOW_MS`), pushed while `n` was far |
 //!
@@ -142,6 +144,8 @@ pub struct ShardKeys {
     pub dead: String,
     pub counts: String,
     pub windows: String,
+    pub due: String,
+    pub dueidx: String,
     /// The shard's hash tag, braces included: window list keys are `<tag>:w:<n>`.
     pub tag: String,
 }
@@ -165,12 +169,14 @@ impl ShardKeys {
             dead: format!("{tag}:dead"),
             counts: format!("{tag}:counts"),
             windows: format!("{tag}:windows"),
+            due: format!("{tag}:due"),
+            dueidx: format!("{tag}:dueidx"),
             tag: tag.to_string(),
         }
     }
 
-    /// KEYS[1..6] of a transition script.
-    pub fn all(&self) -> [&str; 6] {
+    /// KEYS[1..8] of a transition script.
+    pub fn all(&self) -> [&str; 8] {
         [
             &self.jobs,
             &self.timeline,
@@ -178,6 +184,8 @@ impl ShardKeys {
             &self.dead,
             &self.counts,
             &self.windows,
+            &self.due,
+            &self.dueidx,
         ]
     }
 
@@ -193,6 +201,35 @@ impl ShardKeys {
 pub fn topic_range(topic: &Topic) -> (Vec<u8>, Vec<u8>) {
     let t = topic.as_str().as_bytes();
     ([b"[", t, b"\0"].concat(), [b"(", t, b"\x01"].concat())
+}
+
+/// Where a listing of a ready zset resumes: the member of the key `(prio, run_at, seq, id)`
+/// (`store::ListKey`) in `queue`'s range, as `lib.lua`'s `ready_member` writes it, or `None`
+/// when a number does not fit its width (no member sorts after such a key).
+pub fn ready_member(queue: &Topic, prio: u64, run_at: u64, seq: u64, id: &str) -> Option<Vec<u8>> {
+    let mut m = [queue.as_str().as_bytes(), b"\0"].concat();
+    push_be(&mut m, prio, 4)?;
+    push_be(&mut m, run_at, 6)?;
+    push_be(&mut m, seq, 7)?;
+    m.extend_from_slice(id.as_bytes());
+    Some(m)
+}
+
+/// [`ready_member`] for a dead zset: `(seq, id)`, as `lib.lua`'s `dead_member`.
+pub fn dead_member(queue: &Topic, seq: u64, id: &str) -> Option<Vec<u8>> {
+    let mut m = [queue.as_str().as_bytes(), b"\0"].concat();
+    push_be(&mut m, seq, 7)?;
+    m.extend_from_slice(id.as_bytes());
+    Some(m)
+}
+
+/// Appends the last `width` bytes of `n`, big-endian, if `n` fits in them.
+fn push_be(out: &mut Vec<u8>, n: u64, width: usize) -> Option<()> {
+    if width < 8 && n >> (8 * width) != 0 {
+        return None;
+    }
+    out.extend_from_slice(&n.to_be_bytes()[8 - width..]);
+    Some(())
 }
 
 /// The pub/sub channel every instance sharing `prefix` publishes its events on.

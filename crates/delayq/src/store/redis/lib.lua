@@ -24,7 +24,14 @@
 --   KEYS[5] counts    HASH  state code .. topic -> count of the shard's jobs; HDEL at zero.
 --   KEYS[6] windows   ZSET  member = window number n (a decimal string), score = the earliest
 --                           run_at ever pushed into list n (ZADD LT): a lower bound of its jobs'.
---   KEYS[7..] (push, reschedule, tick only) window lists `<tag>:w:<n>`, named by Rust.
+--   KEYS[7] due       HASH  topic \0 minute(5) -> count of the shard's delayed jobs (pull and
+--                           callback) of the topic due in that minute (floor(run_at / 60000),
+--                           big-endian); topic '' (the field starts with \0) counts every
+--                           topic's. HDEL at zero. Per (topic, minute) with jobs, not per job.
+--   KEYS[8] dueidx    ZSET  the fields of `due`, all scores 0: ZRANGEBYLEX finds a topic's
+--                           minutes with delayed jobs in order (the schedule, the delayed
+--                           listing).
+--   KEYS[9..] (push, reschedule, tick only) window lists `<tag>:w:<n>`, named by Rust.
 -- ARGV (every transition): ARGV[1] pub/sub channel, ARGV[2] now (ms).
 --
 -- Far-future jobs (memory: a list entry costs about the id's length + 2 bytes, a timeline
@@ -65,7 +72,7 @@
 
 -- Set by `begin` for each call (see the top).
 local KEYS, ARGV
-local JOBS, TIMELINE, READY, DEAD, COUNTS, WINDOWS, CHANNEL, NOW
+local JOBS, TIMELINE, READY, DEAD, COUNTS, WINDOWS, DUE, DUEIDX, CHANNEL, NOW
 -- job.rs MAX_RUN_AT: `after` clamps here.
 local MAX_RUN_AT = 253402300799000
 -- keys.rs WINDOW_MS.
@@ -173,6 +180,37 @@ local function dead_id_at(topic) return #topic + 9 end
 local function topic_min(topic) return '[' .. topic .. '\0' end
 local function topic_max(topic) return '(' .. topic .. '\1' end
 
+-- The topic of a working record: its queue without ',callback' (a callback job's).
+local function topic_of(j)
+  local q = j[QUEUE]
+  if string.sub(q, -9) == ',callback' then return string.sub(q, 1, -10) end
+  return q
+end
+
+-- A `due` field: topic ('' for every topic) \0 the minute, 5 bytes big-endian.
+local function due_field(topic, minute)
+  return topic .. '\0' .. struct.pack('>I5', minute)
+end
+
+-- Changes of the `due` counts, summed per field like `count` and written by flush_events.
+local due_delta, due_fields
+
+local function due_add(f, delta)
+  local d = due_delta[f]
+  if d == nil then
+    due_fields[#due_fields + 1] = f
+    d = 0
+  end
+  due_delta[f] = d + delta
+end
+
+-- A delayed job enters (delta 1) or leaves (-1) the schedule counts.
+local function count_due(j, delta)
+  local minute = math.floor(j[RUN_AT] / WINDOW_MS)
+  due_add(due_field(topic_of(j), minute), delta)
+  due_add(due_field('', minute), delta)
+end
+
 -- Count changes are summed here and written once per field by flush_events (a batch of 100
 -- jobs of one topic: one HINCRBY per state touched, not two per job).
 local count_delta, count_fields
@@ -235,6 +273,18 @@ local function flush_events()
     local d = count_delta[f]
     if d ~= 0 and redis.call('HINCRBY', COUNTS, f, d) <= 0 then
       redis.call('HDEL', COUNTS, f)
+    end
+  end
+  for _, f in ipairs(due_fields) do
+    local d = due_delta[f]
+    if d ~= 0 then
+      local n = redis.call('HINCRBY', DUE, f, d)
+      if n <= 0 then
+        redis.call('HDEL', DUE, f)
+        redis.call('ZREM', DUEIDX, f)
+      elseif n == d then
+        redis.call('ZADD', DUEIDX, 0, f)
+      end
     end
   end
   local lines = {}
@@ -320,6 +370,7 @@ local function unindex(id, j)
   local s = j[S]
   if s == 'd' or s == 'x' then
     redis.call('ZREM', TIMELINE, id)
+    if s == 'd' then count_due(j, -1) end
   elseif s == 'r' then
     redis.call('ZREM', READY, ready_member(id, j))
   else
@@ -332,6 +383,7 @@ end
 -- goes to window list `win` ({key, window number}) when given.
 local function add_index(id, j, win)
   local s = j[S]
+  if s == 'd' then count_due(j, 1) end
   if s == 'd' and win then
     set_window(id, j, win)
   elseif s == 'd' then
@@ -404,8 +456,10 @@ local function begin(keys, args)
   KEYS, ARGV = keys, args
   JOBS, TIMELINE, READY, DEAD, COUNTS, WINDOWS = keys[1], keys[2], keys[3], keys[4], keys[5],
     keys[6]
+  DUE, DUEIDX = keys[7], keys[8]
   CHANNEL, NOW = args[1], tonumber(args[2])
   count_delta, count_fields = {}, {}
+  due_delta, due_fields = {}, {}
   ev_seen, ev_ready, ev_due, ev_origin = {}, {}, nil, nil
   add_timeline, add_ready, add_dead, touched = {}, {}, {}, {}
   add_lists, list_keys, list_first = {}, {}, {}

@@ -51,6 +51,7 @@ mod events;
 mod keys;
 mod kick_topic;
 mod layout;
+mod list;
 mod push;
 mod record;
 mod remove;
@@ -64,8 +65,8 @@ pub use keys::{MAX_SHARDS, ShardKeys, key_slot, shard_of, validate_prefix};
 
 use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
 use crate::store::{
-    EVENT_CHANNEL_CAPACITY, PushMode, PushOutcome, Reschedule, Stats, Store, StoreError,
-    StoreEvent, StoreResult, TickOutcome,
+    EVENT_CHANNEL_CAPACITY, JobPage, ListKey, PushMode, PushOutcome, Reschedule, Stats, Store,
+    StoreError, StoreEvent, StoreResult, TickOutcome,
 };
 use async_trait::async_trait;
 use coalesce::Coalescer;
@@ -317,7 +318,7 @@ impl RedisStore {
     }
 
     /// [`RedisStore::shard_fcall`] with far window lists `windows` after the shard's keys
-    /// (push, tick: KEYS[7..]).
+    /// (push, tick: KEYS[9..]).
     fn shard_fcall_windows(
         &self,
         function: &str,
@@ -420,6 +421,26 @@ impl Store for RedisStore {
 
     async fn stats(&self) -> StoreResult<Stats> {
         stats::stats(self).await
+    }
+
+    async fn list(
+        &self,
+        queue: &Topic,
+        state: JobState,
+        after: Option<&ListKey>,
+        limit: usize,
+    ) -> StoreResult<JobPage> {
+        list::list(self, queue, state, after, limit).await
+    }
+
+    async fn schedule(
+        &self,
+        topic: Option<&Topic>,
+        from: UnixMillis,
+        to: UnixMillis,
+        step: u64,
+    ) -> StoreResult<Vec<u64>> {
+        list::schedule(self, topic, from, to, step).await
     }
 
     async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {

@@ -142,7 +142,7 @@ fn push_call(
 ) -> Call {
     let keys = &store.inner.shards[usize::from(shard)];
     let job = |&(r, i): &(usize, usize)| &requests[r].jobs[i];
-    // The distinct far windows of the chunk, in first-use order: KEYS[7..].
+    // The distinct far windows of the chunk, in first-use order: KEYS[9..].
     let mut windows: Vec<u64> = Vec::new();
     let slot_of: Vec<usize> = chunk
         .iter()

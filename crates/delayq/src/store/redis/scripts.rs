@@ -44,10 +44,12 @@ enum Memory {
     Adds,
     /// Frees memory or leaves it about the same: registered `allow-oom`.
     Neutral,
+    /// Reads only (the listings): registered `no-writes`.
+    Reads,
 }
 
 /// Every transition: its name, its source (`<name>.lua`) and what it does to memory.
-const SOURCES: [(&str, &str, Memory); 11] = [
+const SOURCES: [(&str, &str, Memory); 15] = [
     ("push", include_str!("push.lua"), Memory::Adds),
     ("reserve", include_str!("reserve.lua"), Memory::Neutral),
     ("remove", include_str!("remove.lua"), Memory::Neutral),
@@ -65,6 +67,18 @@ const SOURCES: [(&str, &str, Memory); 11] = [
     // The same pass registered again for the calls that drain far windows (see the module
     // docs).
     ("tick_drain", include_str!("tick.lua"), Memory::Adds),
+    ("list_lex", include_str!("list_lex.lua"), Memory::Reads),
+    (
+        "list_delayed",
+        include_str!("list_delayed.lua"),
+        Memory::Reads,
+    ),
+    (
+        "list_reserved",
+        include_str!("list_reserved.lua"),
+        Memory::Reads,
+    ),
+    ("due_range", include_str!("due_range.lua"), Memory::Reads),
 ];
 
 /// The library's Lua after its `#!lua` header line: lib, then one `register_function` per
@@ -78,6 +92,7 @@ fn functions(prefix: &str) -> String {
         let flags = match memory {
             Memory::Neutral => "{'allow-oom'}",
             Memory::Adds => "{}",
+            Memory::Reads => "{'no-writes'}",
         };
         out.push_str(&format!(
             "\nredis.register_function{{function_name = '{prefix}_{name}', flags = {flags}, \
@@ -117,6 +132,10 @@ pub struct Library {
     pub reschedule: String,
     pub tick: String,
     pub tick_drain: String,
+    pub list_lex: String,
+    pub list_delayed: String,
+    pub list_reserved: String,
+    pub due_range: String,
 }
 
 impl Library {
@@ -141,6 +160,10 @@ impl Library {
             reschedule: name("reschedule"),
             tick: name("tick"),
             tick_drain: name("tick_drain"),
+            list_lex: name("list_lex"),
+            list_delayed: name("list_delayed"),
+            list_reserved: name("list_reserved"),
+            due_range: name("due_range"),
         }
     }
 }
