@@ -63,6 +63,13 @@ enum Cmd {
         #[command(flatten)]
         params: workload::callback::Params,
     },
+    /// Listing: the dashboard's /v1 listing calls timed over many pending jobs (`--api v1`).
+    Listing {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        params: workload::listing::Params,
+    },
     /// RabbitMQ delayed messages at a steady rate, through delayq's intake (`--system delayq`)
     /// or RabbitMQ's per-message TTL and dead-letter exchange (`--system ttl-dlx`): messages per
     /// second reaching the target queue, lateness, early, lost and duplicates.
@@ -72,13 +79,6 @@ enum Cmd {
         /// One JSON line instead of a table.
         #[arg(long)]
         json: bool,
-    },
-    /// Listing: the dashboard's /v1 listing calls timed over many pending jobs (`--api v1`).
-    Listing {
-        #[command(flatten)]
-        common: CommonArgs,
-        #[command(flatten)]
-        params: workload::listing::Params,
     },
     /// Median tables with ratios from JSON result lines (files, or stdin with none).
     Compare {
