@@ -11,7 +11,7 @@
 #            (the intake-to-publish throughput)
 # SYSTEM delayq: a fresh `delayq serve --amqp ... --amqp-intake <own queue>` per round on STORE
 # (embedded: a fresh data dir; redis: its own redis-server, no persistence). SYSTEM ttl-dlx:
-# RabbitMQ alone. Each run is one JSON line in $OUT/results.jsonl; the end prints medians.
+# RabbitMQ alone. Each run is one JSON line in $OUT/results.jsonl; the end prints a table.
 #
 # Usage: bench/amqp.sh [--rounds 1] [--rate 2000] [--duration-s 20] [--store embedded|redis]
 #                      [--out DIR]
@@ -119,4 +119,17 @@ run() {
 for round in $(seq "$ROUNDS"); do
   run "$round"
 done
-"$BENCH" compare --baseline "delayq-$STORE" "$OUT/results.jsonl" | tee "$OUT/summary.txt"
+python3 - "$OUT/results.jsonl" <<'EOF' | tee "$OUT/summary.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+cols = ["sent_per_s", "arrived_per_s", "lateness_p50_ms", "lateness_p99_ms", "lateness_p999_ms",
+        "lateness_max_ms", "early", "lost", "duplicates"]
+print("| workload | system | params | " + " | ".join(cols) + " |")
+print("|" + "---|" * (3 + len(cols)))
+for r in rows:
+    p = r["params"]
+    ps = "rate=%s s=%s delay=%s..%s" % (p["rate"], p["seconds"], p["delay_ms"],
+                                        p["max_delay_ms"] or p["delay_ms"])
+    print("| %s | %s | %s | " % (r["workload"], r["label"], ps)
+          + " | ".join("%.1f" % r["metrics"][c] for c in cols) + " |")
+EOF
