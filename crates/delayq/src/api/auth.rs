@@ -2,7 +2,9 @@
 //! wraps every route: a request without `Authorization: Bearer <token>` naming one of the
 //! configured tokens is answered 401 with `WWW-Authenticate: Bearer` before any handler runs
 //! (its body is never read). `GET /healthz` (and `HEAD`) is exempt, so liveness probes need no
-//! secret; `/readyz` is not, since it reports on the store.
+//! secret; `/readyz` is not, since it reports on the store. So are the dashboard's static assets
+//! (`GET /ui/...`, `ui.rs`), which hold no data: the page asks for a token and sends it on its
+//! own /v1 calls.
 //!
 //! The presented token is compared with every configured token, each with
 //! `subtle::ConstantTimeEq` and without stopping at a match, so the time taken does not reveal
@@ -50,8 +52,9 @@ impl Tokens {
 
 /// Middleware: passes exempt requests and requests with a valid token, answers 401 to the rest.
 pub async fn require_bearer(State(tokens): State<Tokens>, req: Request, next: Next) -> Response {
-    let exempt =
-        req.uri().path() == "/healthz" && matches!(*req.method(), Method::GET | Method::HEAD);
+    let path = req.uri().path();
+    let exempt = matches!(*req.method(), Method::GET | Method::HEAD)
+        && (path == "/healthz" || super::ui::is_public(path));
     if exempt || bearer(req.headers()).is_some_and(|t| tokens.accepts(t)) {
         return next.run(req).await;
     }

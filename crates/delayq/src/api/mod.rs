@@ -1,5 +1,6 @@
 //! The HTTP layer: the compat API (`compat.rs`), the /v1 API (`v1.rs`, described by
-//! `openapi.rs`), health checks and Prometheus metrics (here). Only this module knows HTTP; it
+//! `openapi.rs`), the web dashboard's assets (`ui.rs`), health checks and Prometheus metrics
+//! (here). Only this module knows HTTP; it
 //! validates input, calls the store or the dispatcher, and maps results to responses.
 //!
 //! Cross-cutting layers are applied here, once, for every route: the request body limit
@@ -13,6 +14,7 @@ pub mod auth;
 pub mod compat;
 pub mod openapi;
 pub mod restore;
+pub mod ui;
 pub mod v1;
 
 use crate::callback::{CallbackOptions, Deliverer};
@@ -131,6 +133,7 @@ pub fn router(state: AppState) -> Router {
         .merge(compat::routes())
         .merge(v1::routes())
         .merge(restore::routes())
+        .merge(ui::routes())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(serve_metrics))

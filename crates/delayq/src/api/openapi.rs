@@ -380,6 +380,18 @@ fn paths() -> Value {
                 ok("How many were kicked", "KickTopicReply")
             )
         },
+        "/v1/jobs/{id}/history": {
+            "parameters": [{"$ref": "#/components/parameters/JobId"}],
+            "get": {
+                "operationId": "jobHistory",
+                "summary": "A job's journaled state changes, oldest first (the latest 1,000; docs/journal.md)",
+                "tags": ["jobs"],
+                "responses": responses(map(json!({
+                    "200": ok("The job's history", "History"),
+                    "404": error("`not_found`: the journal has no state change of this job; `journal_disabled`: the server runs without `--journal`")
+                })), false)
+            }
+        },
         "/v1/restore": {
             "post": {
                 "operationId": "restore",
@@ -726,6 +738,22 @@ fn schemas(limits: &Limits) -> Value {
                 "id": or_null(described(schema_ref("JobId"), "Only this job"))
             }
         },
+        "History": {
+            "type": "object",
+            "required": ["history"],
+            "properties": {"history": {"type": "array", "items": schema_ref("HistoryEntry")}}
+        },
+        "HistoryEntry": {
+            "type": "object",
+            "required": ["from", "to", "at_ms", "instance"],
+            "properties": {
+                "from": or_null(described(schema_ref("RowState"), "The state before; null for a new job")),
+                "to": schema_ref("RowState"),
+                "at_ms": described(json!({"type": "integer", "minimum": 0}), "When, Unix ms"),
+                "instance": described(json!({"type": "string"}), "The delayq that made the change (host:pid)")
+            }
+        },
+        "RowState": {"enum": ["delayed", "ready", "reserved", "dead", "finished", "deleted", "skipped"]},
         "RestoreReply": {
             "type": "object",
             "required": ["restored", "already_present", "skipped_overdue", "skipped_finished"],

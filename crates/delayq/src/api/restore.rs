@@ -1,4 +1,5 @@
-//! The restore routes (docs/journal.md): `POST /v1/restore` on the /v1 API, and the seed's
+//! The journal's routes (docs/journal.md): a job's history, `GET /v1/jobs/{id}/history`,
+//! and the restore: `POST /v1/restore` on the /v1 API, and the seed's
 //! `GET /reStore?expire=true|false` and `GET /reStore/{id}` in the compat API's
 //! `{code,message,data}` envelope. Both call [`crate::journal::Journal::restore`] on the
 //! server's store, behind the same authentication as every route.
@@ -27,6 +28,54 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/restore", post(restore_v1))
         .route("/reStore", get(restore_compat_all))
         .route("/reStore/{id}", get(restore_compat_one))
+        .route("/v1/jobs/{id}/history", get(history))
+}
+
+/// One state change of a job in `GET /v1/jobs/{id}/history`.
+#[derive(serde::Serialize)]
+struct HistoryEntry {
+    /// `null` for a push of a new job.
+    from: Option<&'static str>,
+    to: &'static str,
+    at_ms: u64,
+    instance: String,
+}
+
+/// `GET /v1/jobs/{id}/history`: 200 with the job's journaled state changes, oldest first; 404
+/// `journal_disabled` without a journal, 404 `not_found` when the journal has none for it.
+async fn history(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+    let path = "/v1/jobs/{id}/history";
+    let id = match JobId::parse(id) {
+        Ok(id) => id,
+        Err(e) => return ApiError::from_invalid("id", e).into_response(),
+    };
+    let Some(journal) = &state.journal else {
+        return super::refusal(
+            path,
+            StatusCode::NOT_FOUND,
+            "journal_disabled",
+            "this server runs without a journal (--journal): jobs have no recorded history",
+        );
+    };
+    match journal.history(&id).await {
+        Ok(events) if events.is_empty() => ApiError::NotFound.into_response(),
+        Ok(events) => {
+            let history: Vec<HistoryEntry> = events
+                .into_iter()
+                .map(|e| HistoryEntry {
+                    from: e.from.map(|s| s.as_str()),
+                    to: e.to.as_str(),
+                    at_ms: e.at,
+                    instance: e.instance,
+                })
+                .collect();
+            Json(serde_json::json!({ "history": history })).into_response()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "journal: cannot read a job's history");
+            ApiError::StoreUnavailable(e.to_string()).into_response()
+        }
+    }
 }
 
 /// A refusal of the restore itself, in the /v1 error shape.

@@ -289,8 +289,9 @@ settings! {
             flag: "auth-token",
             env: "DELAYQ_AUTH_TOKENS",
             value_name: "TOKEN",
-            help: "Bearer tokens every request but `GET /healthz` must carry; none: no \
-                   authentication; flags show in `ps`, prefer `auth_token_file`",
+            help: "Bearer tokens every request but `GET /healthz` and the dashboard's page \
+                   (`/ui/`) must carry; none: no authentication; flags show in `ps`, prefer \
+                   `auth_token_file`",
             given: Vec<AuthToken>,
             rule: Tokens,
             default: Vec::new(),

@@ -4,12 +4,13 @@
 //! in one transaction.
 
 use super::JournalError;
-use super::row::{JobRow, Op, RowState};
+use super::row::{JobRow, Moved, Op, RowState};
 use super::schema;
 use crate::job::{JobId, UnixMillis};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{MySqlPool, PgPool, Row};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
@@ -66,6 +67,20 @@ fn redact_error(e: &dyn std::fmt::Display, url: &str) -> String {
     e.to_string().replace(url, &crate::server::redact_url(url))
 }
 
+/// Most events [`Db::history`] answers (the latest ones).
+pub const HISTORY_LIMIT: usize = 1_000;
+
+/// A state change of a job, as `delayq_job_events` holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// `None` for a new job (or one the journal did not know).
+    pub from: Option<RowState>,
+    pub to: RowState,
+    pub at: UnixMillis,
+    /// The delayq that made the change (`host:pid`).
+    pub instance: String,
+}
+
 /// A database error as the journal reports it.
 fn db_err(what: &str, e: sqlx::Error) -> JournalError {
     JournalError::Database(format!("{what}: {e}"))
@@ -84,7 +99,12 @@ impl Db {
         };
         let db = match dialect_of(url) {
             Some("postgres") => {
-                let options = PgConnectOptions::from_str(url).map_err(unreachable)?;
+                // Every statement finds its rows by key. Without this, the plan PostgreSQL
+                // caches for a prepared write, made while the table was still empty, scans the
+                // whole table for every write from then on (until autovacuum analyzes it).
+                let options = PgConnectOptions::from_str(url)
+                    .map_err(unreachable)?
+                    .options([("enable_seqscan", "off")]);
                 let pool = PgPoolOptions::new()
                     .max_connections(POOL_SIZE)
                     .acquire_timeout(CONNECT_TIMEOUT)
@@ -119,7 +139,7 @@ impl Db {
 
 /// The statements of one dialect, as methods of [`Db`] matching on it.
 macro_rules! dialect {
-    ($($name:ident: $db:ty, $pool:ident, $migrations:expr, $one:path, $bulk:path, $upsert:expr;)*) => {
+    ($($name:ident: $db:ty, $pool:ident, $migrations:expr, $one:path, $bulk:path, $prune_jobs:expr, $upsert:expr;)*) => {
         $(
         mod $name {
             use super::*;
@@ -205,10 +225,11 @@ macro_rules! dialect {
                 if ops.is_empty() {
                     return Ok(());
                 }
-                let (puts, ends) = last_of(ops);
-                if $bulk(tx, &puts, &ends, ops, instance).await? {
+                let last = last_of(ops);
+                if $bulk(tx, &last, ops, instance).await? {
                     return Ok(());
                 }
+                let Last { puts, moves, ends } = &last;
                 for chunk in puts.chunks(ROWS_PER_STATEMENT) {
                     let mut q = Q::new(
                         "INSERT INTO delayq_jobs (id, topic, queue, body, run_at, ttr_ms, \
@@ -235,6 +256,33 @@ macro_rules! dialect {
                             .push_bind(i(row.changed_at));
                     });
                     q.push($upsert);
+                    q.build().execute(&mut **tx).await?;
+                }
+                for chunk in moves.chunks(ROWS_PER_STATEMENT) {
+                    // No arrays in MySQL: the moves as a derived table of one row each.
+                    let mut q = Q::new("UPDATE delayq_jobs AS j JOIN (");
+                    for (k, m) in chunk.iter().enumerate() {
+                        q.push(if k == 0 { "SELECT " } else { " UNION ALL SELECT " });
+                        q.push_bind(m.id.as_str().to_string())
+                            .push(" AS id, ")
+                            .push_bind(m.state.as_str())
+                            .push(" AS state, CAST(")
+                            .push_bind(i(m.run_at))
+                            .push(" AS SIGNED) AS run_at, CAST(")
+                            .push_bind(i64::from(m.attempts))
+                            .push(" AS SIGNED) AS attempts, CAST(")
+                            .push_bind(m.reserved_until.map(i))
+                            .push(" AS SIGNED) AS reserved_until, CAST(")
+                            .push_bind(i(m.seq))
+                            .push(" AS SIGNED) AS seq, CAST(")
+                            .push_bind(i(m.at))
+                            .push(" AS SIGNED) AS changed_at");
+                    }
+                    q.push(
+                        ") AS m ON j.id = m.id SET j.state = m.state, j.run_at = m.run_at, \
+                         j.attempts = m.attempts, j.reserved_until = m.reserved_until, \
+                         j.seq = m.seq, j.changed_at = m.changed_at",
+                    );
                     q.build().execute(&mut **tx).await?;
                 }
                 for chunk in ends.chunks(ROWS_PER_STATEMENT) {
@@ -386,15 +434,50 @@ macro_rules! dialect {
                     .collect()
             }
 
+            /// The events of job `id`, oldest first (at most [`HISTORY_LIMIT`], the latest).
+            pub async fn history(pool: &sqlx::Pool<$db>, id: &str) -> Result<Vec<Event>, JournalError> {
+                let mut q = Q::new(
+                    "SELECT from_state, to_state, at, instance FROM delayq_job_events WHERE job_id = ",
+                );
+                q.push_bind(id.to_string())
+                    .push(" ORDER BY at DESC, seq DESC LIMIT ")
+                    .push_bind(HISTORY_LIMIT as i64);
+                let rows = q
+                    .build()
+                    .fetch_all(pool)
+                    .await
+                    .map_err(|e| db_err("cannot read the journal", e))?;
+                let mut events = rows
+                    .iter()
+                    .map(|r| {
+                        let e = |e: sqlx::Error| JournalError::Corrupt(e.to_string());
+                        let state = |s: String| {
+                            RowState::parse(&s)
+                                .ok_or_else(|| JournalError::Corrupt(format!("job {id}: state {s}")))
+                        };
+                        Ok(Event {
+                            from: opt_text(r, "from_state").map_err(e)?.map(state).transpose()?,
+                            to: state(text(r, "to_state").map_err(e)?)?,
+                            at: u64::try_from(r.try_get::<i64, _>("at").map_err(e)?).unwrap_or(0),
+                            instance: text(r, "instance").map_err(e)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, JournalError>>()?;
+                events.reverse();
+                Ok(events)
+            }
+
             /// Deletes ended jobs and events older than `before`; returns the rows deleted.
+            /// Ended jobs are found through their ending events (`$prune_jobs`), so the cost
+            /// follows what is pruned, not the table's size; events go after the jobs they end.
             pub async fn prune(pool: &sqlx::Pool<$db>, before: UnixMillis) -> Result<u64, sqlx::Error> {
-                let mut q = Q::new("DELETE FROM delayq_jobs WHERE changed_at < ");
-                q.push_bind(i(before)).push(" AND state IN (");
+                let mut q = Q::new($prune_jobs);
+                q.push_bind(i(before)).push(" AND e.to_state IN (");
                 let mut sep = q.separated(", ");
                 for s in RowState::ENDED {
                     sep.push_bind(s);
                 }
-                q.push(")");
+                q.push(") AND j.state = e.to_state AND j.changed_at < ").push_bind(i(before));
                 let jobs = q.build().execute(pool).await?.rows_affected();
                 let mut q = Q::new("DELETE FROM delayq_job_events WHERE at < ");
                 q.push_bind(i(before));
@@ -424,6 +507,11 @@ macro_rules! dialect {
                 match self { $( Db::$pool(p) => $name::rows(p, after, only, limit).await, )* }
             }
 
+            /// The events of job `id`, oldest first.
+            pub async fn history(&self, id: &str) -> Result<Vec<Event>, JournalError> {
+                match self { $( Db::$pool(p) => $name::history(p, id).await, )* }
+            }
+
             /// Deletes ended jobs and events older than `before`; returns the rows deleted.
             pub async fn prune(&self, before: UnixMillis) -> Result<u64, sqlx::Error> {
                 match self { $( Db::$pool(p) => $name::prune(p, before).await, )* }
@@ -434,6 +522,8 @@ macro_rules! dialect {
 
 dialect! {
     pg: sqlx::Postgres, Postgres, schema::POSTGRES, pg_one, pg_bulk,
+        "DELETE FROM delayq_jobs AS j USING delayq_job_events AS e WHERE j.id = e.job_id \
+         AND e.at < ",
         " ON CONFLICT (id) DO UPDATE SET topic = EXCLUDED.topic, queue = EXCLUDED.queue, \
          body = EXCLUDED.body, run_at = EXCLUDED.run_at, ttr_ms = EXCLUDED.ttr_ms, \
          priority = EXCLUDED.priority, attempts = EXCLUDED.attempts, \
@@ -442,6 +532,8 @@ dialect! {
          state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
          changed_at = EXCLUDED.changed_at";
     my: sqlx::MySql, MySql, schema::MYSQL, no_one, no_bulk,
+        "DELETE j FROM delayq_jobs AS j JOIN delayq_job_events AS e ON j.id = e.job_id \
+         WHERE e.at < ",
         " ON DUPLICATE KEY UPDATE topic = VALUES(topic), queue = VALUES(queue), \
          body = VALUES(body), run_at = VALUES(run_at), ttr_ms = VALUES(ttr_ms), \
          priority = VALUES(priority), attempts = VALUES(attempts), \
@@ -454,29 +546,53 @@ dialect! {
 /// The ends of a run: job, the state it ended in, when.
 type Ends<'a> = [(&'a JobId, RowState, UnixMillis)];
 
-/// The rows a run of ops (no kick of a topic among them) leaves: each job's last op decides,
-/// a put (its row) or an end.
-fn last_of(ops: &[Op]) -> (Vec<&JobRow>, Vec<(&JobId, RowState, UnixMillis)>) {
-    let mut last: HashMap<&JobId, &Op> = HashMap::new();
-    for op in ops {
-        if let Some(id) = op.id() {
-            last.insert(id, op);
-        }
+/// What a run of ops (no kick of a topic among them) leaves of each job, each job in one of
+/// the three: its whole row (a put, with the moves after it in the run applied), its changed
+/// columns (moves only), or its end.
+#[derive(Default)]
+struct Last<'a> {
+    puts: Vec<Cow<'a, JobRow>>,
+    moves: Vec<&'a Moved>,
+    ends: Vec<(&'a JobId, RowState, UnixMillis)>,
+}
+
+fn last_of(ops: &[Op]) -> Last<'_> {
+    enum Left<'a> {
+        Put(Cow<'a, JobRow>),
+        Move(&'a Moved),
+        End(RowState, UnixMillis),
     }
-    let mut puts: Vec<&JobRow> = Vec::new();
-    let mut ends: Vec<(&JobId, RowState, UnixMillis)> = Vec::new();
+    // Jobs in the order first seen, so the statements' rows follow the ops.
+    let mut order: Vec<&JobId> = Vec::new();
+    let mut left: HashMap<&JobId, Left<'_>> = HashMap::new();
     for op in ops {
         let Some(id) = op.id() else { continue };
-        if !std::ptr::eq(last[id], op) {
-            continue;
-        }
-        match op {
-            Op::Put { row, .. } => puts.push(row),
-            Op::End { id, to, at, .. } => ends.push((id, *to, *at)),
-            Op::KickTopic { .. } => {}
+        let next = match op {
+            Op::Put { row, .. } => Left::Put(Cow::Borrowed(row)),
+            Op::Move { moved, .. } => match left.get_mut(id) {
+                Some(Left::Put(row)) => {
+                    moved.apply(row.to_mut());
+                    continue;
+                }
+                _ => Left::Move(moved),
+            },
+            Op::End { to, at, .. } => Left::End(*to, *at),
+            Op::KickTopic { .. } => continue,
+        };
+        if left.insert(id, next).is_none() {
+            order.push(id);
         }
     }
-    (puts, ends)
+    let mut last = Last::default();
+    for id in order {
+        match left.remove(id) {
+            Some(Left::Put(row)) => last.puts.push(row),
+            Some(Left::Move(m)) => last.moves.push(m),
+            Some(Left::End(to, at)) => last.ends.push((id, to, at)),
+            None => {}
+        }
+    }
+    last
 }
 
 /// MySQL writes every batch in an explicit transaction (`write`).
@@ -491,10 +607,14 @@ async fn pg_one(pool: &PgPool, ops: &[Op], instance: &str) -> Result<bool, sqlx:
     if ops.iter().any(|op| matches!(op, Op::KickTopic { .. })) {
         return Ok(false);
     }
-    let (puts, ends) = last_of(ops);
+    let last = last_of(ops);
     let events: Vec<_> = ops.iter().filter_map(event_of).collect();
     let query = sqlx::query(PG_ONE);
-    bind_events(bind_ends(bind_puts(query, &puts), &ends), &events)
+    let query = bind_moves(
+        bind_ends(bind_puts(query, &last.puts), &last.ends),
+        &last.moves,
+    );
+    bind_events(query, &events)
         .bind(instance)
         .execute(pool)
         .await?;
@@ -504,7 +624,7 @@ async fn pg_one(pool: &PgPool, ops: &[Op], instance: &str) -> Result<bool, sqlx:
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 /// A state change: job, from (none for a new job), to, when.
-type Event<'a> = (&'a JobId, Option<RowState>, RowState, UnixMillis);
+type EventRow<'a> = (&'a JobId, Option<RowState>, RowState, UnixMillis);
 
 /// Binds the 3 column arrays of `ends` (id, state, at) after what `query` has bound.
 fn bind_ends<'q>(query: PgQuery<'q>, ends: &Ends<'_>) -> PgQuery<'q> {
@@ -522,8 +642,37 @@ fn bind_ends<'q>(query: PgQuery<'q>, ends: &Ends<'_>) -> PgQuery<'q> {
         .bind(ends.iter().map(|e| i(e.2)).collect::<Vec<_>>())
 }
 
+/// Binds the 7 column arrays of `moves` (id, state, run_at, attempts, reserved_until, seq,
+/// at) after what `query` has bound.
+fn bind_moves<'q>(query: PgQuery<'q>, moves: &[&Moved]) -> PgQuery<'q> {
+    let n = |f: fn(&Moved) -> i64| moves.iter().map(|m| f(m)).collect::<Vec<i64>>();
+    query
+        .bind(
+            moves
+                .iter()
+                .map(|m| m.id.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            moves
+                .iter()
+                .map(|m| m.state.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(n(|m| i(m.run_at)))
+        .bind(n(|m| i64::from(m.attempts)))
+        .bind(
+            moves
+                .iter()
+                .map(|m| m.reserved_until.map(i))
+                .collect::<Vec<_>>(),
+        )
+        .bind(n(|m| i(m.seq)))
+        .bind(n(|m| i(m.at)))
+}
+
 /// Binds the 4 column arrays of `events` (id, from, to, at) after what `query` has bound.
-fn bind_events<'q>(query: PgQuery<'q>, events: &[Event<'_>]) -> PgQuery<'q> {
+fn bind_events<'q>(query: PgQuery<'q>, events: &[EventRow<'_>]) -> PgQuery<'q> {
     query
         .bind(
             events
@@ -547,7 +696,7 @@ fn bind_events<'q>(query: PgQuery<'q>, events: &[Event<'_>]) -> PgQuery<'q> {
 }
 
 /// Binds the 16 column arrays of `puts` ($1 to $16).
-fn bind_puts<'q>(query: PgQuery<'q>, puts: &[&JobRow]) -> PgQuery<'q> {
+fn bind_puts<'q>(query: PgQuery<'q>, puts: &[Cow<'_, JobRow>]) -> PgQuery<'q> {
     let s = |f: fn(&JobRow) -> String| puts.iter().map(|r| f(r)).collect::<Vec<String>>();
     let n = |f: fn(&JobRow) -> i64| puts.iter().map(|r| f(r)).collect::<Vec<i64>>();
     query
@@ -588,8 +737,7 @@ fn bind_puts<'q>(query: PgQuery<'q>, puts: &[&JobRow]) -> PgQuery<'q> {
 /// MySQL has no arrays: its rows go in multi-row statements (`write_run`).
 async fn no_bulk(
     _: &mut sqlx::Transaction<'static, sqlx::MySql>,
-    _: &[&JobRow],
-    _: &Ends<'_>,
+    _: &Last<'_>,
     _: &[Op],
     _: &str,
 ) -> Result<bool, sqlx::Error> {
@@ -601,13 +749,18 @@ async fn no_bulk(
 /// whatever the batch's size.
 async fn pg_bulk(
     tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    puts: &[&JobRow],
-    ends: &Ends<'_>,
+    last: &Last<'_>,
     ops: &[Op],
     instance: &str,
 ) -> Result<bool, sqlx::Error> {
+    let Last { puts, moves, ends } = last;
     if !puts.is_empty() {
         bind_puts(sqlx::query(PG_UPSERT), puts)
+            .execute(&mut **tx)
+            .await?;
+    }
+    if !moves.is_empty() {
+        bind_moves(sqlx::query(PG_MOVE), moves)
             .execute(&mut **tx)
             .await?;
     }
@@ -658,17 +811,51 @@ macro_rules! pg_upsert {
 /// PostgreSQL's upsert of job rows, one array per column.
 const PG_UPSERT: &str = pg_upsert!();
 
+/// PostgreSQL's update of the changing columns of moved jobs, one array per column from
+/// `$first` on (7 arrays). A macro, so that [`PG_ONE`] can contain it. Neither `state` nor
+/// any other column it sets is indexed, so PostgreSQL can make each a heap-only update (no
+/// index entry written; schema.rs).
+macro_rules! pg_move {
+    ($a:literal, $b:literal, $c:literal, $d:literal, $e:literal, $f:literal, $g:literal) => {
+        concat!(
+            "UPDATE delayq_jobs AS j SET state = m.state, run_at = m.run_at, \
+            attempts = m.attempts, reserved_until = m.reserved_until, seq = m.seq, \
+            changed_at = m.at FROM UNNEST(",
+            $a,
+            "::varchar[], ",
+            $b,
+            "::varchar[], ",
+            $c,
+            "::int8[], ",
+            $d,
+            "::int8[], ",
+            $e,
+            "::int8[], ",
+            $f,
+            "::int8[], ",
+            $g,
+            "::int8[]) AS m(id, state, run_at, attempts, reserved_until, seq, at) \
+            WHERE j.id = m.id"
+        )
+    };
+}
+
+/// PostgreSQL's update of moved jobs alone ($1–$7).
+const PG_MOVE: &str = pg_move!("$1", "$2", "$3", "$4", "$5", "$6", "$7");
+
 /// PostgreSQL's whole batch in one statement: the job rows ($1–$16, as [`PG_UPSERT`]), the
-/// ends ($17–$19) and the events ($20–$23, instance $24).
+/// ends ($17–$19), the moves ($20–$26) and the events ($27–$30, instance $31). Each job is
+/// in one of puts, ends and moves ([`last_of`]), so no row is changed twice.
 const PG_ONE: &str = concat!(
     "WITH puts AS (",
     pg_upsert!(),
     "), ends AS (UPDATE delayq_jobs AS j SET state = e.state, changed_at = e.at \
     FROM UNNEST($17::varchar[], $18::varchar[], $19::int8[]) AS e(id, state, at) \
-    WHERE j.id = e.id) \
-    INSERT INTO delayq_job_events (job_id, from_state, to_state, at, instance) \
-    SELECT e.id, e.from_state, e.to_state, e.at, $24 \
-    FROM UNNEST($20::varchar[], $21::varchar[], $22::varchar[], $23::int8[]) \
+    WHERE j.id = e.id), moves AS (",
+    pg_move!("$20", "$21", "$22", "$23", "$24", "$25", "$26"),
+    ") INSERT INTO delayq_job_events (job_id, from_state, to_state, at, instance) \
+    SELECT e.id, e.from_state, e.to_state, e.at, $31 \
+    FROM UNNEST($27::varchar[], $28::varchar[], $29::varchar[], $30::int8[]) \
     AS e(id, from_state, to_state, at)"
 );
 
@@ -761,7 +948,7 @@ fn i(v: u64) -> i64 {
 }
 
 /// The event row of an op: job id, from, to, time.
-fn event_of(op: &Op) -> Option<Event<'_>> {
+fn event_of(op: &Op) -> Option<EventRow<'_>> {
     match op {
         Op::Put { row, from } => Some((
             &row.spec.id,
@@ -769,7 +956,83 @@ fn event_of(op: &Op) -> Option<Event<'_>> {
             row.state,
             row.changed_at,
         )),
+        Op::Move { moved, from } => Some((
+            &moved.id,
+            from.map(RowState::Live),
+            RowState::Live(moved.state),
+            moved.at,
+        )),
         Op::End { id, from, to, at } => Some((id, from.map(RowState::Live), *to, *at)),
         Op::KickTopic { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{JobSpec, JobState, Topic};
+
+    fn pushed(id: &str) -> Op {
+        let spec = JobSpec::new(
+            Topic::parse("t").unwrap(),
+            JobId::parse(id).unwrap(),
+            "b",
+            10,
+        );
+        Op::Put {
+            row: JobRow::of_push(&spec, 5),
+            from: None,
+        }
+    }
+
+    fn reserved(id: &str, at: UnixMillis) -> Op {
+        Op::Move {
+            moved: Moved {
+                id: JobId::parse(id).unwrap(),
+                state: JobState::Reserved,
+                run_at: 10,
+                attempts: 1,
+                reserved_until: Some(at + 1_000),
+                seq: 7,
+                at,
+            },
+            from: Some(JobState::Ready),
+        }
+    }
+
+    #[test]
+    fn each_job_leaves_one_row_change_and_a_move_after_a_put_is_folded_into_it() {
+        let end = Op::End {
+            id: JobId::parse("c").unwrap(),
+            from: Some(JobState::Reserved),
+            to: RowState::Finished,
+            at: 30,
+        };
+        let ops = vec![
+            pushed("a"),
+            reserved("b", 11),
+            reserved("a", 12),
+            reserved("c", 13),
+            end,
+        ];
+        let last = last_of(&ops);
+        assert_eq!(last.puts.len(), 1);
+        let a = &last.puts[0];
+        assert_eq!(a.spec.id.as_str(), "a");
+        assert_eq!(a.state, RowState::Live(JobState::Reserved));
+        assert_eq!(
+            (a.attempts, a.reserved_until, a.changed_at),
+            (1, Some(1_012), 12)
+        );
+        assert_eq!(a.spec.body, "b", "the pushed row keeps its spec");
+        let moved: Vec<&str> = last.moves.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(moved, ["b"]);
+        assert_eq!(last.ends.len(), 1);
+        assert_eq!(
+            (last.ends[0].0.as_str(), last.ends[0].1),
+            ("c", RowState::Finished)
+        );
+        // Every op is still an event.
+        assert_eq!(ops.iter().filter_map(event_of).count(), 5);
     }
 }

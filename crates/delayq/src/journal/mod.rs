@@ -24,16 +24,16 @@ pub mod row;
 pub mod schema;
 mod writer;
 
-pub use db::check_url;
+pub use db::{Event, HISTORY_LIMIT, check_url};
 pub use restore::{Overdue, RestoreCounts, RestoreError, RestoreOptions};
 pub use writer::LagGauges;
 
 use crate::clock::Clock;
-use crate::job::{JobSpec, JobState, UnixMillis};
+use crate::job::{JobId, JobSpec, JobState, UnixMillis};
 use crate::store::hook::{Call, Hooked, Reply, StoreHook};
 use crate::store::{PushOutcome, StoreError, StoreResult};
 use db::Db;
-use row::{JobRow, Op, RowState};
+use row::{JobRow, Moved, Op, RowState};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -186,6 +186,13 @@ impl Journal {
         }
     }
 
+    /// The journaled state changes of job `id`, oldest first (the latest
+    /// [`HISTORY_LIMIT`]); empty when the journal has none (never pushed while journaled, or
+    /// pruned).
+    pub async fn history(&self, id: &JobId) -> Result<Vec<Event>, JournalError> {
+        self.inner.db.history(id.as_str()).await
+    }
+
     /// Closes the database connections (tests drop their database after).
     pub async fn close(&self) {
         self.inner.db.close().await;
@@ -209,8 +216,8 @@ fn changes(call: &Call<'_>) -> bool {
 
 /// The ops of a call's successful answer, at `at` where the call gives no time.
 fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis) -> Vec<Op> {
-    let put = |job: &crate::job::Job, from: Option<JobState>| Op::Put {
-        row: JobRow::of_job(job, at),
+    let moved = |job: &crate::job::Job, from: Option<JobState>| Op::Move {
+        moved: Moved::of_job(job, at),
         from,
     };
     let end = |id: &crate::job::JobId, from: JobState, to: RowState| Op::End {
@@ -255,7 +262,10 @@ fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis)
                 .collect(),
             _ => Vec::new(),
         },
-        Reply::Reserve(jobs) => jobs.iter().map(|j| put(j, Some(JobState::Ready))).collect(),
+        Reply::Reserve(jobs) => jobs
+            .iter()
+            .map(|j| moved(j, Some(JobState::Ready)))
+            .collect(),
         Reply::Finish(s) => match call {
             Call::Finish { id } => vec![end(id, s, RowState::Finished)],
             _ => Vec::new(),
@@ -272,10 +282,14 @@ fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis)
             Call::Delete { id } => vec![end(id, s, RowState::Deleted)],
             _ => Vec::new(),
         },
-        Reply::Release(j) | Reply::Touch(j) => vec![put(j, Some(JobState::Reserved))],
-        Reply::Bury(j) => vec![put(j, None)],
-        Reply::Kick(j) => vec![put(j, Some(JobState::Dead))],
-        Reply::Reschedule { job, previous } => vec![put(job, Some(previous))],
+        Reply::Release(j) | Reply::Touch(j) => vec![moved(j, Some(JobState::Reserved))],
+        Reply::Bury(j) => vec![moved(j, None)],
+        Reply::Kick(j) => vec![moved(j, Some(JobState::Dead))],
+        // A reschedule may change the body and priority: the whole row.
+        Reply::Reschedule { job, previous } => vec![Op::Put {
+            row: JobRow::of_job(job, at),
+            from: Some(previous),
+        }],
         Reply::KickTopic(n) => match call {
             // The kicked jobs are ready from the kick's `now` on, as the store made them.
             Call::KickTopic { topic, now, .. } if n > 0 => vec![Op::KickTopic {

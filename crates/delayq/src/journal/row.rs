@@ -58,6 +58,7 @@ pub struct JobRow {
 }
 
 impl JobRow {
+    /// A job as it is after a transition at `at`.
     pub fn of_job(job: &Job, at: UnixMillis) -> JobRow {
         JobRow {
             spec: job.spec.clone(),
@@ -147,11 +148,57 @@ impl JobRow {
     }
 }
 
+/// The columns a transition by id other than a reschedule changes (reserve, release, touch,
+/// bury, kick): everything of the job but its spec, whose only changing field is `run_at`. (A
+/// reschedule may change the body and priority too: it writes the whole row.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    pub id: JobId,
+    pub state: JobState,
+    pub run_at: UnixMillis,
+    pub attempts: u32,
+    pub reserved_until: Option<UnixMillis>,
+    pub seq: u64,
+    /// The transition's time (`changed_at`).
+    pub at: UnixMillis,
+}
+
+impl Moved {
+    pub fn of_job(job: &Job, at: UnixMillis) -> Moved {
+        Moved {
+            id: job.spec.id.clone(),
+            state: job.state,
+            run_at: job.spec.run_at,
+            attempts: job.attempts,
+            reserved_until: job.reserved_until,
+            seq: job.seq,
+            at,
+        }
+    }
+
+    /// `row` after this move.
+    pub fn apply(&self, row: &mut JobRow) {
+        row.state = RowState::Live(self.state);
+        row.spec.run_at = self.run_at;
+        row.attempts = self.attempts;
+        row.reserved_until = self.reserved_until;
+        row.seq = self.seq;
+        row.changed_at = self.at;
+    }
+}
+
 /// One acknowledged change, as the writer applies it.
 #[derive(Debug, Clone)]
 pub enum Op {
-    /// The job's row as it now is, and the state it came from (`None`: new, or unknown).
+    /// The job's whole row as it now is (a push, a restore, a reschedule), and the state it
+    /// came from (`None`: new, or unknown).
     Put { row: JobRow, from: Option<JobState> },
+    /// A transition by id: only the row's changing columns are written (a row that does not
+    /// exist, a job pushed before the journal was enabled, stays absent).
+    Move {
+        moved: Moved,
+        from: Option<JobState>,
+    },
     /// The job no longer exists (`to` is finished, deleted or skipped).
     End {
         id: JobId,
@@ -173,6 +220,7 @@ impl Op {
     pub fn id(&self) -> Option<&JobId> {
         match self {
             Op::Put { row, .. } => Some(&row.spec.id),
+            Op::Move { moved, .. } => Some(&moved.id),
             Op::End { id, .. } => Some(id),
             Op::KickTopic { .. } => None,
         }

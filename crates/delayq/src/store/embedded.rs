@@ -5,14 +5,16 @@
 //! lives in memory in the engine behind a mutex; every job record is also on disk, in redb's
 //! `jobs` table as of the last checkpoint and in the logs since, and [`EmbeddedStore::open`]
 //! replays the logs into redb and rebuilds the engine from it. A transition runs under the lock
-//! and queues its changes to the single writer thread (`writer.rs`) before the lock is
-//! released, so disk order is engine order; the caller then waits for the writer's
-//! acknowledgement. The writer appends everything queued to the log as one frame and fsyncs
-//! it, so concurrent callers share one fsync; a checkpoint thread moves the logged changes into
-//! redb every second. A transition that changed nothing (a refusal, a reserve that found no
-//! job, a tick with nothing due) answers at once. The timer's passes (`tick`) do not wait at
-//! all: their changes are lazy commits (`writer.rs`), made durable by the next acknowledged
-//! transition, since a restart redoes a lost promotion or expiry by itself.
+//! and queues its changes before the lock is released, so disk order is engine order; the
+//! caller then waits outside the lock. The log's group commit (`writer.rs`) has no writer
+//! thread in a request's path: the first request that finds the log idle leads, appending
+//! everything queued as one frame and fsyncing it, while the requests queued meanwhile wait
+//! for its answer or for the lead; so concurrent callers share one fsync. A checkpoint thread
+//! moves the logged changes into redb every second. A transition that changed nothing (a
+//! refusal, a reserve that found no job, a tick with nothing due) answers at once. The timer's
+//! passes (`tick`) do not wait at all: their changes are lazy commits (`writer.rs`), made
+//! durable by the next acknowledged transition, since a restart redoes a lost promotion or
+//! expiry by itself.
 //!
 //! Guarantees: an acknowledged transition survives a crash (kill -9, power loss as far as fsync
 //! goes). Reads (`get`, `stats`, and refusals) see the engine, which may be ahead of the disk by
@@ -39,11 +41,11 @@ use redb::{
 use std::error::Error;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
-use tokio::sync::{broadcast, oneshot};
-use writer::{Commit, FORMAT_VERSION_KEY, Failure, JOBS, META, Writer};
+use tokio::sync::broadcast;
+use writer::{FORMAT_VERSION_KEY, GroupCommit, JOBS, META, Ticket};
 
 /// Name of the redb file inside the data directory.
 pub const DB_FILE_NAME: &str = "delayq.redb";
@@ -63,66 +65,40 @@ pub struct EmbeddedOptions {
 /// docs for its guarantees.
 pub type EmbeddedStore = EngineStore<WriteAhead>;
 
-/// The embedded store's durability: the queue to the writer thread, which logs each commit
-/// (`writer.rs`), and what the writer reports back.
+/// The embedded store's durability: the write-ahead log's group commit (`writer.rs`), in
+/// which the request that finds the log idle writes and syncs it for everyone queued.
 pub struct WriteAhead {
-    /// `None` only while dropping: closing it lets the writer finish what is queued.
-    queue: Option<mpsc::Sender<Commit>>,
-    /// Why the store stopped, once a commit failed (set by the writer).
-    failure: Failure,
-    inject_failure: Arc<AtomicBool>,
-    /// Joined on drop, so the database (and its lock) is closed when the store is gone and the
-    /// directory can be opened again at once.
-    writer: Option<JoinHandle<()>>,
-}
-
-/// The error of a call that found the writer gone.
-fn writer_stopped() -> StoreError {
-    StoreError::Unavailable("the embedded store writer has stopped".into())
+    log: Arc<GroupCommit>,
+    /// Joined on drop, after it has checkpointed everything, so the database (and its lock)
+    /// is closed when the store is gone and the directory can be opened again at once.
+    housekeeper: Option<JoinHandle<()>>,
 }
 
 impl Durability for WriteAhead {
     const KIND: &'static str = "embedded";
 
-    type Ack = oneshot::Receiver<StoreResult<()>>;
+    type Ack = Ticket;
 
     fn check(&self) -> StoreResult<()> {
-        match self.failure.get() {
-            Some(reason) => Err(writer::failed_error(reason)),
-            None => Ok(()),
-        }
+        self.log.check()
     }
 
-    /// Queues the changes to the writer. A lazy commit has no acknowledgement and leaves its
-    /// events to go out now; any other holds its events back until the writer has synced it.
+    /// Queues the changes for the next leader. A lazy commit has no acknowledgement and
+    /// leaves its events to go out now; any other holds its events back until it is synced.
     fn commit(&self, fx: &mut Effects, lazy: bool) -> StoreResult<Option<Self::Ack>> {
-        let (ack, acked, events) = if lazy {
-            (None, None, Vec::new())
-        } else {
-            let (ack, acked) = oneshot::channel();
-            (Some(ack), Some(acked), std::mem::take(&mut fx.events))
-        };
-        let commit = Commit {
-            changes: std::mem::take(&mut fx.changes),
-            events,
-            ack,
-        };
-        match self.queue.as_ref().map(|q| q.send(commit)) {
-            Some(Ok(())) => Ok(acked),
-            _ => Err(writer_stopped()),
-        }
+        self.log.commit(fx, lazy)
     }
 
     async fn wait(ack: Self::Ack) -> StoreResult<()> {
-        ack.await.unwrap_or_else(|_| Err(writer_stopped()))
+        ack.wait().await
     }
 }
 
 impl Drop for WriteAhead {
     fn drop(&mut self) {
-        self.queue = None;
-        if let Some(w) = self.writer.take() {
-            let _ = w.join();
+        self.log.stop();
+        if let Some(h) = self.housekeeper.take() {
+            let _ = h.join();
         }
     }
 }
@@ -170,23 +146,8 @@ impl EmbeddedStore {
         let engine = Engine::load(jobs);
 
         let events = broadcast::channel(EVENT_CHANNEL_CAPACITY).0;
-        let failure = Failure::default();
-        let inject_failure = Arc::new(AtomicBool::new(false));
-        let (queue, rx) = mpsc::channel();
-        let writer = Writer {
-            db: Some(db),
-            file: file.clone(),
-            dir: dir.clone(),
-            generation,
-            queue: rx,
-            events: events.clone(),
-            failure: failure.clone(),
-            inject_failure: inject_failure.clone(),
-        };
-        let writer = std::thread::Builder::new()
-            .name("delayq-embedded-writer".into())
-            .spawn(move || writer.run())
-            .map_err(|e| StoreError::unavailable("cannot start the embedded store writer", e))?;
+        let (log, housekeeper) =
+            GroupCommit::start(db, file.clone(), dir.clone(), generation, events.clone())?;
         tracing::info!(
             file = %file.display(),
             jobs = n,
@@ -194,10 +155,8 @@ impl EmbeddedStore {
             "embedded store opened"
         );
         let durability = WriteAhead {
-            queue: Some(queue),
-            failure,
-            inject_failure,
-            writer: Some(writer),
+            log,
+            housekeeper: Some(housekeeper),
         };
         Ok(EngineStore::with_durability(engine, events, durability))
     }
@@ -206,6 +165,7 @@ impl EmbeddedStore {
     #[doc(hidden)]
     pub fn fail_next_commit_for_tests(&self) {
         self.durability()
+            .log
             .inject_failure
             .store(true, Ordering::SeqCst);
     }

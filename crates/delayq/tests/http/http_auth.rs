@@ -2,8 +2,8 @@
 //! every route of docs/api.md and docs/compat.md, `/readyz`, `/metrics` and `/v1/openapi.json`
 //! refuse a request without a token, with a wrong one, or with the right one under another
 //! scheme (401, `WWW-Authenticate: Bearer`, the body of the path's API), and serve it with a
-//! right one; `/healthz` never asks. With no token configured, nothing asks. Also over a real
-//! socket with the Rust client. Authentication does not depend on the store, so the memory
+//! right one; `/healthz` and the dashboard's static assets (`/ui/...`) never ask. With no token
+//! configured, nothing asks. Also over a real socket with the Rust client. Authentication does not depend on the store, so the memory
 //! store serves.
 
 use crate::support;
@@ -203,6 +203,34 @@ async fn healthz_needs_no_token() {
     }
     let (status, _, _) = call(&app, "HEAD", "/healthz", "", None).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// The dashboard's static assets hold no data: served without a token (GET and HEAD only), with
+/// their content type and ETag; the data the page shows needs the token (`ENDPOINTS`).
+#[tokio::test]
+async fn dashboard_assets_need_no_token() {
+    let b = Backend::memory().await;
+    let app = TestApp::with_config(&b, with_tokens(&[TOKEN]));
+    for (path, content_type) in [
+        ("/ui/", "text/html; charset=utf-8"),
+        ("/ui/app.js", "text/javascript; charset=utf-8"),
+        ("/ui/app.css", "text/css; charset=utf-8"),
+    ] {
+        for method in ["GET", "HEAD"] {
+            let (status, headers, _) = call(&app, method, path, "", None).await;
+            assert_eq!(status, StatusCode::OK, "{method} {path}");
+            assert_eq!(headers[header::CONTENT_TYPE], content_type, "{path}");
+            assert!(headers.contains_key(header::ETAG), "{path}");
+        }
+        let (status, _, _) = call(&app, "POST", path, "", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "POST {path}");
+    }
+    let (status, headers, _) = call(&app, "GET", "/ui", "", None).await;
+    assert_eq!(status, StatusCode::PERMANENT_REDIRECT);
+    assert_eq!(headers[header::LOCATION], "/ui/");
+    // An unknown asset is a plain 404: there is nothing behind /ui/ to protect.
+    let (status, _, _) = call(&app, "GET", "/ui/nothing.js", "", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]

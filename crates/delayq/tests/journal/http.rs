@@ -1,6 +1,7 @@
-//! The restore routes over a journaled server: `POST /v1/restore`, the compat `GET /reStore`
+//! The journal's routes over a journaled server: `POST /v1/restore`, the compat `GET /reStore`
 //! and `GET /reStore/{id}`, a restore while another runs (409), a server without a journal
-//! (409 `no_journal`) and bad input (400 naming the field).
+//! (409 `no_journal`) and bad input (400 naming the field); a job's history,
+//! `GET /v1/jobs/{id}/history`.
 
 use crate::db::TestDb;
 use crate::restore::open_journal;
@@ -25,6 +26,7 @@ journal_tests!(
     restore_answers_counts_on_v1_and_in_the_compat_envelope,
     a_restore_while_another_runs_is_refused_with_409,
     the_cli_restores_what_redis_lost,
+    a_jobs_history_lists_its_state_changes_oldest_first,
 );
 
 /// A server over `store` with `journal`.
@@ -114,6 +116,68 @@ async fn without_a_journal_restore_is_refused_with_409() {
     let r = plain.get("/reStore?expire=false").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json["code"], 1);
+}
+
+async fn a_jobs_history_lists_its_state_changes_oldest_first(db: &TestDb) {
+    let journal = open_journal(db, JournalMode::Sync).await;
+    let server = app(Arc::new(MemoryStore::new()), Some(journal.clone()));
+    let r = server
+        .post("/v1/jobs", json!({"topic": "t", "id": "h", "delay_ms": 0}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    let r = server
+        .post("/v1/reserve", json!({"topics": ["t"], "timeout_ms": 0}))
+        .await;
+    assert_eq!(r.json["jobs"][0]["id"], "h", "{:?}", r.json);
+    let r = server.post("/v1/jobs/h/release", json!({})).await;
+    assert!(r.status.is_success(), "{:?}", r.json);
+    let r = server
+        .post("/v1/reserve", json!({"topics": ["t"], "timeout_ms": 0}))
+        .await;
+    assert_eq!(r.json["jobs"][0]["id"], "h", "{:?}", r.json);
+    let r = server.post("/v1/jobs/h/finish", json!({})).await;
+    assert!(r.status.is_success(), "{:?}", r.json);
+
+    let r = server.get("/v1/jobs/h/history").await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    let history = r.json["history"].as_array().unwrap();
+    let steps: Vec<(serde_json::Value, serde_json::Value)> = history
+        .iter()
+        .map(|e| (e["from"].clone(), e["to"].clone()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (json!(null), json!("ready")),
+            (json!("ready"), json!("reserved")),
+            (json!("reserved"), json!("ready")),
+            (json!("ready"), json!("reserved")),
+            (json!("reserved"), json!("finished")),
+        ]
+    );
+    let times: Vec<u64> = history
+        .iter()
+        .map(|e| e["at_ms"].as_u64().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert!(
+        history
+            .iter()
+            .all(|e| !e["instance"].as_str().unwrap().is_empty())
+    );
+
+    let r = server.get("/v1/jobs/never-pushed/history").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.json["error"]["code"], "not_found");
+    journal.close().await;
+}
+
+#[tokio::test]
+async fn without_a_journal_history_is_404_journal_disabled() {
+    let plain = app(Arc::new(MemoryStore::new()), None);
+    let r = plain.get("/v1/jobs/a/history").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.json["error"]["code"], "journal_disabled");
 }
 
 /// Holds every push, once armed, until a permit is added.

@@ -1,5 +1,5 @@
-//! Shared test support: real backing services and the per-backend test macro. Each of the
-//! three test binaries (store, http, faults) includes this module once, by `#[path]`, and uses
+//! Shared test support: real backing services and the per-backend test macro. Each test binary
+//! (store, http, faults, journal, browser) includes this module once, by `#[path]`, and uses
 //! a subset of it, hence `dead_code` is allowed.
 #![allow(dead_code)]
 

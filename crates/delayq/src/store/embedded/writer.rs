@@ -1,28 +1,43 @@
-//! The embedded store's single writer: a thread that turns queued job changes into durable
-//! commits, many callers per fsync (group commit), and the checkpoint thread behind it that
-//! owns the redb [`Database`].
+//! The embedded store's group commit: how queued job changes become durable, many callers per
+//! fsync, with no thread between a request and its fsync; and the checkpoint thread behind it
+//! that owns the redb [`Database`].
 //!
-//! Callers queue a [`Commit`] (while holding the engine lock, so the queue is in engine order)
-//! and wait for its acknowledgement. The writer takes everything queued, appends the last state
-//! of each job it touches to the write-ahead log as one frame (`wal.rs`), `fdatasync`s it, and
-//! only then acknowledges each commit and publishes its events. It decides nothing about jobs;
-//! it does not read (the store loads at open, before this thread starts).
+//! **Leader and followers** (as RocksDB's write thread). A transition queues a [`Commit`]
+//! (while holding the engine lock, so the queue is in engine order, `engine_store.rs`) and then
+//! waits for its [`Ticket`] outside the lock. The first acknowledged commit that finds no
+//! leader becomes the leader: in its own task it takes everything queued (up to
+//! [`MAX_CHANGES_PER_COMMIT`] changes), appends the last state of each job it touches to the
+//! write-ahead log as one frame (`wal.rs`), `fdatasync`s it, and only then answers every commit
+//! in the batch and publishes their events, in queue order. Commits queued while it writes
+//! are followers: each waits on its own channel. When the leader's own commit is done it hands
+//! the lead to the oldest follower still waiting (which then writes everything queued behind
+//! it), or, if none is, leaves the log idle; then it answers its own caller. So the requests
+//! in flight share each fsync, and no request crosses to another thread and back to reach the
+//! disk. A leader in a tokio worker thread runs its writes inside
+//! [`tokio::task::block_in_place`], so the runtime moves that worker's other tasks to a
+//! thread that is not blocked on the disk.
 //!
-//! **Checkpoints.** Every [`CHECKPOINT_EVERY`] (or [`CHECKPOINT_BYTES`] of log), the writer
-//! starts a new log and hands the changes logged since the last checkpoint to the checkpoint
-//! thread, which writes them to redb in one durable transaction and then retires the old log
-//! (kept as the spare the next new log is written over, `wal.rs`). Appending a frame is one
-//! small sequential write, where a redb commit per group of requests would rewrite many pages
-//! of the B-tree; redb gets one transaction per checkpoint instead. Opening the store replays
-//! whatever logs are left (`embedded.rs`).
+//! **The housekeeper** thread does what no request may be waiting for: every
+//! [`HOUSEKEEPING_EVERY`], if nobody leads, it leads itself, to write and sync lazy commits
+//! left queued and to start a checkpoint that is due; and when the store stops it writes
+//! what is left and checkpoints everything. It decides nothing about jobs; nothing here reads
+//! (the store loads at open).
+//!
+//! **Checkpoints.** Every [`CHECKPOINT_EVERY`] (or [`CHECKPOINT_BYTES`] of log), the leader
+//! starts a new log after its batch and hands the changes logged since the last checkpoint to
+//! the checkpoint thread, which writes them to redb in one durable transaction and then
+//! retires the old log (kept as the spare the next new log is written over, `wal.rs`).
+//! Appending a frame is one small sequential write, where a redb commit per group of requests
+//! would rewrite many pages of the B-tree; redb gets one transaction per checkpoint instead.
+//! Opening the store replays whatever logs are left (`embedded.rs`).
 //!
 //! **Lazy commits** (the timer's passes: promotions and TTR expiries, which a restart redoes by
-//! itself) have no acknowledgement and no events to hold back. A batch of only lazy commits is
-//! appended without an fsync; the next acknowledged commit's fsync covers it, as every frame
-//! before it. So an acknowledged transition still never depends on an unwritten one, and a
-//! crash loses at most timer work that is redone. A lazy commit stays without an fsync for at
-//! most [`LAZY_WINDOW`] (then the thread syncs the log); stopping the store checkpoints
-//! everything, so a graceful stop leaves nothing to redo (`embedded_store.rs` checks that).
+//! itself) have no acknowledgement and no events to hold back. They wait in the queue for the
+//! next leader, whose fsync covers them, as every commit queued before its own; so an
+//! acknowledged transition still never depends on an unwritten one, and a crash loses at most
+//! timer work that is redone. When no request comes, the housekeeper writes them within
+//! [`HOUSEKEEPING_EVERY`]; stopping the store checkpoints everything, so a graceful stop
+//! leaves nothing to redo (`embedded_store.rs` checks that).
 //!
 //! After a failed commit or checkpoint the store never writes again: later commits may depend
 //! on the lost one (a finish whose push was not written, or a push whose earlier removal was
@@ -31,15 +46,15 @@
 
 use super::{record, wal};
 use crate::job::{Job, JobId};
-use crate::store::engine::Change;
-use crate::store::{Cause, StoreError, StoreEvent};
+use crate::store::engine::{Change, Effects};
+use crate::store::{Cause, StoreError, StoreEvent, StoreResult};
 use redb::{Database, Durability, TableDefinition};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::RecvTimeoutError;
-use std::sync::{Arc, OnceLock, mpsc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, mpsc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, oneshot};
 
@@ -49,243 +64,336 @@ pub const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 
-/// Stop draining the queue into one commit past this many changes, so one commit (and the
-/// latency of everyone in it) stays bounded under a flood of batch pushes.
+/// A leader stops taking queued commits into one batch past this many changes, so one batch
+/// (and the latency of everyone in it) stays bounded under a flood of batch pushes.
 const MAX_CHANGES_PER_COMMIT: usize = 50_000;
 
-/// Longest a lazy commit goes without an fsync after it (see the module docs).
-const LAZY_WINDOW: Duration = Duration::from_secs(1);
+/// How often the housekeeper looks for work no request leads (see the module docs): the
+/// longest a lazy commit waits for its write and fsync on an idle store.
+const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(250);
 
 /// How often the log is checkpointed into redb, at most; and after how many bytes of log.
 /// Bounds the log's size and the memory holding its changes until their checkpoint.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 const CHECKPOINT_BYTES: u64 = 16 << 20;
-/// Checkpoints handed over and not yet written to redb before the writer waits for one: if
+/// Checkpoints handed over and not yet written to redb before a leader waits for one: if
 /// redb ever fell behind, commits slow down instead of logs and memory piling up.
 const CHECKPOINTS_PENDING: usize = 2;
 
-/// One transition's changes, queued for the writer.
-pub struct Commit {
-    pub changes: Vec<Change>,
-    /// Published only once `changes` are durable (empty for a lazy commit: its caller
-    /// published them when it queued it).
-    pub events: Vec<StoreEvent>,
-    /// Answered after the commit that contains `changes`; `None` for a lazy commit, which
-    /// nobody waits for and which may be written without an fsync.
-    pub ack: Option<oneshot::Sender<Result<(), StoreError>>>,
-}
-
-/// Set once, by the writer or the checkpoint thread, when a write fails: the reason every
-/// later request is refused with.
+/// Set once, by a leader or the checkpoint thread, when a write fails: the reason every later
+/// request is refused with.
 pub type Failure = Arc<OnceLock<Cause>>;
 
 /// Changes logged since the last checkpoint: each job's last state (`None`: removed).
 type Changes = HashMap<String, Option<Vec<u8>>>;
 
-pub struct Writer {
-    /// Handed to the checkpoint thread when the writer starts.
-    pub db: Option<Database>,
-    /// The redb file (for messages) and the data directory (for the logs).
-    pub file: PathBuf,
-    pub dir: PathBuf,
-    /// The generation of the first log this writer creates (above every existing one).
-    pub generation: u64,
-    pub queue: mpsc::Receiver<Commit>,
-    pub events: broadcast::Sender<StoreEvent>,
-    pub failure: Failure,
-    /// Makes the next commit fail as if the disk had refused it (tests of the failure path).
-    pub inject_failure: Arc<AtomicBool>,
+/// What a waiting commit is told: it is done (durable, or failed), or its waiter is to lead.
+enum Turn {
+    Done(StoreResult<()>),
+    Lead,
 }
 
-/// What the writer thread keeps between batches: the log it appends to and the changes the
-/// next checkpoint takes.
-struct WriterState {
+/// One transition's changes, queued for the next leader.
+struct Commit {
+    /// Its place in the queue (engine order).
+    seq: u64,
+    changes: Vec<Change>,
+    /// Published only once `changes` are durable (empty for a lazy commit: its caller
+    /// published them when it queued it).
+    events: Vec<StoreEvent>,
+    /// Where its waiter is told its [`Turn`]. `None` for a lazy commit, which nobody waits
+    /// for; for a leader's own commit; and for one whose waiter was handed the lead or gave up.
+    turn: Option<oneshot::Sender<Turn>>,
+}
+
+/// The queue, under the lock every commit takes (briefly, inside the engine lock).
+struct Queue {
+    pending: VecDeque<Commit>,
+    next_seq: u64,
+    /// Whether someone leads (a request, or the housekeeper): at most one at a time.
+    leading: bool,
+    /// Set when the store is dropped: the housekeeper writes what is left and stops.
+    stopping: bool,
+}
+
+/// What only the leader touches: the log it appends to and the changes the next checkpoint
+/// takes.
+struct Io {
     log: Option<wal::Log>,
     /// Changes in the logs not yet handed to a checkpoint.
     changes: Changes,
+    /// When the last checkpoint was handed over.
     since: Instant,
-    checkpoints: mpsc::SyncSender<(Changes, PathBuf)>,
+    /// To the checkpoint thread; `None` once the store has stopped.
+    checkpoints: Option<mpsc::SyncSender<(Changes, PathBuf)>>,
 }
 
-impl Writer {
-    /// Runs until every sender is dropped and the queue is empty, then checkpoints everything
-    /// and closes the database (releasing its lock).
-    pub fn run(mut self) {
+/// The write-ahead log's group commit, shared by the store, the tickets of the requests in
+/// flight and the housekeeper thread.
+pub struct GroupCommit {
+    queue: Mutex<Queue>,
+    /// Wakes the housekeeper when the store stops.
+    wake: Condvar,
+    /// Held by the leader while it writes (never while it waits for the queue's lock from a
+    /// commit: the order is always `io`, then `queue`).
+    io: Mutex<Io>,
+    failure: Failure,
+    /// Makes the next commit fail as if the disk had refused it (tests of the failure path).
+    pub inject_failure: AtomicBool,
+    events: broadcast::Sender<StoreEvent>,
+    /// The redb file (for messages) and the data directory (for the logs).
+    file: PathBuf,
+    dir: PathBuf,
+}
+
+/// What an acknowledged commit's caller holds until the commit is durable: it either waits
+/// for the leader's answer, or leads (see the module docs).
+pub struct Ticket {
+    log: Arc<GroupCommit>,
+    seq: u64,
+    /// `None`: this caller leads as soon as it waits.
+    turn: Option<oneshot::Receiver<Turn>>,
+    /// Set once the wait has an answer or has led; until then dropping the ticket passes on
+    /// a lead it holds.
+    settled: bool,
+}
+
+/// Locks `m`, ignoring poisoning: every section under these locks leaves the state whole
+/// (the writes that may panic, redb's, run under none of them).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The error of a call that found the store stopping.
+fn stopped() -> StoreError {
+    StoreError::Unavailable("the embedded store has stopped".into())
+}
+
+/// Runs `f`, which blocks on the disk: inside `block_in_place` on a multi-threaded tokio
+/// runtime, so the worker's other tasks go on elsewhere; directly anywhere else (a
+/// current-thread runtime has no other worker to hand them to).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+impl GroupCommit {
+    /// Starts the group commit of the store in `dir` over `db`: the checkpoint thread (which
+    /// owns `db`), the first log (of `generation`) and the housekeeper thread, whose handle is
+    /// returned. A log or checkpoint thread that cannot be made leaves the store failed
+    /// (refusing every call), not unopened.
+    pub fn start(
+        db: Database,
+        file: PathBuf,
+        dir: PathBuf,
+        generation: u64,
+        events: broadcast::Sender<StoreEvent>,
+    ) -> StoreResult<(Arc<GroupCommit>, JoinHandle<()>)> {
+        let failure = Failure::default();
         let (checkpoints, to_apply) = mpsc::sync_channel::<(Changes, PathBuf)>(CHECKPOINTS_PENDING);
-        let checkpointer = self.db.take().map(|db| {
-            let (file, dir, failure) = (self.file.clone(), self.dir.clone(), self.failure.clone());
+        let spawned = {
+            let (file, dir, failure) = (file.clone(), dir.clone(), failure.clone());
             std::thread::Builder::new()
                 .name("delayq-embedded-checkpoint".into())
                 .spawn(move || checkpoint_loop(db, &file, &dir, &failure, to_apply))
-        });
-        let checkpointer = match checkpointer {
-            Some(Ok(handle)) => Some(handle),
-            None => None,
-            Some(Err(e)) => {
-                self.fail(Cause::with_source("cannot start the checkpoint thread", e));
+        };
+        let checkpointer = match spawned {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                let reason = Cause::with_source("cannot start the checkpoint thread", e);
+                fail(&failure, &file, reason);
                 None
             }
         };
-        let log = match wal::Log::create(&self.dir, self.generation) {
+        let log = match wal::Log::create(&dir, generation) {
             Ok(log) => Some(log),
             Err(e) => {
-                self.fail(Cause::with_source(
-                    format_args!("cannot create a log in {}", self.dir.display()),
-                    e,
-                ));
+                let reason =
+                    Cause::with_source(format_args!("cannot create a log in {}", dir.display()), e);
+                fail(&failure, &file, reason);
                 None
             }
         };
-        let mut state = WriterState {
-            log,
-            changes: Changes::new(),
-            since: Instant::now(),
-            checkpoints,
+        let group = Arc::new(GroupCommit {
+            queue: Mutex::new(Queue {
+                pending: VecDeque::new(),
+                next_seq: 0,
+                leading: false,
+                stopping: false,
+            }),
+            wake: Condvar::new(),
+            io: Mutex::new(Io {
+                log,
+                changes: Changes::new(),
+                since: Instant::now(),
+                checkpoints: Some(checkpoints),
+            }),
+            failure,
+            inject_failure: AtomicBool::new(false),
+            events,
+            file,
+            dir,
+        });
+        let housekeeper = {
+            let group = group.clone();
+            std::thread::Builder::new()
+                .name("delayq-embedded-housekeeper".into())
+                .spawn(move || group.housekeep(checkpointer))
+                .map_err(|e| {
+                    StoreError::unavailable("cannot start the embedded store housekeeper", e)
+                })?
         };
-        // Since when lazy commits have been logged without an fsync (None: all synced).
-        let mut lazy_since: Option<Instant> = None;
+        Ok((group, housekeeper))
+    }
+
+    /// Whether the store still takes calls.
+    pub fn check(&self) -> StoreResult<()> {
+        match self.failure.get() {
+            Some(reason) => Err(failed_error(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues a transition's changes (under the engine lock). A lazy commit has no ticket and
+    /// leaves its events to go out now; any other holds its events back until it is durable.
+    pub fn commit(self: &Arc<Self>, fx: &mut Effects, lazy: bool) -> StoreResult<Option<Ticket>> {
+        let mut q = lock(&self.queue);
+        if q.stopping {
+            return Err(stopped());
+        }
+        let seq = q.next_seq;
+        q.next_seq += 1;
+        let changes = std::mem::take(&mut fx.changes);
+        if lazy {
+            q.pending.push_back(Commit {
+                seq,
+                changes,
+                events: Vec::new(),
+                turn: None,
+            });
+            return Ok(None);
+        }
+        let (turn, waits) = if q.leading {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            q.leading = true;
+            (None, None)
+        };
+        q.pending.push_back(Commit {
+            seq,
+            changes,
+            events: std::mem::take(&mut fx.events),
+            turn,
+        });
+        Ok(Some(Ticket {
+            log: self.clone(),
+            seq,
+            turn: waits,
+            settled: false,
+        }))
+    }
+
+    /// Leads: writes batches until the commit `until` is durable (`None`: until nothing is
+    /// queued), starts a checkpoint if one is due, and hands the lead over. Returns the result
+    /// of `until`'s batch.
+    fn lead(&self, until: Option<u64>) -> StoreResult<()> {
+        let mut io = lock(&self.io);
+        let mut mine = Err(stopped());
         loop {
-            let next = match lazy_since {
-                None => self
-                    .queue
-                    .recv()
-                    .map_err(|_| RecvTimeoutError::Disconnected),
-                Some(t) => self
-                    .queue
-                    .recv_timeout(LAZY_WINDOW.saturating_sub(t.elapsed())),
+            let batch = self.take_batch();
+            let Some(last) = batch.last().map(|c| c.seq) else {
+                break;
             };
-            let first = match next {
-                Ok(c) => c,
-                Err(RecvTimeoutError::Timeout) => {
-                    // Lazy commits have waited long enough for their fsync.
-                    if let Some(Err(reason)) = state.log.as_mut().map(wal::Log::sync) {
-                        self.fail(reason);
-                    }
-                    lazy_since = None;
-                    continue;
-                }
-                Err(RecvTimeoutError::Disconnected) => break,
-            };
-            let mut batch = vec![first];
-            let mut changes = batch[0].changes.len();
-            while changes < MAX_CHANGES_PER_COMMIT {
-                match self.queue.try_recv() {
-                    Ok(c) => {
-                        changes += c.changes.len();
-                        batch.push(c);
-                    }
-                    Err(_) => break,
-                }
-            }
-            let durable = batch.iter().any(|c| c.ack.is_some());
-            if self.commit(&mut state, batch, durable) {
-                lazy_since = if durable {
-                    None
-                } else {
-                    lazy_since.or_else(|| Some(Instant::now()))
-                };
-                let full = state
-                    .log
-                    .as_ref()
-                    .is_some_and(|l| l.bytes >= CHECKPOINT_BYTES);
-                if full || state.since.elapsed() >= CHECKPOINT_EVERY {
-                    self.rotate(&mut state, true);
-                }
+            let result = self.write_batch(&mut io, batch);
+            if until.is_some_and(|s| last >= s) {
+                mine = result;
+                break;
             }
         }
-        // Stopping: everything logged goes to redb now, then the database closes.
         if self.failure.get().is_none() {
-            self.rotate(&mut state, false);
-        }
-        drop(state);
-        if let Some(handle) = checkpointer {
-            let _ = handle.join();
-        }
-        tracing::debug!(file = %self.file.display(), "embedded store writer stopped");
-    }
-
-    fn fail(&self, reason: Cause) {
-        fail(&self.failure, &self.file, reason);
-    }
-
-    /// Hands the changes logged so far to the checkpoint thread, with the log that holds them
-    /// (retired once they are in redb), and starts a new log if `more` are to come.
-    fn rotate(&self, state: &mut WriterState, more: bool) {
-        state.since = Instant::now();
-        if state.changes.is_empty() {
-            // Nothing logged since the last checkpoint: a last log can go (it is empty).
-            if !more && let Some(log) = state.log.take() {
-                let _ = std::fs::remove_file(&log.path);
+            let full = io.log.as_ref().is_some_and(|l| l.bytes >= CHECKPOINT_BYTES);
+            if full || io.since.elapsed() >= CHECKPOINT_EVERY {
+                self.rotate(&mut io, true);
             }
-            return;
         }
-        let next = match (more, state.log.as_ref()) {
-            (true, Some(log)) => match wal::Log::create(&self.dir, log.generation + 1) {
-                Ok(next) => Some(next),
-                Err(e) => {
-                    // Keep logging to the current one; the next rotation tries again.
-                    tracing::warn!(error = %e, dir = %self.dir.display(), "cannot start a new log");
+        drop(io);
+        self.hand_over();
+        mine
+    }
+
+    /// Takes the oldest queued commits, up to [`MAX_CHANGES_PER_COMMIT`] changes (at least
+    /// one commit if any is queued).
+    fn take_batch(&self) -> Vec<Commit> {
+        let mut q = lock(&self.queue);
+        let mut batch = Vec::new();
+        let mut changes = 0;
+        while changes < MAX_CHANGES_PER_COMMIT
+            && let Some(c) = q.pending.pop_front()
+        {
+            changes += c.changes.len();
+            batch.push(c);
+        }
+        batch
+    }
+
+    /// Passes the lead to the oldest commit whose waiter still waits, or leaves the log idle
+    /// if there is none (whatever is queued then waits for the next leader).
+    fn hand_over(&self) {
+        let mut q = lock(&self.queue);
+        loop {
+            match q.pending.iter_mut().find_map(|c| c.turn.take()) {
+                Some(next) => {
+                    if next.send(Turn::Lead).is_ok() {
+                        return;
+                    }
+                    // Its waiter is gone: the commit is written by the next leader all the same.
+                }
+                None => {
+                    q.leading = false;
                     return;
                 }
-            },
-            _ => None,
-        };
-        let Some(old) = std::mem::replace(&mut state.log, next) else {
-            return;
-        };
-        if let Err(e) = old.trim() {
-            // Only space: the file stays as large as the largest log it held.
-            tracing::warn!(error = %e, log = %old.path.display(), "cannot trim a log");
+            }
         }
-        let changes = std::mem::take(&mut state.changes);
-        let _ = state.checkpoints.send((changes, old.path.clone()));
     }
 
-    /// Logs a batch, with an fsync if `durable`; answers and publishes. Returns whether it
-    /// was written.
-    fn commit(&self, state: &mut WriterState, batch: Vec<Commit>, durable: bool) -> bool {
+    /// Writes one batch (unless the store has failed), then answers each commit in it and
+    /// publishes the events of each, in order. Returns the batch's result.
+    fn write_batch(&self, io: &mut Io, batch: Vec<Commit>) -> StoreResult<()> {
         let mut changes = Vec::new();
         let mut waiting = Vec::with_capacity(batch.len());
         for c in batch {
             changes.extend(c.changes);
-            waiting.push((c.events, c.ack));
+            waiting.push((c.events, c.turn));
         }
         let result = match self.failure.get() {
             Some(reason) => Err(reason.clone()),
             None => self
-                .write(state, changes, durable)
+                .write(io, changes)
                 .inspect_err(|reason| self.fail(reason.clone())),
         };
-        for (events, ack) in waiting {
-            match &result {
-                Ok(()) => {
-                    for ev in events {
-                        let _ = self.events.send(ev);
-                    }
-                    // The caller may have gone away; the change is durable all the same.
-                    if let Some(ack) = ack {
-                        let _ = ack.send(Ok(()));
-                    }
-                }
-                Err(reason) => {
-                    if let Some(ack) = ack {
-                        let _ = ack.send(Err(failed_error(reason)));
-                    }
+        let result = result.map_err(|reason| failed_error(&reason));
+        for (events, turn) in waiting {
+            if result.is_ok() {
+                for ev in events {
+                    let _ = self.events.send(ev);
                 }
             }
+            // The caller may have gone away; the change is durable all the same.
+            if let Some(turn) = turn {
+                let _ = turn.send(Turn::Done(result.clone()));
+            }
         }
-        result.is_ok()
+        result
     }
 
-    /// Appends the changes to the log as one frame, synced if `durable`, and keeps them for
-    /// the next checkpoint. Only the last change of each id matters, so a job pushed and
-    /// finished within one batch costs nothing on disk.
-    fn write(
-        &self,
-        state: &mut WriterState,
-        changes: Vec<Change>,
-        durable: bool,
-    ) -> Result<(), Cause> {
+    /// Appends the changes to the log as one frame and syncs it, and keeps them for the next
+    /// checkpoint. Only the last change of each id matters, so a job pushed and finished
+    /// within one batch costs nothing on disk.
+    fn write(&self, io: &mut Io, changes: Vec<Change>) -> Result<(), Cause> {
         let mut last: HashMap<JobId, Option<Job>> = HashMap::with_capacity(changes.len());
         for change in changes {
             match change {
@@ -296,7 +404,7 @@ impl Writer {
         if self.inject_failure.swap(false, Ordering::SeqCst) {
             return Err("injected commit failure".into());
         }
-        let Some(log) = state.log.as_mut() else {
+        let Some(log) = io.log.as_mut() else {
             return Err(format!("no log to write in {}", self.dir.display()).into());
         };
         let entries: Vec<wal::Entry> = last
@@ -304,11 +412,149 @@ impl Writer {
             .map(|(id, job)| (id.as_str().to_string(), job.map(record::encode)))
             .collect();
         log.append(&entries)?;
-        if durable {
-            log.sync()?;
-        }
-        state.changes.extend(entries);
+        log.sync()?;
+        io.changes.extend(entries);
         Ok(())
+    }
+
+    fn fail(&self, reason: Cause) {
+        fail(&self.failure, &self.file, reason);
+    }
+
+    /// Hands the changes logged so far to the checkpoint thread, with the log that holds them
+    /// (retired once they are in redb), and starts a new log if `more` are to come.
+    fn rotate(&self, io: &mut Io, more: bool) {
+        io.since = Instant::now();
+        if io.changes.is_empty() {
+            // Nothing logged since the last checkpoint: a last log can go (it is empty).
+            if !more && let Some(log) = io.log.take() {
+                let _ = std::fs::remove_file(&log.path);
+            }
+            return;
+        }
+        let next = match (more, io.log.as_ref()) {
+            (true, Some(log)) => match wal::Log::create(&self.dir, log.generation + 1) {
+                Ok(next) => Some(next),
+                Err(e) => {
+                    // Keep logging to the current one; the next rotation tries again.
+                    tracing::warn!(error = %e, dir = %self.dir.display(), "cannot start a new log");
+                    return;
+                }
+            },
+            _ => None,
+        };
+        let Some(old) = std::mem::replace(&mut io.log, next) else {
+            return;
+        };
+        if let Err(e) = old.trim() {
+            // Only space: the file stays as large as the largest log it held.
+            tracing::warn!(error = %e, log = %old.path.display(), "cannot trim a log");
+        }
+        let changes = std::mem::take(&mut io.changes);
+        if let Some(checkpoints) = &io.checkpoints {
+            let _ = checkpoints.send((changes, old.path.clone()));
+        }
+    }
+
+    /// Asks the housekeeper to write what is left, checkpoint everything and stop.
+    pub fn stop(&self) {
+        lock(&self.queue).stopping = true;
+        self.wake.notify_all();
+    }
+
+    /// The housekeeper thread (see the module docs). Runs until [`GroupCommit::stop`], then
+    /// writes what is queued, checkpoints everything and waits for the checkpoint thread,
+    /// which closes the database (releasing its lock).
+    fn housekeep(self: Arc<Self>, checkpointer: Option<JoinHandle<()>>) {
+        let mut q = lock(&self.queue);
+        loop {
+            if q.stopping && !q.leading {
+                break;
+            }
+            if !q.stopping {
+                q = self
+                    .wake
+                    .wait_timeout(q, HOUSEKEEPING_EVERY)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            } else {
+                // A leader is finishing its batch: it does not notify, so look again soon.
+                drop(q);
+                std::thread::sleep(Duration::from_millis(1));
+                q = lock(&self.queue);
+            }
+            if q.leading || q.stopping {
+                continue;
+            }
+            q.leading = true;
+            drop(q);
+            let _ = self.lead(None);
+            q = lock(&self.queue);
+        }
+        // Stopping, and nobody leads: nobody will, since commits are refused now.
+        q.leading = true;
+        drop(q);
+        let mut io = lock(&self.io);
+        loop {
+            let batch = self.take_batch();
+            if batch.is_empty() {
+                break;
+            }
+            let _ = self.write_batch(&mut io, batch);
+        }
+        if self.failure.get().is_none() {
+            self.rotate(&mut io, false);
+        }
+        io.checkpoints = None;
+        drop(io);
+        if let Some(handle) = checkpointer {
+            let _ = handle.join();
+        }
+        tracing::debug!(file = %self.file.display(), "embedded store writer stopped");
+    }
+}
+
+impl Ticket {
+    /// Resolves once the commit is durable, or failed: by the leader's answer, or by leading.
+    pub async fn wait(mut self) -> StoreResult<()> {
+        if let Some(turn) = self.turn.as_mut() {
+            let got = turn.await;
+            self.turn = None;
+            match got {
+                Ok(Turn::Lead) => {}
+                Ok(Turn::Done(result)) => {
+                    self.settled = true;
+                    return result;
+                }
+                Err(_) => {
+                    self.settled = true;
+                    return Err(stopped());
+                }
+            }
+        }
+        self.settled = true;
+        let (log, seq) = (&self.log, self.seq);
+        blocking(|| log.lead(Some(seq)))
+    }
+}
+
+impl Drop for Ticket {
+    /// A caller that goes away (a request cancelled while it waits) must not keep the lead
+    /// it was given, or take it with it: it passes it on. Its commit is written all the same.
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let holds_lead = match self.turn.as_mut() {
+            None => true,
+            Some(turn) => {
+                turn.close();
+                matches!(turn.try_recv(), Ok(Turn::Lead))
+            }
+        };
+        if holds_lead {
+            self.log.hand_over();
+        }
     }
 }
 
