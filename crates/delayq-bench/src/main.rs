@@ -70,6 +70,16 @@ enum Cmd {
         #[command(flatten)]
         params: workload::listing::Params,
     },
+    /// RabbitMQ delayed messages at a steady rate, through delayq's intake (`--system delayq`)
+    /// or RabbitMQ's per-message TTL and dead-letter exchange (`--system ttl-dlx`): messages per
+    /// second reaching the target queue, lateness, early, lost and duplicates.
+    Amqp {
+        #[command(flatten)]
+        params: workload::amqp::Params,
+        /// One JSON line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Median tables with ratios from JSON result lines (files, or stdin with none).
     Compare {
         /// The label the ratios are taken against.
@@ -254,6 +264,10 @@ async fn main() -> Result<()> {
                 report::comparison(&report::parse_results(&text), &baseline)
             );
             return Ok(());
+        }
+        Cmd::Amqp { params, json } => {
+            let r = workload::amqp::run(&params).await?;
+            return print(&r, json);
         }
         Cmd::FreePort => {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;

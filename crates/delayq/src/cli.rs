@@ -418,7 +418,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`). A `RUST_LOG` that does not parse
-/// is an error rather than silently ignored.
+/// is an error rather than silently ignored. The AMQP client's log of returned messages is
+/// always off: it shows their bodies (delayq logs the return itself, without the body).
 fn init_tracing() -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
@@ -428,6 +429,11 @@ fn init_tracing() -> anyhow::Result<()> {
         Err(std::env::VarError::NotPresent) => EnvFilter::new("info"),
         Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("RUST_LOG is not UTF-8"),
     };
+    let filter = filter.add_directive(
+        "lapin::returned_messages=off"
+            .parse()
+            .map_err(|e| anyhow::anyhow!("log filter: {e}"))?,
+    );
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -105,7 +105,7 @@ impl Topic {
         &self.0
     }
 
-    /// The name of this topic's callback queue, where its callback jobs wait when ready and
+    /// The name of this topic's callback queue, where its callback and publish jobs (the jobs delayq delivers itself) wait when ready and
     /// dead. Stores index and count ready and dead jobs by queue ([`JobSpec::queue`]): a
     /// topic's pull queue is named by the topic, its callback queue `<topic>,callback`.
     /// Consumers name topics, which contain no comma, so no consumer can reach a callback
@@ -268,6 +268,68 @@ pub struct JobSpec {
     /// Push delivery: delayq calls this URL when the job is due, instead of waiting for a
     /// consumer. `None` for a pull job.
     pub callback: Option<Callback>,
+    /// Push delivery to RabbitMQ: delayq publishes the body there when the job is due. A job
+    /// has a callback or a publish, never both. Boxed: most jobs have none.
+    pub publish: Option<Box<Publish>>,
+}
+
+/// Where delayq publishes a publish job when it is due (docs/rabbitmq.md): an AMQP
+/// `basic.publish` of its body to `exchange` with `routing_key`, which the broker must confirm
+/// within the publish timeout for the job to finish. Jobs from the RabbitMQ intake also carry
+/// what goes along with the body unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Publish {
+    /// "" is the default exchange. At most [`MAX_AMQP_NAME_BYTES`] bytes.
+    pub exchange: String,
+    /// At most [`MAX_AMQP_NAME_BYTES`] bytes.
+    pub routing_key: String,
+    /// The intake message's content type, published with the body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// The intake message's other headers, published with the body: the JSON form of an AMQP
+    /// field table (amqp/ writes and reads it; opaque here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<String>,
+    /// The job's body is the standard base64 of the bytes to publish (a body that is not
+    /// UTF-8; bodies are strings here).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub body_base64: bool,
+}
+
+/// Longest exchange name, routing key or publish job id in bytes (AMQP short strings).
+pub const MAX_AMQP_NAME_BYTES: usize = 255;
+
+impl Publish {
+    /// The one-string form every store and the journal keep (JSON).
+    pub fn pack(&self) -> String {
+        // Strings and a bool always serialize.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// [`Publish::pack`]'s inverse; the error says what is wrong.
+    pub fn unpack(s: &str) -> Result<Publish, String> {
+        serde_json::from_str(s).map_err(|e| format!("publish: {e}"))
+    }
+
+    /// Checks the exchange and routing key (the error names `publish.exchange` or
+    /// `publish.routing_key`).
+    pub fn validate(&self) -> Result<(), InvalidField> {
+        for (field, v) in [
+            ("publish.exchange", &self.exchange),
+            ("publish.routing_key", &self.routing_key),
+        ] {
+            if v.len() > MAX_AMQP_NAME_BYTES {
+                return Err(InvalidField::new(
+                    field,
+                    format!(
+                        "must be at most {MAX_AMQP_NAME_BYTES} bytes, got {}",
+                        v.len()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Where and how delayq delivers a callback job: an HTTP `POST` of its body to `url`, which
@@ -301,7 +363,36 @@ impl JobSpec {
             max_attempts: 0,
             backoff_ms: Vec::new(),
             callback: None,
+            publish: None,
         }
+    }
+
+    /// Makes this a publish job, with the defaults of a callback job for what the producer
+    /// left out ([`JobSpec::with_callback_defaults`]); one attempt (waiting for the broker and
+    /// its confirm) takes at most `attempt_ms`, and its TTR is at least that plus
+    /// [`CALLBACK_GRACE_MS`].
+    pub fn with_publish_defaults(
+        &mut self,
+        publish: Publish,
+        attempt_ms: u64,
+        ttr_ms: Option<u64>,
+        max_attempts: Option<u32>,
+        backoff_ms: Option<Vec<u64>>,
+    ) {
+        self.ttr_ms = ttr_ms
+            .unwrap_or(0)
+            .max(attempt_ms.saturating_add(CALLBACK_GRACE_MS))
+            .min(MAX_TTR_MS);
+        self.max_attempts = max_attempts.unwrap_or(CALLBACK_MAX_ATTEMPTS);
+        self.backoff_ms = backoff_ms.unwrap_or_else(|| CALLBACK_BACKOFF_MS.to_vec());
+        self.callback = None;
+        self.publish = Some(Box::new(publish));
+    }
+
+    /// Whether delayq delivers this job itself (a callback or a publish job) rather than a
+    /// consumer.
+    pub fn is_pushed(&self) -> bool {
+        self.callback.is_some() || self.publish.is_some()
     }
 
     /// Makes this a callback job, with the defaults of one for what the producer left out:
@@ -321,12 +412,14 @@ impl JobSpec {
         self.callback = Some(callback);
     }
 
-    /// The queue this job waits in when ready or dead: its topic's, or for a callback job its
-    /// topic's callback queue ([`Topic::callback_queue`]).
+    /// The queue this job waits in when ready or dead: its topic's, or for a job delayq
+    /// delivers itself (a callback or a publish job) its topic's callback queue
+    /// ([`Topic::callback_queue`]).
     pub fn queue(&self) -> Topic {
-        match self.callback {
-            None => self.topic.clone(),
-            Some(_) => self.topic.callback_queue(),
+        if self.is_pushed() {
+            self.topic.callback_queue()
+        } else {
+            self.topic.clone()
         }
     }
 
@@ -348,6 +441,23 @@ impl JobSpec {
         validate_backoff(&self.backoff_ms)?;
         if let Some(cb) = &self.callback {
             validate_callback_timeout_ms(cb.timeout_ms)?;
+        }
+        if let Some(p) = &self.publish {
+            if self.callback.is_some() {
+                return Err(InvalidField::new(
+                    "publish",
+                    "a job has a callback or a publish, not both",
+                ));
+            }
+            p.validate()?;
+            if self.id.as_str().len() > MAX_AMQP_NAME_BYTES {
+                return Err(InvalidField::new(
+                    "id",
+                    format!(
+                        "of a publish job (its message_id) must be at most {MAX_AMQP_NAME_BYTES} bytes"
+                    ),
+                ));
+            }
         }
         Ok(())
     }

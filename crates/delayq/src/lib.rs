@@ -7,12 +7,15 @@
 //! - [`dispatch`]: the timer and the long-poll waiters, generic over any store ([`alarm`]: the
 //!   timer's precise sleep).
 //! - [`api`]: the HTTP APIs (compat and /v1). Only `api` knows HTTP.
-//! - [`callback`]: push delivery, delayq calling a callback job's URL when it is due.
+//! - [`callback`]: push delivery, delayq calling a callback job's URL (or publishing a publish
+//!   job through [`amqp`]) when it is due.
+//! - [`amqp`]: the RabbitMQ bridge: publishing with confirms, and the intake queue.
 //! - [`journal`]: the recovery journal in PostgreSQL or MySQL (a store hook) and the restore.
 //! - [`metrics`]: what the server did and what the store holds, for `GET /metrics`.
 //! - [`config`], [`server`]: settings and wiring; `main.rs` is the CLI.
 
 pub mod alarm;
+pub mod amqp;
 pub mod api;
 pub mod callback;
 pub mod clock;

@@ -113,6 +113,11 @@ pub struct Metrics {
     callback_duration: Histogram,
     callback_lateness: Histogram,
     callbacks_in_flight: Gauge,
+    amqp_intake: Family<OutcomeLabels, Counter>,
+    amqp_publishes: Family<OutcomeLabels, Counter>,
+    amqp_confirm_duration: Histogram,
+    amqp_publish_lateness: Histogram,
+    amqp_up: Gauge,
     store_up: Gauge,
     waiting: Gauge,
     /// One scrape at a time: each clears and refills the job gauges.
@@ -223,6 +228,41 @@ impl Metrics {
             "Callback jobs this instance holds: calling, or waiting for their host's limit",
             callbacks_in_flight.clone(),
         );
+        let amqp_intake = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "amqp_intake_messages",
+            "RabbitMQ intake messages this instance took, by outcome: stored (then acked), \
+             rejected_delay, rejected_routing_key, rejected_message (rejected without requeue), \
+             store_error (requeued)",
+            amqp_intake.clone(),
+        );
+        let amqp_publishes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "amqp_publishes",
+            "Publish attempts this instance made, by outcome: confirmed, nacked, unroutable, \
+             timeout, connection_error, not_configured",
+            amqp_publishes.clone(),
+        );
+        let amqp_confirm_duration = Histogram::new(CALLBACK_DURATION_BUCKETS);
+        registry.register_with_unit(
+            "amqp_confirm_duration",
+            "Time from a publish to the broker's confirm (or return, nack or timeout)",
+            Unit::Seconds,
+            amqp_confirm_duration.clone(),
+        );
+        let amqp_publish_lateness = Histogram::new(LATENESS_BUCKETS);
+        registry.register_with_unit(
+            "amqp_publish_lateness",
+            "Time from a publish job's due time to its publish",
+            Unit::Seconds,
+            amqp_publish_lateness.clone(),
+        );
+        let amqp_up = Gauge::default();
+        registry.register(
+            "amqp_up",
+            "1 while this instance is connected to RabbitMQ (--amqp), else 0",
+            amqp_up.clone(),
+        );
         let store_up = Gauge::default();
         registry.register(
             "store_up",
@@ -266,6 +306,11 @@ impl Metrics {
             callback_duration,
             callback_lateness,
             callbacks_in_flight,
+            amqp_intake,
+            amqp_publishes,
+            amqp_confirm_duration,
+            amqp_publish_lateness,
+            amqp_up,
             store_up,
             waiting,
             scrape: tokio::sync::Mutex::new(()),
@@ -338,6 +383,35 @@ impl Metrics {
             .inc();
         self.callback_duration.observe(took.as_secs_f64());
         self.callback_lateness.observe(late_ms as f64 / 1000.0);
+    }
+
+    /// Counts one RabbitMQ intake message by outcome.
+    pub fn amqp_intake(&self, outcome: &'static str) {
+        self.amqp_intake
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Counts one publish attempt: how it ended, how long the confirm took (`None` when
+    /// nothing was published), and how late it was (`late_ms` after its job's due time).
+    pub fn amqp_publish(
+        &self,
+        outcome: &'static str,
+        took: Option<std::time::Duration>,
+        late_ms: u64,
+    ) {
+        self.amqp_publishes
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+        if let Some(took) = took {
+            self.amqp_confirm_duration.observe(took.as_secs_f64());
+        }
+        self.amqp_publish_lateness.observe(late_ms as f64 / 1000.0);
+    }
+
+    /// Whether this instance is connected to RabbitMQ now.
+    pub fn amqp_connected(&self, up: bool) {
+        self.amqp_up.set(i64::from(up));
     }
 
     /// Callback jobs held now (`+1` when reserved, `-1` when done with).

@@ -133,6 +133,10 @@ pub async fn run(
     let stopping = CancellationToken::new();
     let dispatcher = state.dispatch.start(stopping.clone());
     let callbacks = state.callbacks.start(stopping.clone());
+    let amqp = state
+        .amqp
+        .as_ref()
+        .map(|b| b.start(state.store.clone(), state.clock.clone(), stopping.clone()));
     let idle_timeout = Duration::from_secs(state.config.idle_timeout_secs);
     let journal = state.journal.clone();
     let app = api::router(state);
@@ -172,6 +176,13 @@ pub async fn run(
         .is_err()
     {
         tracing::warn!("callbacks did not stop in time");
+    }
+    if let Some(amqp) = amqp
+        && tokio::time::timeout(DISPATCH_STOP_TIMEOUT * 2, amqp)
+            .await
+            .is_err()
+    {
+        tracing::warn!("the RabbitMQ bridge did not stop in time");
     }
     if let Some(journal) = journal {
         // In `async` mode, changes acknowledged and not yet journaled are written now.

@@ -3,6 +3,7 @@
 //! and finish, cleanup tasks that delete by id, and the common options. Every loop here is
 //! bounded: producers by their job count, consumers by a deadline.
 
+pub mod amqp;
 pub mod burst;
 pub mod callback;
 pub mod lifecycle;

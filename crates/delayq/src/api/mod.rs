@@ -17,6 +17,7 @@ pub mod restore;
 pub mod ui;
 pub mod v1;
 
+use crate::amqp::{AmqpOptions, Broker};
 use crate::callback::{CallbackOptions, Deliverer};
 use crate::clock::Clock;
 use crate::config::Config;
@@ -48,6 +49,9 @@ pub struct AppState {
     /// Push delivery of callback jobs (not started; `server::run` starts it beside the
     /// dispatcher).
     pub callbacks: Arc<Deliverer>,
+    /// The RabbitMQ bridge (`--amqp`; not started: `server::run` starts it); `None` without
+    /// it.
+    pub amqp: Option<Arc<Broker>>,
 }
 
 impl AppState {
@@ -80,7 +84,20 @@ impl AppState {
             ..DispatchOptions::default()
         };
         let dispatch = Dispatcher::with_options(store.clone(), clock.clone(), options);
+        let amqp = config.amqp.as_ref().map(|url| {
+            Broker::new(
+                AmqpOptions {
+                    url: url.clone(),
+                    intake: config.amqp_intake.clone(),
+                    publish_timeout: Duration::from_secs(config.amqp_publish_timeout_secs),
+                    prefetch: config.amqp_prefetch,
+                    max_body_bytes: config.max_body_bytes,
+                },
+                metrics.clone(),
+            )
+        });
         let callback_options = CallbackOptions {
+            amqp: amqp.clone(),
             secrets: config.callback_secrets.clone(),
             allow: config.callback_allow.clone(),
             max_in_flight: config.callback_max_in_flight,
@@ -103,6 +120,7 @@ impl AppState {
             metrics,
             journal,
             callbacks: Arc::new(callbacks),
+            amqp,
         }
     }
 }

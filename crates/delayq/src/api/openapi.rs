@@ -565,7 +565,7 @@ fn schemas(limits: &Limits) -> Value {
         "JobState": {"type": "string", "enum": ["delayed", "ready", "reserved", "dead"]},
         "Job": {
             "type": "object",
-            "required": ["id", "topic", "body", "state", "run_at_ms", "ttr_ms", "priority", "max_attempts", "backoff_ms", "attempts", "reserved_until_ms", "callback"],
+            "required": ["id", "topic", "body", "state", "run_at_ms", "ttr_ms", "priority", "max_attempts", "backoff_ms", "attempts", "reserved_until_ms", "callback", "publish"],
             "properties": {
                 "id": schema_ref("JobId"),
                 "topic": schema_ref("Topic"),
@@ -578,7 +578,28 @@ fn schemas(limits: &Limits) -> Value {
                 "backoff_ms": {"type": "array", "items": int(0, backoff_step), "maxItems": MAX_BACKOFF_STEPS},
                 "attempts": {"type": "integer", "minimum": 0},
                 "reserved_until_ms": described(or_null(schema_ref("UnixMillis")), "Set only while reserved"),
-                "callback": described(or_null(schema_ref("Callback")), "Set only for a callback job")
+                "callback": described(or_null(schema_ref("Callback")), "Set only for a callback job"),
+                "publish": described(or_null(schema_ref("Publish")), "Set only for a publish job (RabbitMQ)")
+            }
+        },
+        "Publish": {
+            "type": "object",
+            "required": ["exchange", "routing_key"],
+            "properties": {
+                "exchange": {"type": "string"},
+                "routing_key": {"type": "string"},
+                "content_type": described(json!({"type": "string"}), "An intake message's content type, published with the body"),
+                "body_base64": described(json!({"type": "boolean"}), "`body` is the base64 of the bytes to publish (an intake message's body that is not UTF-8)")
+            }
+        },
+        "NewPublish": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["routing_key"],
+            "description": "Push delivery to RabbitMQ (a server started with `--amqp`; 400 otherwise): when due, the job's body is published to `exchange` with `routing_key` (persistent, mandatory, `message_id` = the job id, headers `x-delayq-topic` and `x-delayq-attempt`), and the broker's confirm finishes it; a nack, a return (unroutable) or no confirm within the publish timeout is a failed attempt, retried after its backoff. Defaults as a callback job's. A job has a callback or a publish, not both (400 naming `publish`).",
+            "properties": {
+                "exchange": defaulting(described(or_null(json!({"type": "string", "maxLength": 255})), "The exchange; \"\" is the default exchange. At most 255 bytes"), json!("")),
+                "routing_key": described(json!({"type": "string", "maxLength": 255}), "At most 255 bytes")
             }
         },
         "Callback": {
@@ -618,6 +639,7 @@ fn schemas(limits: &Limits) -> Value {
                     "Delay before the n-th redelivery; the last step repeats"
                 ), json!([])),
                 "callback": described(or_null(schema_ref("NewCallback")), "Makes it a callback job: delayq calls the URL instead of handing the job to consumers"),
+                "publish": described(or_null(schema_ref("NewPublish")), "Makes it a publish job: delayq publishes the body to RabbitMQ instead of handing the job to consumers"),
                 "replace": defaulting(described(or_null(json!({"type": "boolean"})), "Replace an existing job with this id instead of answering 409"), json!(false))
             },
             "not": both_due_times.clone()

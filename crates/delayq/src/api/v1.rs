@@ -18,7 +18,7 @@ pub use error::ApiError;
 use super::AppState;
 use crate::callback::allow::AllowList;
 use crate::clock::Reading;
-use crate::job::{self, Callback, JobId, JobSpec, JobState, Topic, UnixMillis};
+use crate::job::{self, Callback, JobId, JobSpec, JobState, Publish, Topic, UnixMillis};
 use crate::store::{ListKey, PushMode, Reschedule, StoreError, schedule_steps};
 use axum::Json;
 use axum::Router;
@@ -89,6 +89,7 @@ const NEW_JOB_FIELDS: &[&str] = &[
     "max_attempts",
     "backoff_ms",
     "callback",
+    "publish",
     "replace",
 ];
 
@@ -224,6 +225,40 @@ fn callback(f: &mut Fields, allow: &AllowList) -> ApiResult<Option<Callback>> {
     Ok(Some(Callback { url, timeout_ms }))
 }
 
+/// Reads a `NewJob`'s `publish` object (RabbitMQ, docs/rabbitmq.md): refused on a server
+/// without `--amqp`.
+fn publish(f: &mut Fields, st: &AppState) -> ApiResult<Option<Publish>> {
+    let Some(value) = f.take("publish") else {
+        return Ok(None);
+    };
+    if value.is_null() {
+        return Ok(None);
+    }
+    let name = f.name("publish");
+    if st.amqp.is_none() {
+        return Err(ApiError::field(
+            name,
+            "needs a server started with --amqp (RabbitMQ)",
+        ));
+    }
+    let mut pf = Fields::from_value(value, &name, &["exchange", "routing_key"])?;
+    let exchange = pf.string("exchange")?.unwrap_or_default();
+    let routing_key = pf.string("routing_key")?;
+    let routing_key = required(&pf, "routing_key", routing_key)?;
+    let p = Publish {
+        exchange,
+        routing_key,
+        content_type: None,
+        headers: None,
+        body_base64: false,
+    };
+    p.validate().map_err(|e| {
+        let field = e.field.strip_prefix("publish.").unwrap_or(e.field);
+        ApiError::from_invalid(pf.name(field), e)
+    })?;
+    Ok(Some(p))
+}
+
 /// A validated `NewJob` and its own `replace` flag, if it gave one.
 struct NewJob {
     spec: JobSpec,
@@ -250,6 +285,13 @@ fn new_job(mut f: Fields, now: Reading, st: &AppState) -> ApiResult<NewJob> {
     let run_at = due_time(&mut f, now)?.unwrap_or(now.millis());
     let mut spec = JobSpec::new(topic, id, body, run_at);
     spec.callback = callback(&mut f, &st.config.callback_allow)?;
+    let publish = publish(&mut f, st)?;
+    if publish.is_some() && spec.callback.is_some() {
+        return Err(ApiError::field(
+            f.name("publish"),
+            "a job has a callback or a publish, not both",
+        ));
+    }
     let ttr = f.u64("ttr_ms")?;
     if let Some(ttr) = ttr {
         job::validate_ttr_ms(ttr).map_err(|e| ApiError::from_invalid(f.name("ttr_ms"), e))?;
@@ -266,6 +308,18 @@ fn new_job(mut f: Fields, now: Reading, st: &AppState) -> ApiResult<NewJob> {
     }
     if let Some(cb) = spec.callback.take() {
         spec.with_callback_defaults(cb, ttr, max_attempts, backoff);
+    } else if let Some(p) = publish {
+        if spec.id.as_str().len() > job::MAX_AMQP_NAME_BYTES {
+            return Err(ApiError::field(
+                f.name("id"),
+                format!(
+                    "of a publish job (its message_id) must be at most {} bytes",
+                    job::MAX_AMQP_NAME_BYTES
+                ),
+            ));
+        }
+        let attempt_ms = st.config.amqp_publish_timeout_secs.saturating_mul(1000);
+        spec.with_publish_defaults(p, attempt_ms, ttr, max_attempts, backoff);
     } else {
         spec.max_attempts = max_attempts.unwrap_or(spec.max_attempts);
         spec.backoff_ms = backoff.unwrap_or_default();

@@ -1,5 +1,6 @@
-//! Push delivery: delayq calls a callback job's URL when the job is due, instead of waiting for
-//! a consumer. Written once over [`Store`], so every store (and every instance sharing one)
+//! Push delivery: delayq calls a callback job's URL, or publishes a publish job to RabbitMQ
+//! ([`crate::amqp`]), when the job is due, instead of waiting for a consumer. One loop with two
+//! transports, written once over [`Store`], so every store (and every instance sharing one)
 //! delivers the same way, with pull's guarantees:
 //!
 //! 1. The [`Deliverer`] task listens for [`StoreEvent::Ready`] of callback queues
@@ -9,11 +10,13 @@
 //!    plus [`job::CALLBACK_GRACE_MS`] (a callback job's `ttr_ms`), so no other instance calls
 //!    the job while this call may still run; a crash mid-call leaves the job reserved, and its
 //!    TTR running out makes it due again (at least once).
-//! 3. Each job is called in its own task, once its host has room (`max_in_flight_per_host`):
-//!    `POST` of the body, signed ([`sign`]), redirects not followed, within the timeout.
-//! 4. A 2xx finishes the job; anything else releases it ([`Store::release`]): its backoff
-//!    schedule, or the `Retry-After` asked for, decides the next call, and `max_attempts` when
-//!    it is dead.
+//! 3. Each job is attempted in its own task. A callback job once its host has room
+//!    (`max_in_flight_per_host`): `POST` of the body, signed ([`sign`]), redirects not
+//!    followed, within the timeout. A publish job at once: published and confirmed within the
+//!    publish timeout (its TTR is at least that plus the grace).
+//! 4. A 2xx or a confirm finishes the job; anything else releases it ([`Store::release`]): its
+//!    backoff schedule, or the `Retry-After` asked for, decides the next attempt, and
+//!    `max_attempts` when it is dead.
 //!
 //! Limits: at most `max_in_flight` jobs held (calling or waiting for their host) per instance,
 //! at most `max_in_flight_per_host` calls to one host (`host:port`) at once, and at most that
@@ -29,6 +32,7 @@ mod call;
 pub mod outcome;
 pub mod sign;
 
+use crate::amqp::{Broker, PublishOutcome};
 use crate::clock::Clock;
 use crate::dispatch::error_log::ErrorLog;
 use crate::job::{self, Job, Topic};
@@ -60,12 +64,15 @@ const RESERVATION_MARGIN_MS: u64 = 1_000;
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the deliverer is told: the callback settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CallbackOptions {
     pub secrets: Vec<WebhookSecret>,
     pub allow: AllowList,
     pub max_in_flight: usize,
     pub max_in_flight_per_host: usize,
+    /// The RabbitMQ bridge publish jobs go through (`--amqp`); without it their attempts fail
+    /// as `not_configured`.
+    pub amqp: Option<Arc<Broker>>,
 }
 
 impl Default for CallbackOptions {
@@ -75,6 +82,7 @@ impl Default for CallbackOptions {
             allow: AllowList::default(),
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_in_flight_per_host: DEFAULT_MAX_IN_FLIGHT_PER_HOST,
+            amqp: None,
         }
     }
 }
@@ -91,6 +99,7 @@ struct Shared {
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     caller: Caller,
+    amqp: Option<Arc<Broker>>,
     per_host: usize,
     /// Permits for jobs held: reserved and not yet finished or released.
     held: Arc<Semaphore>,
@@ -116,6 +125,7 @@ impl Deliverer {
                 clock,
                 metrics,
                 caller,
+                amqp: options.amqp,
                 per_host: options.max_in_flight_per_host.max(1),
                 held: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
                 hosts: Mutex::new(HashMap::new()),
@@ -323,15 +333,115 @@ impl Shared {
     }
 }
 
-/// One attempt of one reserved job: wait for its host, call, then finish or release it.
+/// How one attempt of either transport ended, for the common ending.
+struct Ended {
+    finished: bool,
+    /// The delay a `Retry-After` asked for (HTTP only).
+    retry_after_ms: Option<u64>,
+}
+
+/// One attempt of one reserved job by its transport (an HTTP call or an AMQP publish), then
+/// finish it on success or release it for its next attempt.
 async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
-    let Some(cb) = job.spec.callback.clone() else {
-        // Only callback jobs are in callback queues; a pull job here would be a store bug.
+    let ended = if let Some(target) = job.spec.publish.clone() {
         shared.park(queue, -1);
-        tracing::error!(job_id = %job.spec.id, "a job without a callback in a callback queue");
+        shared.room.notify_one();
+        publish_attempt(shared, &job, &target).await
+    } else if let Some(cb) = job.spec.callback.clone() {
+        call_attempt(shared, &job, &cb, queue).await
+    } else {
+        // Only callback and publish jobs are in callback queues; a pull job here would be a
+        // store bug.
+        shared.park(queue, -1);
+        tracing::error!(job_id = %job.spec.id, "a pull job in a callback queue");
         return;
     };
-    let id = job.spec.id.clone();
+    let Some(ended) = ended else {
+        return;
+    };
+    let id = &job.spec.id;
+    let now = shared.clock.now();
+    let result = if ended.finished {
+        shared.store.finish(id).await.map(drop)
+    } else {
+        let delay = job::callback_retry_delay(&job.spec, job.attempts, ended.retry_after_ms);
+        shared.store.release(id, Some(delay), now).await.map(drop)
+    };
+    match result {
+        Ok(()) | Err(StoreError::NotFound) => {}
+        Err(e @ StoreError::WrongState(_)) => {
+            tracing::debug!(job_id = %id, error = %e, "pushed job changed during its attempt");
+        }
+        Err(e) => tracing::warn!(
+            job_id = %id,
+            error = %e,
+            "cannot record the attempt's outcome; the job is tried again after its TTR"
+        ),
+    }
+}
+
+/// Makes sure the reservation outlives an attempt of `attempt_ms` starting now (a wait for
+/// the host may have used it up); `false` when the job is no longer this attempt's.
+async fn hold_for(shared: &Shared, job: &Job, attempt_ms: u64) -> bool {
+    let now = shared.clock.now();
+    let need = job::after(now, attempt_ms.saturating_add(RESERVATION_MARGIN_MS));
+    if job.reserved_until.is_none_or(|until| until < need)
+        && let Err(e) = shared.store.touch(&job.spec.id, now).await
+    {
+        // Deleted, or no longer reserved by this attempt: not ours any more.
+        tracing::debug!(job_id = %job.spec.id, error = %e, "pushed job gone before its attempt");
+        return false;
+    }
+    true
+}
+
+/// One AMQP publish of a reserved publish job, counted.
+async fn publish_attempt(shared: &Shared, job: &Job, target: &job::Publish) -> Option<Ended> {
+    let answer = match &shared.amqp {
+        None => crate::amqp::PublishAnswer::not_configured(),
+        Some(broker) => {
+            let limit = u64::try_from(broker.publish_timeout().as_millis()).unwrap_or(u64::MAX);
+            if !hold_for(shared, job, limit).await {
+                return None;
+            }
+            broker.publish(job, target).await
+        }
+    };
+    let late_ms = shared.clock.now().saturating_sub(job.spec.run_at);
+    shared
+        .metrics
+        .amqp_publish(answer.outcome.label(), answer.took, late_ms);
+    match answer.outcome {
+        PublishOutcome::Confirmed => {}
+        // The bridge logs the connection's loss and return once, not once per job.
+        PublishOutcome::ConnectionError => tracing::debug!(
+            job_id = %job.spec.id,
+            attempt = job.attempts,
+            reason = %answer.reason,
+            "publish failed"
+        ),
+        _ => tracing::warn!(
+            job_id = %job.spec.id,
+            topic = %job.spec.topic,
+            attempt = job.attempts,
+            outcome = answer.outcome.label(),
+            reason = %answer.reason,
+            "publish failed"
+        ),
+    }
+    Some(Ended {
+        finished: answer.outcome.finished(),
+        retry_after_ms: None,
+    })
+}
+
+/// One HTTP call of a reserved callback job: wait for its host, call, counted.
+async fn call_attempt(
+    shared: &Shared,
+    job: &Job,
+    cb: &job::Callback,
+    queue: &Topic,
+) -> Option<Ended> {
     let started;
     let answer = match shared.caller.target(&cb.url) {
         // Checked at push; the allowed destinations may have changed since.
@@ -345,21 +455,14 @@ async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
             let host_permit = shared.host_permit(&host).await;
             shared.park(queue, -1);
             shared.room.notify_one();
-            // The call must end before the reservation does; a wait for the host may have
-            // used it up.
-            let now = shared.clock.now();
-            let need = job::after(now, cb.timeout_ms.saturating_add(RESERVATION_MARGIN_MS));
-            if job.reserved_until.is_none_or(|until| until < need)
-                && let Err(e) = shared.store.touch(&id, now).await
-            {
-                // Deleted, or no longer reserved by this call: not ours to call any more.
-                tracing::debug!(job_id = %id, error = %e, "callback job gone before its call");
+            // The call must end before the reservation does.
+            if !hold_for(shared, job, cb.timeout_ms).await {
                 drop(host_permit);
                 shared.host_done(&host);
-                return;
+                return None;
             }
             started = shared.clock.read();
-            let answer = shared.caller.call(&job, &cb, url, started).await;
+            let answer = shared.caller.call(job, cb, url, started).await;
             drop(host_permit);
             shared.host_done(&host);
             answer
@@ -369,12 +472,9 @@ async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
     shared
         .metrics
         .callback_attempt(answer.outcome.label(), answer.took, late_ms);
-    let now = shared.clock.now();
-    let result = if answer.outcome.finished() {
-        shared.store.finish(&id).await.map(drop)
-    } else {
+    if !answer.outcome.finished() {
         tracing::warn!(
-            job_id = %id,
+            job_id = %job.spec.id,
             topic = %job.spec.topic,
             attempt = job.attempts,
             outcome = answer.outcome.label(),
@@ -382,18 +482,9 @@ async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
             reason = %answer.reason,
             "callback failed"
         );
-        let delay = job::callback_retry_delay(&job.spec, job.attempts, answer.retry_after_ms);
-        shared.store.release(&id, Some(delay), now).await.map(drop)
-    };
-    match result {
-        Ok(()) | Err(StoreError::NotFound) => {}
-        Err(e @ StoreError::WrongState(_)) => {
-            tracing::debug!(job_id = %id, error = %e, "callback job changed during its call");
-        }
-        Err(e) => tracing::warn!(
-            job_id = %id,
-            error = %e,
-            "cannot record the callback's outcome; the job is called again after its TTR"
-        ),
     }
+    Some(Ended {
+        finished: answer.outcome.finished(),
+        retry_after_ms: answer.retry_after_ms,
+    })
 }

@@ -24,7 +24,8 @@ use crate::callback::sign::WebhookSecret;
 use define::{Origin, settings};
 use journal::{JournalModeRule, JournalUrl};
 use rules::{
-    Address, Allow, Any, Between, ClusterSeeds, KeyPrefix, NonEmptyPath, RedisUrl, WebhookSecrets,
+    Address, Allow, AmqpName, AmqpUrl, Any, Between, ClusterSeeds, KeyPrefix, NonEmptyPath,
+    RedisUrl, WebhookSecrets,
 };
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -325,6 +326,54 @@ settings! {
             default: crate::journal::JournalMode::Sync,
         },
         /// A week: long enough to look at what happened to a job after an incident.
+        /// The RabbitMQ bridge (docs/rabbitmq.md): without it, nothing of it runs and a push
+        /// with `publish` is refused.
+        amqp: Option<String> {
+            key: amqp,
+            flag: "amqp",
+            env: "DELAYQ_AMQP",
+            value_name: "URL",
+            help: "RabbitMQ URL (`amqp://user:password@host:5672/vhost`, `amqps://` for TLS): \
+                   publish jobs are published there when due, and the intake queue is consumed",
+            given: String,
+            rule: AmqpUrl,
+            default: None,
+        },
+        amqp_intake: String {
+            key: amqp_intake,
+            flag: "amqp-intake",
+            env: "DELAYQ_AMQP_INTAKE",
+            value_name: "QUEUE",
+            help: "RabbitMQ queue of delayed messages to take in (`x-delay` header), declared \
+                   durable if missing",
+            given: String,
+            rule: AmqpName,
+            default: crate::amqp::DEFAULT_INTAKE.to_string(),
+        },
+        /// Bounds one publish attempt: waiting for the broker, publishing and its confirm. A
+        /// publish job's TTR is at least this plus 5 s, so no other instance publishes it
+        /// meanwhile.
+        amqp_publish_timeout_secs: u64 {
+            key: amqp_publish_timeout,
+            flag: "amqp-publish-timeout",
+            env: "DELAYQ_AMQP_PUBLISH_TIMEOUT",
+            value_name: "SECS",
+            help: "Seconds a publish may take, waiting for a connection to the broker and for \
+                   its confirm, before the attempt counts as failed",
+            given: u64,
+            rule: Between(1, 600),
+            default: 30,
+        },
+        amqp_prefetch: u16 {
+            key: amqp_prefetch,
+            flag: "amqp-prefetch",
+            env: "DELAYQ_AMQP_PREFETCH",
+            value_name: "N",
+            help: "Intake messages delivered to this instance and not yet acknowledged, at most",
+            given: u64,
+            rule: Between(1, 65_535),
+            default: 256,
+        },
         journal_retention_secs: u64 {
             key: journal_retention,
             flag: "journal-retention",

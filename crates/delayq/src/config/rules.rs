@@ -73,6 +73,36 @@ impl Rule<String, String> for KeyPrefix {
     }
 }
 
+/// The URL of a RabbitMQ broker, as the AMQP client parses it (`amqp://`, `amqps://`).
+pub(super) struct AmqpUrl;
+
+impl Rule<String, Option<String>> for AmqpUrl {
+    fn apply(&self, url: String) -> Result<Option<String>, String> {
+        // The parser's message may quote the URL, which may hold a password: not echoed.
+        url.parse::<lapin::uri::AMQPUri>().map_err(|_| {
+            "not an AMQP URL: it must look like amqp://user:password@host:5672/vhost (or amqps://)"
+                .to_string()
+        })?;
+        Ok(Some(url))
+    }
+}
+
+/// A RabbitMQ queue name: 1 to 255 bytes.
+pub(super) struct AmqpName;
+
+impl Rule<String, String> for AmqpName {
+    fn apply(&self, name: String) -> Result<String, String> {
+        if name.is_empty() || name.len() > crate::job::MAX_AMQP_NAME_BYTES {
+            return Err(format!(
+                "must be 1 to {} bytes, got {}",
+                crate::job::MAX_AMQP_NAME_BYTES,
+                name.len()
+            ));
+        }
+        Ok(name)
+    }
+}
+
 /// URL schemes the Redis client understands.
 const REDIS_SCHEMES: &[&str] = &[
     "redis",

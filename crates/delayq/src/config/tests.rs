@@ -95,6 +95,10 @@ fn every_setting_is_read_from_flags() {
             "--journal=mysql://u@h:3306/db",
             "--journal-mode=async",
             "--journal-retention=120",
+            "--amqp=amqp://u:p@mq:5672/%2f",
+            "--amqp-intake=in",
+            "--amqp-publish-timeout=12",
+            "--amqp-prefetch=13",
         ],
         &[],
     )
@@ -128,6 +132,10 @@ fn every_setting_is_read_from_flags() {
             journal: Some("mysql://u@h:3306/db".into()),
             journal_mode: crate::journal::JournalMode::Async,
             journal_retention_secs: 120,
+            amqp: Some("amqp://u:p@mq:5672/%2f".into()),
+            amqp_intake: "in".into(),
+            amqp_publish_timeout_secs: 12,
+            amqp_prefetch: 13,
         }
     );
 }

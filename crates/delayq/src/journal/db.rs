@@ -234,7 +234,7 @@ macro_rules! dialect {
                     let mut q = Q::new(
                         "INSERT INTO delayq_jobs (id, topic, queue, body, run_at, ttr_ms, \
                          priority, attempts, max_attempts, backoff_ms, callback_url, \
-                         callback_timeout_ms, state, reserved_until, seq, changed_at) ",
+                         callback_timeout_ms, state, reserved_until, seq, changed_at, publish) ",
                     );
                     q.push_values(chunk, |mut b, row| {
                         let s = &row.spec;
@@ -253,7 +253,8 @@ macro_rules! dialect {
                             .push_bind(row.state.as_str())
                             .push_bind(row.reserved_until.map(i))
                             .push_bind(i(row.seq))
-                            .push_bind(i(row.changed_at));
+                            .push_bind(i(row.changed_at))
+                            .push_bind(s.publish.as_ref().map(|p| p.pack()));
                     });
                     q.push($upsert);
                     q.build().execute(&mut **tx).await?;
@@ -366,7 +367,7 @@ macro_rules! dialect {
 
             const COLUMNS: &str = "id, topic, body, run_at, ttr_ms, priority, attempts, \
                 max_attempts, backoff_ms, callback_url, callback_timeout_ms, state, \
-                reserved_until, changed_at";
+                reserved_until, changed_at, publish";
 
             /// A text column: MySQL reports a binary-collated one as VARBINARY.
             fn text(r: &<$db as sqlx::Database>::Row, col: &str) -> Result<String, sqlx::Error> {
@@ -406,6 +407,7 @@ macro_rules! dialect {
                     text(r, "state").map_err(e)?,
                     r.try_get("reserved_until").map_err(e)?,
                     r.try_get("changed_at").map_err(e)?,
+                    opt_text(r, "publish").map_err(e)?,
                 )
             }
 
@@ -530,7 +532,7 @@ dialect! {
          max_attempts = EXCLUDED.max_attempts, backoff_ms = EXCLUDED.backoff_ms, \
          callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
          state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
-         changed_at = EXCLUDED.changed_at";
+         changed_at = EXCLUDED.changed_at, publish = EXCLUDED.publish";
     my: sqlx::MySql, MySql, schema::MYSQL, no_one, no_bulk,
         "DELETE j FROM delayq_jobs AS j JOIN delayq_job_events AS e ON j.id = e.job_id \
          WHERE e.at < ",
@@ -540,7 +542,7 @@ dialect! {
          max_attempts = VALUES(max_attempts), backoff_ms = VALUES(backoff_ms), \
          callback_url = VALUES(callback_url), callback_timeout_ms = VALUES(callback_timeout_ms), \
          state = VALUES(state), reserved_until = VALUES(reserved_until), seq = VALUES(seq), \
-         changed_at = VALUES(changed_at)";
+         changed_at = VALUES(changed_at), publish = VALUES(publish)";
 }
 
 /// The ends of a run: job, the state it ended in, when.
@@ -732,6 +734,11 @@ fn bind_puts<'q>(query: PgQuery<'q>, puts: &[Cow<'_, JobRow>]) -> PgQuery<'q> {
         )
         .bind(n(|r| i(r.seq)))
         .bind(n(|r| i(r.changed_at)))
+        .bind(
+            puts.iter()
+                .map(|r| r.spec.publish.as_ref().map(|p| p.pack()))
+                .collect::<Vec<_>>(),
+        )
 }
 
 /// MySQL has no arrays: its rows go in multi-row statements (`write_run`).
@@ -788,23 +795,23 @@ async fn pg_bulk(
     Ok(true)
 }
 
-/// PostgreSQL's upsert of job rows, one array per column ($1–$16). A macro, so that
+/// PostgreSQL's upsert of job rows, one array per column ($1–$17). A macro, so that
 /// [`PG_ONE`] can contain it.
 macro_rules! pg_upsert {
     () => {
         "INSERT INTO delayq_jobs (id, topic, queue, body, run_at, ttr_ms, \
     priority, attempts, max_attempts, backoff_ms, callback_url, callback_timeout_ms, state, \
-    reserved_until, seq, changed_at) \
+    reserved_until, seq, changed_at, publish) \
     SELECT * FROM UNNEST($1::varchar[], $2::varchar[], $3::varchar[], $4::bytea[], \
     $5::int8[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::text[], \
-    $12::int8[], $13::varchar[], $14::int8[], $15::int8[], $16::int8[]) \
+    $12::int8[], $13::varchar[], $14::int8[], $15::int8[], $16::int8[], $17::text[]) \
     ON CONFLICT (id) DO UPDATE SET topic = EXCLUDED.topic, queue = EXCLUDED.queue, \
     body = EXCLUDED.body, run_at = EXCLUDED.run_at, ttr_ms = EXCLUDED.ttr_ms, \
     priority = EXCLUDED.priority, attempts = EXCLUDED.attempts, \
     max_attempts = EXCLUDED.max_attempts, backoff_ms = EXCLUDED.backoff_ms, \
     callback_url = EXCLUDED.callback_url, callback_timeout_ms = EXCLUDED.callback_timeout_ms, \
     state = EXCLUDED.state, reserved_until = EXCLUDED.reserved_until, seq = EXCLUDED.seq, \
-    changed_at = EXCLUDED.changed_at"
+    changed_at = EXCLUDED.changed_at, publish = EXCLUDED.publish"
     };
 }
 
@@ -843,19 +850,19 @@ macro_rules! pg_move {
 /// PostgreSQL's update of moved jobs alone ($1–$7).
 const PG_MOVE: &str = pg_move!("$1", "$2", "$3", "$4", "$5", "$6", "$7");
 
-/// PostgreSQL's whole batch in one statement: the job rows ($1–$16, as [`PG_UPSERT`]), the
-/// ends ($17–$19), the moves ($20–$26) and the events ($27–$30, instance $31). Each job is
+/// PostgreSQL's whole batch in one statement: the job rows ($1–$17, as [`PG_UPSERT`]), the
+/// ends ($18–$20), the moves ($21–$27) and the events ($28–$31, instance $32). Each job is
 /// in one of puts, ends and moves ([`last_of`]), so no row is changed twice.
 const PG_ONE: &str = concat!(
     "WITH puts AS (",
     pg_upsert!(),
     "), ends AS (UPDATE delayq_jobs AS j SET state = e.state, changed_at = e.at \
-    FROM UNNEST($17::varchar[], $18::varchar[], $19::int8[]) AS e(id, state, at) \
+    FROM UNNEST($18::varchar[], $19::varchar[], $20::int8[]) AS e(id, state, at) \
     WHERE j.id = e.id), moves AS (",
-    pg_move!("$20", "$21", "$22", "$23", "$24", "$25", "$26"),
+    pg_move!("$21", "$22", "$23", "$24", "$25", "$26", "$27"),
     ") INSERT INTO delayq_job_events (job_id, from_state, to_state, at, instance) \
-    SELECT e.id, e.from_state, e.to_state, e.at, $31 \
-    FROM UNNEST($27::varchar[], $28::varchar[], $29::varchar[], $30::int8[]) \
+    SELECT e.id, e.from_state, e.to_state, e.at, $32 \
+    FROM UNNEST($28::varchar[], $29::varchar[], $30::varchar[], $31::int8[]) \
     AS e(id, from_state, to_state, at)"
 );
 

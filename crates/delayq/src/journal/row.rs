@@ -2,7 +2,7 @@
 //! (`hook.rs`) and written in order by the writer (`writer.rs`); and [`JobRow`], a job as
 //! its row holds it, read back by the restore.
 
-use crate::job::{Callback, Job, JobId, JobSpec, JobState, Topic, UnixMillis};
+use crate::job::{Callback, Job, JobId, JobSpec, JobState, Publish, Topic, UnixMillis};
 
 /// The `state` column: a job's [`JobState`], or why it no longer exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +105,7 @@ impl JobRow {
         state: String,
         reserved_until: Option<i64>,
         changed_at: i64,
+        publish: Option<String>,
     ) -> Result<JobRow, String> {
         let id = JobId::parse(id).map_err(|e| format!("id: {e}"))?;
         let bad = |column: &str| format!("job {id}: column {column} does not parse");
@@ -136,6 +137,12 @@ impl JobRow {
             max_attempts: u32::try_from(max_attempts).map_err(|_| bad("max_attempts"))?,
             backoff_ms,
             callback,
+            publish: publish
+                .as_deref()
+                .map(Publish::unpack)
+                .transpose()
+                .map_err(|_| bad("publish"))?
+                .map(Box::new),
         };
         Ok(JobRow {
             spec,

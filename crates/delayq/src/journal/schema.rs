@@ -56,7 +56,8 @@ pub const POSTGRES: &[&[&str]] = &[
         "CREATE INDEX IF NOT EXISTS delayq_job_events_at ON delayq_job_events (at)",
     ],
     // 2: no index on the columns transitions change; events without a key, BRIN on `at`, a
-    // B-tree on `job_id` (histories).
+    // B-tree on `job_id` (histories); a publish job's target (job.rs `Publish::pack`), NULL
+    // for other jobs.
     &[
         "DROP INDEX IF EXISTS delayq_jobs_state",
         "DROP INDEX IF EXISTS delayq_jobs_queue",
@@ -65,6 +66,7 @@ pub const POSTGRES: &[&[&str]] = &[
         "DROP INDEX IF EXISTS delayq_job_events_at",
         "CREATE INDEX IF NOT EXISTS delayq_job_events_at ON delayq_job_events USING brin (at)",
         "CREATE INDEX IF NOT EXISTS delayq_job_events_job ON delayq_job_events (job_id)",
+        "ALTER TABLE delayq_jobs ADD COLUMN publish TEXT NULL",
     ],
 ];
 
@@ -103,9 +105,11 @@ pub const MYSQL: &[&[&str]] = &[
         INDEX delayq_job_events_at (at)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
     ],
-    // 2: no index on the columns transitions change; a B-tree on `job_id` (histories).
+    // 2: no index on the columns transitions change; a B-tree on `job_id` (histories); a
+    // publish job's target (job.rs `Publish::pack`), NULL for other jobs.
     &[
         "ALTER TABLE delayq_jobs DROP INDEX delayq_jobs_state, DROP INDEX delayq_jobs_queue",
         "ALTER TABLE delayq_job_events ADD INDEX delayq_job_events_job (job_id)",
+        "ALTER TABLE delayq_jobs ADD COLUMN publish TEXT NULL",
     ],
 ];

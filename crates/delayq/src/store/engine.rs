@@ -138,7 +138,7 @@ impl Engine {
     /// its topic holds (the counts' key), so a topic's name is stored once, not once per job.
     fn index(&mut self, j: &mut Job) {
         let queue = j.spec.queue();
-        let pull = j.spec.callback.is_none();
+        let pull = !j.spec.is_pushed();
         let counts = match self.counts.entry(queue.clone()) {
             btree_map::Entry::Occupied(o) => {
                 if pull {

@@ -6,7 +6,7 @@
 use crate::db::TestDb;
 use crate::support::redis_server::{RedisServer, flushall};
 use delayq::clock::{Clock, SystemClock};
-use delayq::job::{Callback, Job, JobId, JobSpec, JobState, Topic};
+use delayq::job::{Callback, Job, JobId, JobSpec, JobState, Publish, Topic};
 use delayq::journal::{Journal, JournalMode, Journaled, Overdue, RestoreCounts, RestoreOptions};
 use delayq::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use delayq::store::memory::MemoryStore;
@@ -47,7 +47,7 @@ fn topic(i: usize) -> Topic {
 }
 
 /// Job `i` of the history: every field varies with `i` (bodies with quotes, NULs and
-/// non-ASCII text; some callbacks, backoffs and attempt limits), and its due time is past,
+/// non-ASCII text; some callbacks, publishes, backoffs and attempt limits), and its due time is past,
 /// now, or 1 to 2 hours ahead.
 fn spec(i: usize, t0: u64) -> JobSpec {
     let run_at = match i % 4 {
@@ -68,6 +68,15 @@ fn spec(i: usize, t0: u64) -> JobSpec {
             url: format!("http://127.0.0.1:9/cb/{i}"),
             timeout_ms: 1_000,
         });
+    }
+    if i % 10 == 3 {
+        s.publish = Some(Box::new(Publish {
+            exchange: format!("ex-{i}"),
+            routing_key: "order.ü".into(),
+            content_type: (i % 20 == 3).then(|| "application/octet-stream".into()),
+            headers: (i % 20 == 3).then(|| r#"{"k":{"LongInt":7}}"#.into()),
+            body_base64: i % 20 == 3,
+        }));
     }
     s
 }

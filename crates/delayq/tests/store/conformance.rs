@@ -6,7 +6,7 @@
 
 use crate::support;
 
-use delayq::job::{Callback, Job, JobId, JobSpec, JobState, Topic, UnixMillis};
+use delayq::job::{Callback, Job, JobId, JobSpec, JobState, Publish, Topic, UnixMillis};
 use delayq::store::{JobPage, ListKey, PushMode, PushOutcome, Reschedule, StoreError, StoreEvent};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -1332,10 +1332,96 @@ async fn schedule_counts_match_a_brute_force_count(b: &Backend) {
     );
 }
 
+/// A publish job (RabbitMQ): every field of its target kept, a binary body's base64 flag
+/// included, through every transition and a replace; it waits in its topic's callback queue,
+/// never in the topic's, and is counted there; released past its attempts it is dead.
+async fn publish_jobs_keep_their_target_and_live_in_the_callback_queue(b: &Backend) {
+    let queue = topic("orders").callback_queue();
+    let mut spec = job("orders", "p1", "AP8A", T0);
+    spec.with_publish_defaults(
+        Publish {
+            exchange: "orders-x".into(),
+            routing_key: "order.cancel".into(),
+            content_type: Some("application/octet-stream".into()),
+            headers: Some(r#"{"trace":{"LongString":[116]}}"#.into()),
+            body_base64: true,
+        },
+        30 * SEC,
+        None,
+        Some(2),
+        Some(vec![SEC]),
+    );
+    assert_eq!(spec.ttr_ms, 35 * SEC, "the publish timeout plus the grace");
+    push(b, spec.clone(), T0).await;
+    assert_eq!(b.store.get(&id("p1")).await.unwrap().spec, spec);
+    assert!(reserve_ids(b, &["orders"], 10, T0).await.is_empty());
+    assert_eq!(
+        b.store.stats().await.unwrap().callbacks[&topic("orders")].ready,
+        1
+    );
+    let got = b
+        .store
+        .reserve(std::slice::from_ref(&queue), 10, T0)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].spec, spec);
+    assert_eq!(got[0].reserved_until, Some(T0 + 35 * SEC));
+    let j = b.store.release(&id("p1"), Some(SEC), T0).await.unwrap();
+    assert_eq!(
+        (j.state, j.spec.clone()),
+        (JobState::Delayed, {
+            let mut s = spec.clone();
+            s.run_at = T0 + SEC;
+            s
+        })
+    );
+    b.store.tick(T0 + SEC, 100).await.unwrap();
+    let again = b
+        .store
+        .reserve(std::slice::from_ref(&queue), 10, T0 + SEC)
+        .await
+        .unwrap();
+    assert_eq!(again[0].spec.publish, spec.publish);
+    let j = b
+        .store
+        .release(&id("p1"), None, T0 + 2 * SEC)
+        .await
+        .unwrap();
+    assert_eq!(j.state, JobState::Dead);
+    assert_eq!(j.spec.publish, spec.publish);
+    assert_eq!(
+        b.store.stats().await.unwrap().callbacks[&topic("orders")].dead,
+        1
+    );
+
+    // Replaced by a plain publish job: the intake's fields are gone with the old version.
+    let mut plain = job("orders", "p1", "text", T0 + 3 * SEC);
+    plain.with_publish_defaults(
+        Publish {
+            exchange: String::new(),
+            routing_key: "q".into(),
+            content_type: None,
+            headers: None,
+            body_base64: false,
+        },
+        30 * SEC,
+        None,
+        None,
+        None,
+    );
+    b.store
+        .push(plain.clone(), PushMode::Replace, T0 + 2 * SEC)
+        .await
+        .unwrap();
+    assert_eq!(b.store.get(&id("p1")).await.unwrap().spec, plain);
+}
+
 backend_tests!(
     listing_pages_each_state_in_its_order,
     paging_is_stable_under_concurrent_pushes_and_finishes,
     schedule_counts_match_a_brute_force_count,
+    publish_jobs_keep_their_target_and_live_in_the_callback_queue,
     restore_keeps_attempts_and_leaves_present_jobs_alone,
     callback_jobs_are_only_in_their_topics_callback_queue,
     callback_job_retries_dies_and_is_kicked_back_to_its_queue,

@@ -291,6 +291,15 @@ async fn pushed_records_are_what_the_scripts_would_write() {
         timeout_ms: 30_000,
     });
     specs.push(callback);
+    let mut publish = job("t", "publish", "AP8=", NOW + 1);
+    publish.publish = Some(Box::new(delayq::job::Publish {
+        exchange: "ex".into(),
+        routing_key: "ü.key".into(),
+        content_type: Some("application/octet-stream".into()),
+        headers: Some(r#"{"a":{"LongInt":-7}}"#.into()),
+        body_base64: true,
+    }));
+    specs.push(publish);
     // Restored jobs keep their attempts (`restore_batch`).
     let mut restored = Vec::new();
     for (name, cb) in [

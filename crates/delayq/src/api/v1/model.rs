@@ -24,6 +24,22 @@ pub struct JobView {
     pub reserved_until_ms: Option<UnixMillis>,
     /// Set only for a callback job.
     pub callback: Option<CallbackView>,
+    /// Set only for a publish job (RabbitMQ).
+    pub publish: Option<PublishView>,
+}
+
+/// A publish job's `publish` object.
+#[derive(Debug, Serialize)]
+pub struct PublishView {
+    pub exchange: String,
+    pub routing_key: String,
+    /// An intake message's content type, published with the body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// `body` is the base64 of the bytes to publish (an intake message's body that is not
+    /// UTF-8).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub body_base64: bool,
 }
 
 /// A callback job's `callback` object.
@@ -50,6 +66,15 @@ impl From<Job> for JobView {
             callback: j.spec.callback.map(|c| CallbackView {
                 url: c.url,
                 timeout_ms: c.timeout_ms,
+            }),
+            publish: j.spec.publish.map(|p| {
+                let p = *p;
+                PublishView {
+                    exchange: p.exchange,
+                    routing_key: p.routing_key,
+                    content_type: p.content_type,
+                    body_base64: p.body_base64,
+                }
             }),
         }
     }

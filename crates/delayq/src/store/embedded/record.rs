@@ -6,9 +6,9 @@
 //! bump [`FORMAT_VERSION`] and teach [`decode`] the old layout, except a new optional field at
 //! the end (`#[serde(default)]`): records written before it decode with its default, and a
 //! build that does not know it refuses a record that has it (too long an array) rather than
-//! misread it. `callback` came that way.
+//! misread it. `callback` came that way, then `publish`.
 
-use crate::job::{Callback, Job, JobId, JobSpec, JobState, Topic};
+use crate::job::{Callback, Job, JobId, JobSpec, JobState, Publish, Topic};
 use serde::{Deserialize, Serialize};
 
 /// Version of the record layout, stored in the `meta` table. A data directory written with
@@ -31,9 +31,14 @@ struct Record {
     attempts: u32,
     reserved_until: Option<u64>,
     seq: u64,
-    /// A callback job's URL and timeout; absent (not even nil) for a pull job.
+    /// A callback job's URL and timeout; absent (not even nil) for a pull job, nil for a
+    /// publish job (so `publish` stays the 13th element).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    callback: Option<(String, u64)>,
+    callback: Option<Option<(String, u64)>>,
+    /// A publish job's target ([`Publish::pack`]); absent for other jobs. Written after
+    /// `callback`, as nil when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    publish: Option<String>,
 }
 
 fn state_code(s: JobState) -> u8 {
@@ -76,7 +81,12 @@ pub fn encode(job: Job) -> Vec<u8> {
         attempts,
         reserved_until,
         seq,
-        callback: spec.callback.map(|c| (c.url, c.timeout_ms)),
+        callback: match (spec.callback, &spec.publish) {
+            (Some(c), _) => Some(Some((c.url, c.timeout_ms))),
+            (None, Some(_)) => Some(None),
+            (None, None) => None,
+        },
+        publish: spec.publish.map(|p| p.pack()),
     };
     // Serializing plain strings and integers into a Vec cannot fail.
     rmp_serde::to_vec(&r).expect("a job record always encodes")
@@ -102,7 +112,14 @@ pub fn decode(id: &str, bytes: &[u8]) -> Result<Job, String> {
             backoff_ms: r.backoff_ms,
             callback: r
                 .callback
+                .flatten()
                 .map(|(url, timeout_ms)| Callback { url, timeout_ms }),
+            publish: r
+                .publish
+                .as_deref()
+                .map(Publish::unpack)
+                .transpose()?
+                .map(Box::new),
         },
         state,
         attempts: r.attempts,
@@ -178,6 +195,22 @@ mod tests {
         let v: Vec<rmpv_like::Any> = rmp_serde::from_slice(&with).unwrap();
         let eleven = rmp_serde::to_vec(&v[..11]).unwrap();
         assert_eq!(decode("order 42", &eleven).unwrap(), old);
+    }
+
+    #[test]
+    fn a_publish_round_trips_with_its_intake_fields() {
+        let mut j = job(JobState::Dead, None);
+        j.spec.publish = Some(Box::new(Publish {
+            exchange: "orders".into(),
+            routing_key: "order.cancel".into(),
+            content_type: Some("application/octet-stream".into()),
+            headers: Some(r#"{"k":{"LongString":[1,2]}}"#.into()),
+            body_base64: true,
+        }));
+        let bytes = encode(j.clone());
+        assert_eq!(decode("order 42", &bytes).unwrap(), j);
+        let v: Vec<rmpv_like::Any> = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(v.len(), 13, "callback is written as nil before publish");
     }
 
     #[test]

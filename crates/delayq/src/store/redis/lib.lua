@@ -51,7 +51,8 @@
 --   {state, topic, body, run_at, seq, ttr_ms = 60000, priority = 1024, max_attempts = 0,
 --    backoff_ms (array) = {}, attempts = 0, reserved_until (0 = none) = 0}
 -- then, for a callback job only (all 13 elements then present): callback_url,
--- callback_timeout_ms. A callback job's ready and dead index entries and counts are under its
+-- callback_timeout_ms; for a publish job (14 elements): "", 0, publish (job.rs Publish::pack,
+-- opaque here). A callback or publish job's ready and dead index entries and counts are under its
 -- topic's callback queue, `<topic>,callback` (job.rs Topic::callback_queue), not its topic:
 -- indexes and events name queues (`queue` in a working record), and a topic, which has no
 -- comma, never names a callback queue.
@@ -79,9 +80,10 @@ local WINDOW_MS = 60000
 
 -- Positions in a loaded (working) record; `decode` and `encode` map the stored layout.
 local S, TOPIC, BODY, RUN_AT, TTR, PRIO, MAXATT, ATT, RU, SEQ, BACKOFF = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
--- Working-only positions: a callback job's URL and timeout (nil for a pull job), and the queue
--- its ready and dead entries and counts are under.
-local CB_URL, CB_TIMEOUT, QUEUE = 12, 13, 14
+-- Working-only positions: a callback job's URL and timeout (nil for a pull job; "" and 0 for a
+-- publish job), the queue its ready and dead entries and counts are under, and a publish job's
+-- target (nil for others).
+local CB_URL, CB_TIMEOUT, QUEUE, PUBLISH = 12, 13, 14, 15
 
 -- The stored layout's defaults, by stored position (6..11); see the header.
 local DEFAULT_TTR, DEFAULT_PRIO = 60000, 1024
@@ -95,7 +97,7 @@ local function decode(r)
   local queue = r[2]
   if r[12] then queue = queue .. ',callback' end
   return {r[1], r[2], r[3], r[4], r[6] or DEFAULT_TTR, r[7] or DEFAULT_PRIO, r[8] or 0,
-    r[10] or 0, r[11] or 0, r[5], r[9] or {}, r[12], r[13], queue}
+    r[10] or 0, r[11] or 0, r[5], r[9] or {}, r[12], r[13], queue, r[14]}
 end
 
 -- Stored positions whose default `encode` omits at the end (9, backoff, is omitted when empty).
@@ -106,7 +108,7 @@ local function encode(j)
   local r = {j[S], j[TOPIC], j[BODY], j[RUN_AT], j[SEQ], j[TTR], j[PRIO], j[MAXATT], j[BACKOFF],
     j[ATT], j[RU]}
   if j[CB_URL] then
-    r[12], r[13] = j[CB_URL], j[CB_TIMEOUT]
+    r[12], r[13], r[14] = j[CB_URL], j[CB_TIMEOUT], j[PUBLISH]
     return cmsgpack.pack(r)
   end
   local defaults = ENCODE_DEFAULTS

@@ -9,7 +9,7 @@
 //! `pushed_records_are_what_the_scripts_would_write` has Redis's own `encode` re-pack
 //! records pushed this way and compares.
 
-use crate::job::{Callback, Job, JobId, JobSpec, JobState, Topic};
+use crate::job::{Callback, Job, JobId, JobSpec, JobState, Publish, Topic};
 use crate::store::{StoreError, StoreResult};
 use redis::Value;
 use serde::{Deserialize, Serialize};
@@ -40,7 +40,7 @@ const STORED_DEFAULT_PRIORITY: u64 = 1024;
 /// Decodes the record of job `id`, in either layout `lib.lua` describes: the current one
 /// (`state, topic, body, run_at, seq`, then `ttr_ms, priority, max_attempts, backoff_ms,
 /// attempts, reserved_until` with trailing defaults omitted, then `callback_url,
-/// callback_timeout_ms` for a callback job) or the 11-element one (always 11 elements, the 11th
+/// callback_timeout_ms` for a callback job, and `"", 0, publish` for a publish job) or the 11-element one (always 11 elements, the 11th
 /// the backoff array).
 pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
     let corrupt = |why: String| StoreError::Corrupt(format!("job record {id:?}: {why}").into());
@@ -56,7 +56,7 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
         r.extend(att);
         r.extend(ru);
     }
-    if !(5..=11).contains(&r.len()) && r.len() != 13 {
+    if !(5..=11).contains(&r.len()) && r.len() != 13 && r.len() != 14 {
         return Err(corrupt(format!("{} fields", r.len())));
     }
     let text = |i: usize| match r.get(i) {
@@ -97,6 +97,10 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
                 }),
                 _ => None,
             },
+            publish: match r.len() {
+                14 => Some(Box::new(Publish::unpack(&text(13)?).map_err(corrupt)?)),
+                _ => None,
+            },
         },
         state,
         attempts: small(9, 0)?,
@@ -111,7 +115,8 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
 /// ready) with push stamp `seq`: `state, topic, body, run_at, seq`, then `ttr_ms, priority,
 /// max_attempts, backoff_ms, attempts` down to the last that differs from its stored default
 /// (reserved_until is 0 for a job that is not reserved, so omitted); a callback job has all of
-/// them, then `reserved_until, callback_url, callback_timeout_ms`. msgpack's smallest form for every integer, string and
+/// them, then `reserved_until, callback_url, callback_timeout_ms`, and a publish job
+/// `reserved_until, "", 0, publish` ([`Publish::pack`]). msgpack's smallest form for every integer, string and
 /// array length, as Lua's cmsgpack packs them. `run_at`, `ttr_ms` and the backoff steps must
 /// already be clamped below 2^53 (exact in Lua), as every caller does with `MAX_RUN_AT`.
 pub fn encode_new(job: &JobSpec, state: JobState, seq: u64, attempts: u32) -> Vec<u8> {
@@ -136,8 +141,11 @@ pub fn encode_new(job: &JobSpec, state: JobState, seq: u64, attempts: u32) -> Ve
         (9, Out::Int(n)) => *n == 0,
         _ => false,
     };
+    let packed = job.publish.as_ref().map(|p| p.pack());
     if let Some(cb) = &job.callback {
         r.extend([Out::Int(0), Out::Text(&cb.url), Out::Int(cb.timeout_ms)]);
+    } else if let Some(p) = &packed {
+        r.extend([Out::Int(0), Out::Text(""), Out::Int(0), Out::Text(p)]);
     }
     while r.len() > 5 && r.len() <= 10 && default(r.len() - 1, &r[r.len() - 1]) {
         r.pop();
@@ -318,6 +326,32 @@ mod tests {
             (a.reserved_until, a.spec.backoff_ms),
             (Some(99), vec![10, 20])
         );
+    }
+
+    #[test]
+    fn callback_and_publish_jobs_round_trip() {
+        let mut spec = JobSpec::new(
+            Topic::parse("t").unwrap(),
+            JobId::parse("j").unwrap(),
+            "aGk=",
+            5,
+        );
+        spec.publish = Some(Box::new(Publish {
+            exchange: String::new(),
+            routing_key: "q".into(),
+            content_type: Some("text/x".into()),
+            headers: None,
+            body_base64: true,
+        }));
+        let j = decode_job("j", &encode_new(&spec, JobState::Ready, 7, 2)).unwrap();
+        assert_eq!((j.spec, j.attempts, j.seq), (spec.clone(), 2, 7));
+        spec.publish = None;
+        spec.callback = Some(Callback {
+            url: "http://a/".into(),
+            timeout_ms: 9,
+        });
+        let j = decode_job("j", &encode_new(&spec, JobState::Delayed, 7, 0)).unwrap();
+        assert_eq!(j.spec, spec);
     }
 
     #[test]

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# amqp.sh: RabbitMQ delayed messages, delayq's intake against RabbitMQ's own TTL + dead-letter
+# queues (seed 002's method; the delayed-message-exchange plugin is not packaged by Debian), on
+# the machine's broker (127.0.0.1:5672, guest/guest), in one run.
+#
+# Per round and per SYSTEM, with `delayq-bench amqp`:
+#   steady   RATE messages/s for DURATION s, each delayed 2 s: lateness of the arrival at the
+#            target queue against send + delay (p50/p99/max), lost, duplicates, early
+#   spread   the same with delays uniform in 1-5 s (TTL queues expire only at their head)
+#   burst    20,000 messages/s offered for 5 s, delay 0: messages per second reaching the target
+#            (the intake-to-publish throughput)
+# SYSTEM delayq: a fresh `delayq serve --amqp ... --amqp-intake <own queue>` per round on STORE
+# (embedded: a fresh data dir; redis: its own redis-server, no persistence). SYSTEM ttl-dlx:
+# RabbitMQ alone. Each run is one JSON line in $OUT/results.jsonl; the end prints medians.
+#
+# Usage: bench/amqp.sh [--rounds 1] [--rate 2000] [--duration-s 20] [--store embedded|redis]
+#                      [--out DIR]
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROUNDS=1
+RATE=2000
+DURATION=20
+STORE=embedded
+OUT=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --rate) RATE="$2"; shift 2 ;;
+    --duration-s) DURATION="$2"; shift 2 ;;
+    --store) STORE="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
+OUT="${OUT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-$COMMIT/amqp}"
+if [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
+  echo "$OUT already holds results: pass --out DIR" >&2
+  exit 2
+fi
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+
+BENCH="$ROOT/target/release/delayq-bench"
+DELAYQ="$ROOT/target/release/delayq"
+for b in "$BENCH" "$DELAYQ"; do
+  [ -x "$b" ] || { echo "missing $b: cargo build --release -p delayq -p delayq-bench" >&2; exit 1; }
+done
+(exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null ||
+  { echo "no RabbitMQ on 127.0.0.1:5672: apt-get install -y rabbitmq-server" >&2; exit 1; }
+AMQP="amqp://guest:guest@127.0.0.1:5672/%2f"
+
+TMP="$(mktemp -d /tmp/delayq-amqp.XXXXXX)"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+
+# measure LABEL SHAPE ARGS...: one delayq-bench amqp run, one JSON line appended.
+measure() {
+  local label="$1" shape="$2" line
+  shift 2
+  "$BENCH" amqp --amqp "$AMQP" --json --label "$label" "$@" >"$TMP/out.json" 2>"$TMP/bench.err" ||
+    { echo "$label $shape: the run failed:" >&2; tail -5 "$TMP/bench.err" >&2; }
+  line=$(grep -m1 '^{' "$TMP/out.json" || true)
+  if [ -z "$line" ]; then
+    echo "$label $shape: no result" | tee -a "$OUT/NOTE" >&2
+    return 0
+  fi
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["workload"]="amqp-"+sys.argv[2]; print(json.dumps(r))' \
+    "$line" "$shape" >>"$OUT/results.jsonl"
+}
+
+shapes() {
+  local label="$1"
+  shift
+  measure "$label" steady "$@" --rate "$RATE" --seconds "$DURATION" --delay-ms 2000
+  measure "$label" spread "$@" --rate "$RATE" --seconds "$DURATION" --delay-ms 1000 --max-delay-ms 5000
+  measure "$label" burst "$@" --rate 20000 --seconds 5 --delay-ms 0
+}
+
+run() {
+  local round="$1" work="$TMP/run-$round" rp="" url="" hp dpid intake
+  mkdir -p "$work"
+  local -a store_args=(--data-dir "$work/data")
+  if [ "$STORE" = redis ]; then
+    rp=$("$BENCH" free-port)
+    redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$work" \
+      --logfile "$work/redis.log" &
+    PIDS+=("$!")
+    wait_port "$rp" "$!" "$work/redis.log"
+    store_args=(--redis "redis://127.0.0.1:$rp/0")
+  fi
+  intake="delayq-bench.intake.$COMMIT.$round.$$"
+  hp=$("$BENCH" free-port)
+  "$DELAYQ" serve --listen "127.0.0.1:$hp" "${store_args[@]}" --amqp "$AMQP" \
+    --amqp-intake "$intake" >"$work/delayq.log" 2>&1 &
+  dpid=$!; PIDS+=("$dpid")
+  wait_port "$hp" "$dpid" "$work/delayq.log"
+  sleep 1
+  shapes "delayq-$STORE" --system delayq --intake "$intake"
+  grep -m5 -E 'WARN|ERROR' "$work/delayq.log" >>"$OUT/server-warnings.txt" || true
+  kill "$dpid" 2>/dev/null || true; wait "$dpid" 2>/dev/null || true
+  # The intake queue delayq declared (durable) goes with the run.
+  rabbitmqctl delete_queue "$intake" >/dev/null 2>&1 || true
+  shapes "rabbitmq-ttl-dlx" --system ttl-dlx
+  rm -rf "$work"
+}
+
+{
+  echo "machine: $(nproc) cores, $(awk '/MemTotal/{printf "%d GiB", $2/1048576}' /proc/meminfo)," \
+    "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+  echo "versions: RabbitMQ $(rabbitmqctl version 2>/dev/null || echo '?');" \
+    "delayq $COMMIT$([ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.lock)" ] && echo ' (with uncommitted changes)')"
+  echo "command: bench/amqp.sh --rounds $ROUNDS --rate $RATE --duration-s $DURATION --store $STORE"
+  echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+} >"$OUT/README.txt"
+for round in $(seq "$ROUNDS"); do
+  run "$round"
+done
+"$BENCH" compare --baseline "delayq-$STORE" "$OUT/results.jsonl" | tee "$OUT/summary.txt"
