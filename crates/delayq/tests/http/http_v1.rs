@@ -1384,7 +1384,6 @@ const ROUTES: &[(&str, &str)] = &[
     ("delete", "/v1/jobs/batch"),
     ("get", "/v1/jobs/{id}"),
     ("delete", "/v1/jobs/{id}"),
-    ("get", "/v1/jobs/{id}/history"),
     ("post", "/v1/jobs/{id}/finish"),
     ("post", "/v1/jobs/{id}/release"),
     ("post", "/v1/jobs/{id}/touch"),
