@@ -13,18 +13,29 @@ use delayq::store::memory::MemoryStore;
 use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget};
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 /// The cluster every `redis_cluster` test of this binary uses: 3 masters, no replicas.
 static SHARED_CLUSTER: OnceLock<super::redis_cluster::RedisCluster> = OnceLock::new();
 /// Numbers the key prefixes of tests on the shared cluster.
 static NEXT_PREFIX: AtomicU64 = AtomicU64::new(0);
 
+/// Held shared by every backend test for its life; a test whose timing bound a parallel load
+/// would break (multi_instance's lateness) takes it alone, so it runs while no backend test
+/// does.
+pub static TIMING: LazyLock<Arc<tokio::sync::RwLock<()>>> = LazyLock::new(Default::default);
+
 /// A store under test plus whatever keeps it alive (a temp dir, a redis-server process).
 pub struct Backend {
     pub name: &'static str,
     pub store: Arc<dyn Store>,
     guard: Option<Box<dyn Any + Send + Sync>>,
+    _timing: tokio::sync::OwnedRwLockReadGuard<()>,
+}
+
+/// A share of [`TIMING`].
+async fn timing() -> tokio::sync::OwnedRwLockReadGuard<()> {
+    TIMING.clone().read_owned().await
 }
 
 impl Backend {
@@ -41,6 +52,7 @@ impl Backend {
             name: "embedded",
             store: Arc::new(store),
             guard: Some(Box::new(dir)),
+            _timing: timing().await,
         }
     }
 
@@ -49,6 +61,7 @@ impl Backend {
             name: "memory",
             store: Arc::new(MemoryStore::new()),
             guard: None,
+            _timing: timing().await,
         }
     }
 
@@ -66,6 +79,7 @@ impl Backend {
             name,
             store: Arc::new(store),
             guard: Some(Box::new(server)),
+            _timing: timing().await,
         }
     }
 }
@@ -88,6 +102,7 @@ impl Backend {
             name: "redis_cluster",
             store: Arc::new(store),
             guard: None,
+            _timing: timing().await,
         }
     }
 }
