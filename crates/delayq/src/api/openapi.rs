@@ -550,6 +550,12 @@ fn schemas(limits: &Limits) -> Value {
         "required": ["delay_ms", "run_at_ms"],
         "properties": {"delay_ms": {"type": "integer"}, "run_at_ms": {"type": "integer"}}
     });
+    // A job is delivered by a callback or a publish, not both.
+    let both_deliveries = json!({
+        "required": ["callback", "publish"],
+        "properties": {"callback": {"type": "object"}, "publish": {"type": "object"}}
+    });
+    let neither_twice = json!({"anyOf": [both_due_times, both_deliveries]});
     let mut all = map(json!({
         "JobId": {
             "type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS,
@@ -624,7 +630,7 @@ fn schemas(limits: &Limits) -> Value {
             "type": "object",
             "additionalProperties": false,
             "required": ["topic"],
-            "description": "`null` is the same as an absent field. Giving both `delay_ms` and `run_at_ms` is an error.",
+            "description": "`null` is the same as an absent field. Giving both `delay_ms` and `run_at_ms`, or both `callback` and `publish`, is an error.",
             "properties": {
                 "topic": schema_ref("Topic"),
                 "id": described(or_null(schema_ref("JobId")), "Default: a new UUIDv7 (time-ordered)"),
@@ -642,7 +648,7 @@ fn schemas(limits: &Limits) -> Value {
                 "publish": described(or_null(schema_ref("NewPublish")), "Makes it a publish job: delayq publishes the body to RabbitMQ instead of handing the job to consumers"),
                 "replace": defaulting(described(or_null(json!({"type": "boolean"})), "Replace an existing job with this id instead of answering 409"), json!(false))
             },
-            "not": both_due_times.clone()
+            "not": neither_twice.clone()
         }
     }));
     all.extend(map(json!({
@@ -874,7 +880,7 @@ fn schemas(limits: &Limits) -> Value {
                     "type": "object",
                     "required": ["code", "field", "message"],
                     "properties": {
-                        "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "unauthorized", "timeout", "store_unavailable", "too_many_waiters", "internal", "restore_running", "no_journal"]},
+                        "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "unauthorized", "timeout", "store_unavailable", "too_many_waiters", "internal", "restore_running", "no_journal", "journal_disabled"]},
                         "field": {"type": ["string", "null"], "description": "The offending field (`jobs[3].topic` in batches) for `invalid_field`, and for `too_large` about a job body"},
                         "message": {"type": "string"},
                         "state": described(json!({"allOf": [schema_ref("JobState")]}), "Only with `wrong_state`: the job's current state")
