@@ -99,12 +99,12 @@ pub fn assert_once_never_early(got: &[rabbit::Received], due: &HashMap<String, u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_v1_publish_jobs_arrive_once_never_early() {
-    let conn = rabbit::connect().await;
-    let ch = conn.create_channel().await.unwrap();
-    let target = unique("target");
-    let intake = unique("intake");
-    rabbit::declare_queue(&ch, &target).await;
-    rabbit::declare_queue(&ch, &intake).await;
+    let rabbit::Queues {
+        conn: _conn,
+        ch,
+        target,
+        intake,
+    } = rabbit::queues().await;
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let d = delayq(&dir, rabbit::URL, &intake).await;
@@ -152,12 +152,12 @@ async fn ten_thousand_v1_publish_jobs_arrive_once_never_early() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_intake_messages_arrive_once_never_early() {
-    let conn = rabbit::connect().await;
-    let ch = conn.create_channel().await.unwrap();
-    let target = unique("target");
-    let intake = unique("intake");
-    rabbit::declare_queue(&ch, &target).await;
-    rabbit::declare_queue(&ch, &intake).await;
+    let rabbit::Queues {
+        conn: _conn,
+        ch,
+        target,
+        intake,
+    } = rabbit::queues().await;
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let d = delayq(&dir, rabbit::URL, &intake).await;
@@ -209,12 +209,12 @@ async fn ten_thousand_intake_messages_arrive_once_never_early() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unroutable_target_is_retried_then_dead_in_stats_and_others_go_on() {
-    let conn = rabbit::connect().await;
-    let ch = conn.create_channel().await.unwrap();
-    let target = unique("target");
-    let intake = unique("intake");
-    rabbit::declare_queue(&ch, &target).await;
-    rabbit::declare_queue(&ch, &intake).await;
+    let rabbit::Queues {
+        conn: _conn,
+        ch,
+        target,
+        intake,
+    } = rabbit::queues().await;
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let d = delayq(&dir, rabbit::URL, &intake).await;

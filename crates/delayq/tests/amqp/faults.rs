@@ -2,7 +2,7 @@
 //! of delayq, and two instances on one Redis sharing the intake and the publishing.
 
 use crate::bridge::{assert_once_never_early, metrics, post, sample};
-use crate::rabbit::{self, Collector, Proxy, delay_headers, now_ms, unique};
+use crate::rabbit::{self, Collector, Proxy, delay_headers, now_ms};
 use crate::support::process::DelayqProcess;
 use crate::support::redis_server::RedisServer;
 use lapin::options::BasicPublishOptions;
@@ -79,12 +79,12 @@ fn assert_all_at_least_once(got: &[rabbit::Received], due: &HashMap<String, u64>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_cut_for_10_s_under_load_loses_nothing_and_both_sides_resume() {
-    let conn = rabbit::connect().await;
-    let ch = conn.create_channel().await.unwrap();
-    let target = unique("target");
-    let intake = unique("intake");
-    rabbit::declare_queue(&ch, &target).await;
-    rabbit::declare_queue(&ch, &intake).await;
+    let rabbit::Queues {
+        conn: _conn,
+        ch,
+        target,
+        intake,
+    } = rabbit::queues().await;
     let collector = Collector::start(&target).await;
     let proxy = Proxy::start().await;
     let dir = tempfile::TempDir::new().unwrap();
@@ -129,12 +129,12 @@ async fn a_connection_cut_for_10_s_under_load_loses_nothing_and_both_sides_resum
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_publishes_every_acked_intake_message() {
-    let conn = rabbit::connect().await;
-    let ch = conn.create_channel().await.unwrap();
-    let target = unique("target");
-    let intake = unique("intake");
-    rabbit::declare_queue(&ch, &target).await;
-    rabbit::declare_queue(&ch, &intake).await;
+    let rabbit::Queues {
+        conn: _conn,
+        ch,
+        target,
+        intake,
+    } = rabbit::queues().await;
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let mut d = crate::bridge::delayq(&dir, rabbit::URL, &intake).await;
@@ -164,12 +164,12 @@ async fn kill_9_under_load_publishes_every_acked_intake_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_one_redis_share_the_intake_and_publish_each_once() {
-    let conn = rabbit::connect().await;
-    let ch = conn.create_channel().await.unwrap();
-    let target = unique("target");
-    let intake = unique("intake");
-    rabbit::declare_queue(&ch, &target).await;
-    rabbit::declare_queue(&ch, &intake).await;
+    let rabbit::Queues {
+        conn: _conn,
+        ch,
+        target,
+        intake,
+    } = rabbit::queues().await;
     let collector = Collector::start(&target).await;
     let redis = RedisServer::start();
     let args = [

@@ -58,6 +58,31 @@ pub async fn declare_queue(ch: &Channel, name: &str) {
         .expect("declare a test queue");
 }
 
+/// A test's own target queue (where delayq publishes) and intake queue (where it consumes),
+/// declared on the machine's broker, with the connection and channel that declared them.
+pub struct Queues {
+    pub conn: Connection,
+    pub ch: Channel,
+    pub target: String,
+    pub intake: String,
+}
+
+/// Declares a fresh pair of [`Queues`].
+pub async fn queues() -> Queues {
+    let conn = connect().await;
+    let ch = conn.create_channel().await.unwrap();
+    let target = unique("target");
+    let intake = unique("intake");
+    declare_queue(&ch, &target).await;
+    declare_queue(&ch, &intake).await;
+    Queues {
+        conn,
+        ch,
+        target,
+        intake,
+    }
+}
+
 pub async fn delete_queue(ch: &Channel, name: &str) {
     let _ = ch
         .queue_delete(name.into(), QueueDeleteOptions::default())

@@ -160,35 +160,29 @@ async fn list_reserved(
             full: false,
         })
         .collect();
-    // Per shard: where to resume (None: from the start), or done.
+    // Per shard: where to resume (None: from the start).
     let start = after.map(|k| (k.a.to_string(), k.id.as_str().to_string()));
-    let mut resume: Vec<Option<Option<(String, String)>>> = vec![Some(start); shards.len()];
-    loop {
-        let todo: Vec<usize> = (0..shards.len()).filter(|&s| resume[s].is_some()).collect();
-        if todo.is_empty() {
-            return Ok(pages);
-        }
-        let calls: Vec<Call> = todo
-            .iter()
-            .map(|&s| {
-                let (a, id) = resume[s].clone().flatten().unwrap_or_default();
-                store
-                    .shard_fcall(&LIBRARY.list_reserved, &shards[s], 0)
-                    .arg(queue.as_str())
-                    .arg(a)
-                    .arg(id)
-                    .arg(limit - pages[s].jobs.len())
-                    .arg(RESERVED_BUDGET)
-            })
-            .collect();
-        let replies = store.inner.conn.fcall(&calls).await?;
-        for (&s, reply) in todo.iter().zip(&replies) {
+    until_every_shard_is_done(
+        store,
+        &mut pages,
+        start,
+        |pages, s, resume: &Option<(String, String)>| {
+            let (a, id) = resume.clone().unwrap_or_default();
+            store
+                .shard_fcall(&LIBRARY.list_reserved, &shards[s], 0)
+                .arg(queue.as_str())
+                .arg(a)
+                .arg(id)
+                .arg(limit - pages[s].jobs.len())
+                .arg(RESERVED_BUDGET)
+        },
+        |pages, s, reply| {
             let a = array(reply)?;
             let [status, score, id, pairs @ ..] = a else {
                 return Err(unexpected(reply));
             };
             pages[s].jobs.extend(decode_pairs(pairs)?);
-            resume[s] = match string(status)? {
+            Ok(match string(status)? {
                 "full" => {
                     pages[s].full = true;
                     None
@@ -198,7 +192,36 @@ async fn list_reserved(
                     string(id)?.to_string(),
                 ))),
                 _ => None,
-            };
+            })
+        },
+    )
+    .await?;
+    Ok(pages)
+}
+
+/// Calls every shard, all together, round after round, until each is done: `call` makes a
+/// shard's call from where it resumes (`start` the first time), `take` reads its reply into
+/// `state` and answers where it resumes next, or `None` when that shard is done.
+async fn until_every_shard_is_done<S, R: Clone>(
+    store: &RedisStore,
+    state: &mut S,
+    start: R,
+    call: impl Fn(&S, usize, &R) -> Call,
+    mut take: impl FnMut(&mut S, usize, &Value) -> StoreResult<Option<R>>,
+) -> StoreResult<()> {
+    let mut resume: Vec<Option<R>> = vec![Some(start); store.inner.shards.len()];
+    loop {
+        let todo: Vec<usize> = (0..resume.len()).filter(|&s| resume[s].is_some()).collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let calls: Vec<Call> = todo
+            .iter()
+            .filter_map(|&s| resume[s].as_ref().map(|r| call(state, s, r)))
+            .collect();
+        let replies = store.inner.conn.fcall(&calls).await?;
+        for (&s, reply) in todo.iter().zip(&replies) {
+            resume[s] = take(state, s, reply)?;
         }
     }
 }
@@ -373,22 +396,15 @@ pub(super) async fn schedule(
     let first = from.div_ceil(SCHEDULE_BUCKET_MS);
     let end = to.div_ceil(SCHEDULE_BUCKET_MS).min(END_MINUTE);
     let shards = &store.inner.shards;
-    // Per shard: the last field read, or done.
-    let mut resume: Vec<Option<Vec<u8>>> = vec![Some(Vec::new()); shards.len()];
-    loop {
-        let todo: Vec<usize> = (0..shards.len()).filter(|&s| resume[s].is_some()).collect();
-        if todo.is_empty() {
-            return Ok(counts);
-        }
-        let calls: Vec<Call> = todo
-            .iter()
-            .map(|&s| {
-                let after = resume[s].as_deref().unwrap_or_default();
-                due_call_after(store, &shards[s], topic, first, end, after, DUE_CHUNK)
-            })
-            .collect();
-        let replies = store.inner.conn.fcall(&calls).await?;
-        for (&s, reply) in todo.iter().zip(&replies) {
+    // Per shard: the last field read (none at first).
+    until_every_shard_is_done(
+        store,
+        &mut counts,
+        Vec::new(),
+        |_, s, after: &Vec<u8>| {
+            due_call_after(store, &shards[s], topic, first, end, after, DUE_CHUNK)
+        },
+        |counts, _, reply| {
             let a = array(reply)?;
             for pair in a.chunks(2) {
                 let [field, n] = pair else {
@@ -401,13 +417,15 @@ pub(super) async fn schedule(
                     *c += int(n)?.max(0) as u64;
                 }
             }
-            resume[s] = match a.len() / 2 >= DUE_CHUNK {
+            match a.len() / 2 >= DUE_CHUNK {
                 true => a
                     .get(a.len() - 2)
                     .map(|f| bytes(f).map(<[u8]>::to_vec))
-                    .transpose()?,
-                false => None,
-            };
-        }
-    }
+                    .transpose(),
+                false => Ok(None),
+            }
+        },
+    )
+    .await?;
+    Ok(counts)
 }
