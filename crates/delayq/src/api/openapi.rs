@@ -555,7 +555,6 @@ fn schemas(limits: &Limits) -> Value {
         "required": ["callback", "publish"],
         "properties": {"callback": {"type": "object"}, "publish": {"type": "object"}}
     });
-    let neither_twice = json!({"anyOf": [both_due_times, both_deliveries]});
     let mut all = map(json!({
         "JobId": {
             "type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS,
@@ -648,7 +647,8 @@ fn schemas(limits: &Limits) -> Value {
                 "publish": described(or_null(schema_ref("NewPublish")), "Makes it a publish job: delayq publishes the body to RabbitMQ instead of handing the job to consumers"),
                 "replace": defaulting(described(or_null(json!({"type": "boolean"})), "Replace an existing job with this id instead of answering 409"), json!(false))
             },
-            "not": neither_twice.clone()
+            "not": both_due_times.clone(),
+            "allOf": [{"not": both_deliveries}]
         }
     }));
     all.extend(map(json!({
