@@ -2,32 +2,46 @@
 # compare.sh: delayq against its peers on one machine, in one run.
 #
 # Installs what is missing (apt beanstalkd and redis-server, npm bullmq in bench/peers/bullmq),
-# builds delayq and delayq-bench in release, then for each run and each system starts a fresh
-# server on free loopback ports, runs W1 (lifecycle) and W2 (memory) against it with its native
-# protocol, and stops it. Systems:
+# builds delayq and delayq-bench in release, then for each workload, run and system starts a
+# fresh server on free loopback ports, runs the workload against it with its native protocol, and
+# stops it. Workloads (--workloads):
+#   w1        lifecycle: --jobs jobs with delays uniform in [0, 3] s, pushed while consumed
+#   capacity  W1 with every job due at once (delay 0): jobs pushed, delivered and finished per
+#             second end to end; recorded as workload "capacity"
+#   w2        memory: --pending jobs an hour out, bytes per job, then deleted
+#   w3        steady fire: --backlog far-future jobs, then 2,000 jobs/s for --w3-duration-s s,
+#             each due 2 s after its push; lateness
+#   w4        burst: --w4-jobs jobs due in the same millisecond, --w4-lead-s ahead (on the
+#             whole-second compat API and beanstalkd: each --w4-lead-s after its push); time
+#             from then until the last is delivered
+# Systems (each runs every workload):
 #   delayq-redis       delayq serve --redis (its own redis-server), compat API
 #   delayq-embedded    delayq serve --data-dir (temp dir), compat API
 #   delayq-memory      delayq serve --memory (nothing kept: the ceiling of the stores above)
 #   beanstalkd         in memory
 #   beanstalkd-binlog  with -b DIR (fsync every 50 ms, the default)
 #   bullmq             BullMQ 6 (Node driver bench/peers/bullmq/bench.mjs) on its own redis-server
-# Every result is one JSON line in $OUT/results.jsonl; the end prints medians per system with
-# ratios against delayq-redis ($OUT/summary.md), and $OUT/machine.txt records the machine, the
-# versions, the delayq commit and the command. Only loopback addresses are used; every load
+# Every result is one JSON line in $OUT/results.jsonl; the end prints medians per system
+# ($OUT/summary.md): with ratios against delayq-redis, and for capacity the end-to-end rate
+# against delayq-memory and bullmq. $OUT/machine.txt records the machine, the versions, the
+# delayq commit and the command. Only loopback addresses are used; every load
 # loop in the drivers is bounded and every server started here is stopped on exit.
 #
 # Usage: bench/compare.sh [--runs 3] [--w2-runs N] [--jobs 50000] [--pending 1000000] [--big]
 #                         [--systems "delayq-redis beanstalkd ..."] [--skip-build] [--out DIR]
-#                         [--batch N] [--delayq-api compat|v1] [--workloads "w1 w2"]
-#                         [--backlog 1000000]
+#                         [--batch N] [--delayq-api compat|v1] [--workloads "w1 capacity w2"]
+#                         [--backlog 1000000] [--backlog-batch N] [--w3-duration-s 30]
+#                         [--w4-jobs 100000] [--w4-lead-s 30]
 #   --big         W2 with 10,000,000 pending jobs instead of --pending
 #   --w2-runs     W2 runs per system (default: --runs); W2 at 1M+ jobs is the slow part
 #   --batch       jobs per request for every system (/v1 batches, beanstalkd pipelining,
 #                 BullMQ addBulk; cleanup: /v1/finish batches, Queue.obliterate); default 1
 #   --delayq-api  API of the delayq rows: compat (the compat API, the default: one job per
 #                 request, like the peers) or v1
-#   --workloads   any of w1 w2 w3 w4 (default "w1 w2"); W3 (steady fire over --backlog
-#                 far-future jobs) and W4 (100,000-job burst) have no BullMQ driver
+#   --workloads   any of w1 capacity w2 w3 w4 (default "w1 capacity w2")
+#   --backlog-batch  jobs per request while filling W3's backlog (default --batch); set-up only
+#   --w3-duration-s, --w4-jobs, --w4-lead-s  W3's stream length, W4's burst size and lead time
+#                 (smaller values for smoke runs)
 #   --out         default bench/results/<UTC date>-<git rev-parse --short HEAD>/compare; a
 #                 directory that already holds results is refused
 #   --skip-build  use the binaries in target/release as they are (machine.txt still names HEAD)
@@ -43,8 +57,12 @@ SKIP_BUILD=0
 OUT=""
 BATCH=1
 DELAYQ_API=compat
-WORKLOADS="w1 w2"
+WORKLOADS="w1 capacity w2"
 BACKLOG=1000000
+BACKLOG_BATCH=""
+W3_DURATION_S=30
+W4_JOBS=100000
+W4_LEAD_S=30
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
@@ -58,10 +76,17 @@ while [ $# -gt 0 ]; do
     --batch) BATCH="$2"; shift 2 ;;
     --workloads) WORKLOADS="$2"; shift 2 ;;
     --backlog) BACKLOG="$2"; shift 2 ;;
+    --backlog-batch) BACKLOG_BATCH="$2"; shift 2 ;;
+    --w3-duration-s) W3_DURATION_S="$2"; shift 2 ;;
+    --w4-jobs) W4_JOBS="$2"; shift 2 ;;
+    --w4-lead-s) W4_LEAD_S="$2"; shift 2 ;;
     --delayq-api) DELAYQ_API="$2"; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^#/p}' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
+done
+for wl in $WORKLOADS; do
+  case "$wl" in w1|capacity|w2|w3|w4) ;; *) echo "unknown workload: $wl" >&2; exit 2 ;; esac
 done
 W2_RUNS="${W2_RUNS:-$RUNS}"
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
@@ -79,6 +104,7 @@ TMP="$(mktemp -d /tmp/delayq-compare.XXXXXX)"
 need_apt=()
 command -v beanstalkd >/dev/null 2>&1 || need_apt+=(beanstalkd)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing ${need_apt[*]}"
   apt-get update -qq
@@ -155,16 +181,23 @@ fi
 
 W1_ARGS=(--jobs "$JOBS" --max-delay-s 3 --producers 8 --consumers 8 --batch "$BATCH" --json)
 W2_ARGS=(--pending "$PENDING" --delay-s 3600 --producers 8 --batch "$BATCH" --json)
-W3_ARGS=(--backlog "$BACKLOG" --rate 2000 --duration-s 30 --fire-delay-s 2 --producers 8
-  --consumers 8 --batch "$BATCH" --json)
-W4_ARGS=(--jobs 100000 --lead-s 30 --producers 8 --consumers 8 --batch "$BATCH" --json)
+# Capacity: W1 with every job due at once.
+CAP_ARGS=(--jobs "$JOBS" --max-delay-s 0 --producers 8 --consumers 8 --batch "$BATCH" --json)
+W3_ARGS=(--backlog "$BACKLOG" --rate 2000 --duration-s "$W3_DURATION_S" --fire-delay-s 2
+  --producers 8 --consumers 8 --batch "$BATCH" --json)
+if [ -n "$BACKLOG_BATCH" ]; then W3_ARGS+=(--backlog-batch "$BACKLOG_BATCH"); fi
+W4_ARGS=(--jobs "$W4_JOBS" --lead-s "$W4_LEAD_S" --producers 8 --consumers 8 --batch "$BATCH"
+  --json)
 
-# run_system NAME W1|W2: one fresh server, one workload, one JSON line appended.
+# run_system NAME WORKLOAD: one fresh server, one workload, one JSON line appended.
 run_system() {
   local sys="$1" wl="$2" line=""
+  # drv: the drivers' workload (capacity is their w1 with --max-delay-s 0).
+  local drv="$2"
   local -a wargs
   case "$wl" in
     w1) wargs=("${W1_ARGS[@]}") ;;
+    capacity) drv=w1; wargs=("${CAP_ARGS[@]}") ;;
     w2) wargs=("${W2_ARGS[@]}") ;;
     w3) wargs=("${W3_ARGS[@]}") ;;
     w4) wargs=("${W4_ARGS[@]}") ;;
@@ -174,7 +207,7 @@ run_system() {
       [ "$DELAYQ_OK" = 1 ] || return 0
       start_redis
       start_delayq --redis "redis://127.0.0.1:$REDIS_PORT/0"
-      line=$("$BENCH" "$wl" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
+      line=$("$BENCH" "$drv" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" --redis-url "redis://127.0.0.1:$REDIS_PORT/0" "${wargs[@]}") || true
       stop "$DQ_PID"; stop "$REDIS_PID" ;;
     delayq-embedded)
@@ -182,36 +215,39 @@ run_system() {
       local dir="$TMP/embedded-$RANDOM$RANDOM"
       mkdir -p "$dir"
       start_delayq --data-dir "$dir"
-      line=$("$BENCH" "$wl" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
+      line=$("$BENCH" "$drv" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" --data-dir "$dir" "${wargs[@]}") || true
       stop "$DQ_PID"; rm -rf "$dir" ;;
     delayq-memory)
       [ "$DELAYQ_OK" = 1 ] || return 0
       start_delayq --memory
-      line=$("$BENCH" "$wl" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
+      line=$("$BENCH" "$drv" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" "${wargs[@]}") || true
       stop "$DQ_PID" ;;
     beanstalkd)
       start_beanstalkd
-      line=$("$BENCH" "$wl" --target beanstalkd --addr "127.0.0.1:$BS_PORT" --label "$sys" \
+      line=$("$BENCH" "$drv" --target beanstalkd --addr "127.0.0.1:$BS_PORT" --label "$sys" \
         --server-pid "$BS_PID" "${wargs[@]}") || true
       stop "$BS_PID" ;;
     beanstalkd-binlog)
       local dir="$TMP/binlog-$RANDOM$RANDOM"
       mkdir -p "$dir"
       start_beanstalkd -b "$dir"
-      line=$("$BENCH" "$wl" --target beanstalkd --addr "127.0.0.1:$BS_PORT" --label "$sys" \
+      line=$("$BENCH" "$drv" --target beanstalkd --addr "127.0.0.1:$BS_PORT" --label "$sys" \
         --server-pid "$BS_PID" --data-dir "$dir" "${wargs[@]}") || true
       stop "$BS_PID"; rm -rf "$dir" ;;
     bullmq)
-      case "$wl" in w1|w2) ;; *) echo "bullmq: no $wl driver" >&2; return 0 ;; esac
       start_redis
-      line=$(cd "$ROOT/bench/peers/bullmq" && node bench.mjs "$wl" \
+      line=$(cd "$ROOT/bench/peers/bullmq" && node bench.mjs "$drv" \
         --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --label "$sys" \
         --server-pid "$REDIS_PID" "${wargs[@]}") || true
       stop "$REDIS_PID" ;;
     *) echo "unknown system $sys" >&2; return 1 ;;
   esac
+  if [ -n "$line" ] && [ "$wl" = capacity ]; then
+    line=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["workload"]="capacity"; print(json.dumps(r, separators=(",", ":")))' \
+      "$line") || line=""
+  fi
   if [ -n "$line" ]; then
     echo "$line" >> "$RESULTS"
   else
@@ -228,7 +264,8 @@ run_system() {
   echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "command: bench/compare.sh --runs $RUNS --w2-runs $W2_RUNS --jobs $JOBS --pending $PENDING" \
     "--batch $BATCH --delayq-api $DELAYQ_API --workloads \"$WORKLOADS\" --backlog $BACKLOG" \
-    "--systems \"$SYSTEMS\""
+    "${BACKLOG_BATCH:+--backlog-batch $BACKLOG_BATCH }--w3-duration-s $W3_DURATION_S" \
+    "--w4-jobs $W4_JOBS --w4-lead-s $W4_LEAD_S --systems \"$SYSTEMS\""
 } | tee "$OUT/machine.txt"
 
 for wl in $WORKLOADS; do
@@ -244,5 +281,66 @@ done
 
 baseline=delayq-redis
 [ "$DELAYQ_OK" = 1 ] || baseline=beanstalkd
-"$BENCH" compare --baseline "$baseline" "$RESULTS" | tee "$OUT/summary.md"
+# W1-W4: delayq-bench compare, ratios against $baseline. Capacity (a table of its own, which
+# compare has no columns for): end-to-end jobs/s with ratios against delayq-memory and bullmq.
+python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+    if json.loads(l)["workload"] != "capacity": print(l, end="")' "$RESULTS" >"$TMP/compare.jsonl"
+{
+  if [ -s "$TMP/compare.jsonl" ]; then "$BENCH" compare --baseline "$baseline" "$TMP/compare.jsonl"; fi
+  python3 - "$RESULTS" <<'EOF'
+import json, statistics, sys
+
+runs = [r for r in map(json.loads, open(sys.argv[1])) if r["workload"] == "capacity"]
+labels = list(dict.fromkeys(r["label"] for r in runs))
+
+
+def fmt_num(v):  # as delayq-bench's tables
+    if v is None:
+        return "-"
+    a = abs(v)
+    return f"{v:,.0f}" if a >= 100 else "0" if a == 0 else f"{v:.2f}" if a >= 1 else f"{v:.3f}"
+
+
+def fmt_ratio(x):
+    return f"{x:.1f}x" if abs(x) >= 10 else f"{x:.2f}x" if abs(x) >= 0.1 or x == 0 else f"{x:.2e}x"
+
+
+def med(label, metric):
+    v = [r["metrics"][metric] for r in runs if r["label"] == label and metric in r["metrics"]]
+    return statistics.median(v) if v else None
+
+
+cols = ["push_jobs_per_s", "total_s", "lateness_p50_ms", "lateness_p99_ms", "early", "lost",
+        "duplicates", "server_cpu_pct"]
+refs = [x for x in ("delayq-memory", "bullmq") if med(x, "e2e_jobs_per_s")]
+header = ["capacity (median of runs)", "runs", "e2e_jobs_per_s"] + [f"vs {x}" for x in refs] + cols
+rows = []
+for l in labels:
+    e2e = med(l, "e2e_jobs_per_s")
+    row = [l, str(sum(r["label"] == l for r in runs)), fmt_num(e2e)]
+    for x in refs:
+        row.append("-" if l == x or e2e is None else fmt_ratio(e2e / med(x, "e2e_jobs_per_s")))
+    rows.append(row + [fmt_num(med(l, c)) for c in cols])
+if rows:
+    w = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    line = lambda cells: "| " + " | ".join(
+        c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(cells)) + " |"
+    print(line(header))
+    print("|" + "|".join(":" + "-" * (n + 1) if i == 0 else "-" * (n + 1) + ":"
+                         for i, n in enumerate(w)) + "|")
+    for r in rows:
+        print(line(r))
+    print("\ncapacity: W1 with every job due at once (max_delay_s=0); e2e_jobs_per_s: jobs pushed,"
+          " delivered and\nfinished per second, first push to last delivery; vs X: e2e_jobs_per_s / X's")
+    print("parameters:")
+    for l in labels:
+        p = next(r for r in runs if r["label"] == l)["params"]
+        print(f"- {l}: " + " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(p.items())))
+    notes = sorted({f"- {r['label']}: {n}" for r in runs for n in r.get("notes", [])})
+    if notes:
+        print("notes:\n" + "\n".join(notes))
+    print()
+EOF
+} | tee "$OUT/summary.md"
 echo "results: $OUT"
