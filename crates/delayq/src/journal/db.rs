@@ -30,6 +30,24 @@ pub enum Db {
     MySql(MySqlPool),
 }
 
+/// A connection the journal's writer holds: each batch is then one round trip (a pooled
+/// connection is pinged when taken and when given back).
+pub enum Conn {
+    Postgres(sqlx::pool::PoolConnection<sqlx::Postgres>),
+    MySql(sqlx::pool::PoolConnection<sqlx::MySql>),
+}
+
+impl Conn {
+    /// Closes the connection when it is dropped instead of returning it to the pool (after a
+    /// failed write, whose connection may be broken).
+    pub fn discard(mut self) {
+        match &mut self {
+            Conn::Postgres(c) => c.close_on_drop(),
+            Conn::MySql(c) => c.close_on_drop(),
+        }
+    }
+}
+
 /// Which kind of database a URL names, from its scheme; `None` for any other URL.
 pub fn dialect_of(url: &str) -> Option<&'static str> {
     let scheme = url.split_once("://")?.0;
@@ -102,9 +120,14 @@ impl Db {
                 // Every statement finds its rows by key. Without this, the plan PostgreSQL
                 // caches for a prepared write, made while the table was still empty, scans the
                 // whole table for every write from then on (until autovacuum analyzes it).
+                // And every batch runs the same few statements with arrays of any length:
+                // a generic plan, made once per connection, instead of planning each call anew.
                 let options = PgConnectOptions::from_str(url)
                     .map_err(unreachable)?
-                    .options([("enable_seqscan", "off")]);
+                    .options([
+                        ("enable_seqscan", "off"),
+                        ("plan_cache_mode", "force_generic_plan"),
+                    ]);
                 let pool = PgPoolOptions::new()
                     .max_connections(POOL_SIZE)
                     .acquire_timeout(CONNECT_TIMEOUT)
@@ -192,14 +215,14 @@ macro_rules! dialect {
 
             /// Writes `ops` in order, in one transaction.
             pub async fn write(
-                pool: &sqlx::Pool<$db>,
+                conn: &mut sqlx::pool::PoolConnection<$db>,
                 ops: &[Op],
                 instance: &str,
             ) -> Result<(), sqlx::Error> {
-                if $one(pool, ops, instance).await? {
+                if $one(conn, ops, instance).await? {
                     return Ok(());
                 }
-                let mut tx = pool.begin().await?;
+                let mut tx = sqlx::Connection::begin(&mut **conn).await?;
                 // Runs between kicks of a topic: each is written as its own statements after
                 // the ops before it.
                 for run in ops.split_inclusive(|op| matches!(op, Op::KickTopic { .. })) {
@@ -218,7 +241,7 @@ macro_rules! dialect {
             /// Ops without kicks of a topic: the last of each job's ops decides its row; every
             /// op is an event.
             async fn write_run(
-                tx: &mut sqlx::Transaction<'static, $db>,
+                tx: &mut sqlx::Transaction<'_, $db>,
                 ops: &[Op],
                 instance: &str,
             ) -> Result<(), sqlx::Error> {
@@ -321,7 +344,7 @@ macro_rules! dialect {
             /// Kicks the `n` oldest dead rows of `queue`, by burial time and then the store's burial
             /// stamp (the store kicks its oldest burials).
             async fn kick_topic(
-                tx: &mut sqlx::Transaction<'static, $db>,
+                tx: &mut sqlx::Transaction<'_, $db>,
                 queue: &str,
                 n: u64,
                 at: UnixMillis,
@@ -494,9 +517,17 @@ macro_rules! dialect {
                 match self { $( Db::$pool(p) => $name::migrate(p).await, )* }
             }
 
-            /// Writes `ops` in order, in one transaction.
-            pub async fn write(&self, ops: &[Op], instance: &str) -> Result<(), sqlx::Error> {
-                match self { $( Db::$pool(p) => $name::write(p, ops, instance).await, )* }
+            /// A connection of the pool for [`Db::write`], held across writes.
+            pub async fn writer(&self) -> Result<Conn, sqlx::Error> {
+                Ok(match self { $( Db::$pool(p) => Conn::$pool(p.acquire().await?), )* })
+            }
+
+            /// Writes `ops` in order, in one transaction, on `conn` (from [`Db::writer`] of
+            /// the same database).
+            pub async fn write(&self, conn: &mut Conn, ops: &[Op], instance: &str) -> Result<(), sqlx::Error> {
+                match conn {
+                    $( Conn::$pool(c) => $name::write(c, ops, instance).await, )*
+                }
             }
 
             /// Up to `limit` rows with ids after `after`, in id order (`only`: that id's row).
@@ -598,14 +629,22 @@ fn last_of(ops: &[Op]) -> Last<'_> {
 }
 
 /// MySQL writes every batch in an explicit transaction (`write`).
-async fn no_one(_: &MySqlPool, _: &[Op], _: &str) -> Result<bool, sqlx::Error> {
+async fn no_one(
+    _: &mut sqlx::pool::PoolConnection<sqlx::MySql>,
+    _: &[Op],
+    _: &str,
+) -> Result<bool, sqlx::Error> {
     Ok(false)
 }
 
 /// PostgreSQL writes a batch without a kick of a topic as one statement (data-modifying
 /// `WITH` clauses over arrays, atomic as any statement): one round trip per commit. A batch
 /// with a kick goes through the transaction of `write`.
-async fn pg_one(pool: &PgPool, ops: &[Op], instance: &str) -> Result<bool, sqlx::Error> {
+async fn pg_one(
+    conn: &mut sqlx::pool::PoolConnection<sqlx::Postgres>,
+    ops: &[Op],
+    instance: &str,
+) -> Result<bool, sqlx::Error> {
     if ops.iter().any(|op| matches!(op, Op::KickTopic { .. })) {
         return Ok(false);
     }
@@ -618,7 +657,7 @@ async fn pg_one(pool: &PgPool, ops: &[Op], instance: &str) -> Result<bool, sqlx:
     );
     bind_events(query, &events)
         .bind(instance)
-        .execute(pool)
+        .execute(&mut **conn)
         .await?;
     Ok(true)
 }
@@ -743,7 +782,7 @@ fn bind_puts<'q>(query: PgQuery<'q>, puts: &[Cow<'_, JobRow>]) -> PgQuery<'q> {
 
 /// MySQL has no arrays: its rows go in multi-row statements (`write_run`).
 async fn no_bulk(
-    _: &mut sqlx::Transaction<'static, sqlx::MySql>,
+    _: &mut sqlx::Transaction<'_, sqlx::MySql>,
     _: &Last<'_>,
     _: &[Op],
     _: &str,
@@ -755,7 +794,7 @@ async fn no_bulk(
 /// array (`UNNEST`), so each statement is prepared once per connection and planned once,
 /// whatever the batch's size.
 async fn pg_bulk(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     last: &Last<'_>,
     ops: &[Op],
     instance: &str,

@@ -1,10 +1,11 @@
 //! The journal's single writer: every op queued since its last write goes to the database in
 //! one transaction (group commit), in the order queued. A caller in `sync` mode waits for the
 //! write that holds its ops; in `async` mode nobody waits. A failed write keeps its ops, at
-//! the front of the queue, and is tried again every [`RETRY_EVERY`] until the database
-//! answers: nothing acknowledged is dropped, and the journal catches up by itself.
+//! the front of the queue, and is tried again every [`RETRY_EVERY`], on a new connection,
+//! until the database answers: nothing acknowledged is dropped, and the journal catches up by
+//! itself. The writer holds its connection between writes, so a write is one round trip.
 
-use super::db::Db;
+use super::db::{Conn, Db};
 use super::row::Op;
 use prometheus_client::metrics::gauge::Gauge;
 use std::sync::Mutex;
@@ -103,6 +104,8 @@ impl Writer {
 
     /// The writer task: runs until the process ends.
     pub async fn run(&self, db: Db, instance: String) {
+        // The connection every write goes through, taken again after a failed write.
+        let mut conn: Option<Conn> = None;
         loop {
             let (ops, waiters, oldest) = {
                 let mut p = self.lock();
@@ -121,7 +124,14 @@ impl Writer {
                 let _ = tokio::time::timeout(IDLE_WAKE, self.wake.notified()).await;
                 continue;
             }
-            match db.write(&ops, &instance).await {
+            let written = match conn.as_mut() {
+                Some(c) => db.write(c, &ops, &instance).await,
+                None => match db.writer().await {
+                    Ok(c) => db.write(conn.insert(c), &ops, &instance).await,
+                    Err(e) => Err(e),
+                },
+            };
+            match written {
                 Ok(()) => {
                     if !self.healthy.swap(true, Ordering::AcqRel) {
                         tracing::info!("journal: writing again");
@@ -133,6 +143,9 @@ impl Writer {
                     self.update_gauges();
                 }
                 Err(e) => {
+                    if let Some(c) = conn.take() {
+                        c.discard();
+                    }
                     let message = format!("{}: {e}", super::UNWRITABLE);
                     if self.healthy.swap(false, Ordering::AcqRel) {
                         tracing::error!(error = %e, "journal: write failed; retrying every second");
