@@ -249,7 +249,9 @@ async fn the_timer_s_promotions_and_expiries_are_counted(b: &Backend) {
     ok(
         &app,
         "/v1/jobs",
-        json!({"topic": "tm", "id": "late", "delay_ms": 300, "ttr_ms": 300}),
+        // A TTR that cannot run out between the reserve and the first scrape below, even on a
+        // loaded machine.
+        json!({"topic": "tm", "id": "late", "delay_ms": 300, "ttr_ms": 2_000}),
     )
     .await;
     // A long poll is served when the timer promotes the job.
