@@ -13,9 +13,10 @@ trap cleanup EXIT
 # ticks PID: CPU time (user + system) of a process in clock ticks, 0 without a PID.
 ticks() { if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
 
-# wait_port PORT PID LOG: until PORT accepts connections (10 s), or fail with the log.
+# wait_port PORT PID LOG [TRIES]: until PORT accepts connections (TRIES x 0.1 s, default 10 s),
+# or fail with the log.
 wait_port() {
-  for _ in $(seq 100); do
+  for _ in $(seq "${4:-100}"); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
     kill -0 "$2" 2>/dev/null || break
     sleep 0.1

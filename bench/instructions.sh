@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# instructions.sh: instructions per W1 job for each process (delayq, its redis-server, the load
+# generator), counted by valgrind's callgrind: unlike wall time and CPU time on a shared machine,
+# the count is the same from one run to the next, so it judges a change where timings cannot.
+#
+# For each STORE (memory, embedded, redis), W1 runs twice against a fresh server, once with
+# --jobs N and once with 2N jobs (compat API, one job per request, delays 0-1 s, 8 producers and
+# 8 consumers), every process under callgrind; the instructions per job are the difference
+# between the two runs over N, so start-up and shutdown cancel out. Under callgrind each process
+# runs one thread at a time about 50 times slower, so requests meet in batches differently from
+# a native run: compare builds and stores with it, not with native CPU figures.
+#
+# Time-driven work (the timer's passes, a checkpoint a second) grows with a run's length, not
+# its jobs, so it is counted in the difference too: a floor on what a job costs, not a profile.
+#
+# One line per store and process in $OUT/results.txt, each run's JSON in $OUT/runs.jsonl.
+#
+# Usage: bench/instructions.sh [--jobs 2000] [--keep] [--out DIR] [STORE...]
+#   STORE  memory, embedded, redis (default: all three)
+#   --keep keep the callgrind files ($OUT/<store>-<jobs>.<process>.cg.gz, for callgrind_annotate)
+#   --out  default bench/results/<UTC date>-<git rev-parse --short HEAD>/instructions
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+JOBS=2000
+KEEP=0
+OUT=""
+STORES=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --jobs) JOBS="$2"; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    --out) OUT="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^#/p}' "$0"; exit 0 ;;
+    -*) echo "unknown argument: $1" >&2; exit 2 ;;
+    *) STORES+=("$1"); shift ;;
+  esac
+done
+[ ${#STORES[@]} -gt 0 ] || STORES=(memory embedded redis)
+for s in "${STORES[@]}"; do
+  case "$s" in memory|embedded|redis) ;; *) echo "unknown STORE $s (memory, embedded or redis)" >&2; exit 2 ;; esac
+done
+command -v valgrind >/dev/null || { echo "valgrind not on PATH: apt-get install -y valgrind" >&2; exit 1; }
+command -v redis-server >/dev/null || { echo "redis-server not on PATH: apt-get install -y redis-server" >&2; exit 1; }
+BENCH="$ROOT/target/release/delayq-bench"
+DELAYQ="$ROOT/target/release/delayq"
+for b in "$BENCH" "$DELAYQ"; do
+  [ -x "$b" ] || { echo "missing $b: cargo build --release -p delayq -p delayq-bench" >&2; exit 1; }
+done
+
+COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
+OUT="${OUT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-$COMMIT/instructions}"
+if [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
+  echo "$OUT already holds results: pass --out DIR" >&2
+  exit 2
+fi
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+TMP="$(mktemp -d /tmp/delayq-instructions.XXXXXX)"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+
+CG=(valgrind --tool=callgrind --quiet)
+
+# total FILE: the instructions a callgrind output file counted.
+total() { awk '/^(summary|totals):/ {print $2; exit}' "$1"; }
+
+# run STORE JOBS: one fresh server under callgrind, one W1 run of JOBS jobs, also under it;
+# leaves $OUT/<store>-<jobs>.{delayq,redis,bench}.cg.
+run() {
+  local store="$1" n="$2" work rp="" rpid="" dpid hp
+  work="$TMP/$store-$n"; mkdir -p "$work"
+  local -a args=(--data-dir "$work/data")
+  if [ "$store" = redis ]; then
+    rp=$("$BENCH" free-port)
+    "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.redis.cg" redis-server --bind 127.0.0.1 \
+      --port "$rp" --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" &
+    rpid=$!; PIDS+=("$rpid")
+    wait_port "$rp" "$rpid" "$work/redis.log" 600
+    args=(--redis "redis://127.0.0.1:$rp/0")
+  fi
+  [ "$store" = memory ] && args=(--memory)
+  hp=$("$BENCH" free-port)
+  "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.delayq.cg" "$DELAYQ" serve \
+    --listen "127.0.0.1:$hp" "${args[@]}" >"$work/delayq.log" 2>&1 &
+  dpid=$!; PIDS+=("$dpid")
+  wait_port "$hp" "$dpid" "$work/delayq.log" 600
+  "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.bench.cg" "$BENCH" w1 --api compat \
+    --addr "127.0.0.1:$hp" --jobs "$n" --max-delay-s 1 --producers 8 --consumers 8 \
+    --drain-timeout-s 120 --no-progress --json >"$work/out.json" 2>"$work/bench.err" ||
+    { echo "$store $n: the run failed:" >&2; tail -5 "$work/bench.err" >&2; return 1; }
+  grep -m1 '^{' "$work/out.json" >>"$OUT/runs.jsonl"
+  # SIGINT: delayq and redis-server shut down and callgrind writes its counts.
+  kill -INT "$dpid"; wait "$dpid" 2>/dev/null || true
+  if [ -n "$rpid" ]; then kill -INT "$rpid"; wait "$rpid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+
+{
+  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+  echo "versions: $(valgrind --version); $(redis-server --version | cut -d' ' -f1-3);" \
+    "delayq $COMMIT$([ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.lock)" ] && echo ' (with uncommitted changes)')"
+  echo "command: bench/instructions.sh --jobs $JOBS$([ "$KEEP" = 1 ] && echo ' --keep') ${STORES[*]}"
+  echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+} | tee "$OUT/machine.txt"
+
+for store in "${STORES[@]}"; do
+  echo "== $store" >&2
+  run "$store" "$JOBS"
+  run "$store" "$((2 * JOBS))"
+  for proc in delayq redis bench; do
+    a="$OUT/$store-$JOBS.$proc.cg"; b="$OUT/$store-$((2 * JOBS)).$proc.cg"
+    if [ ! -f "$a" ] || [ ! -f "$b" ]; then continue; fi
+    echo "$store $proc $(( ($(total "$b") - $(total "$a")) / JOBS )) instructions per job" |
+      tee -a "$OUT/results.txt"
+  done
+done
+if [ "$KEEP" = 1 ]; then gzip -9 "$OUT"/*.cg; else rm -f "$OUT"/*.cg; fi
+echo "results: $OUT"
