@@ -207,6 +207,22 @@ async fn ten_thousand_intake_messages_arrive_once_never_early() {
     rabbit::delete_queue(&ch, &intake).await;
 }
 
+/// Until `/v1/stats` counts `n` dead push-delivery jobs in topic `lost` (20 s at most).
+async fn until_dead(base_url: &str, n: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = get(base_url, "/v1/stats").await;
+        if stats["callbacks"]["lost"]["dead"] == json!(n) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not {n} dead after retries: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unroutable_target_is_retried_then_dead_in_stats_and_others_go_on() {
     let rabbit::Queues {
@@ -228,27 +244,7 @@ async fn an_unroutable_target_is_retried_then_dead_in_stats_and_others_go_on() {
     )
     .await;
     assert_eq!(s, 201, "{b}");
-    // No such exchange: the broker closes the publishing channel; delayq opens another.
-    let (s, b) = post(
-        &d.base_url,
-        "/v1/jobs",
-        json!({"topic": "lost", "id": "no-exchange", "max_attempts": 2, "backoff_ms": [0],
-               "publish": {"exchange": unique("no-such-exchange"), "routing_key": "x"}}),
-    )
-    .await;
-    assert_eq!(s, 201, "{b}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let stats = get(&d.base_url, "/v1/stats").await;
-        if stats["callbacks"]["lost"]["dead"] == json!(2) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not dead after retries: {stats}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until_dead(&d.base_url, 1).await;
     let job = get(&d.base_url, "/v1/jobs/nowhere").await;
     assert_eq!(job["state"], "dead");
     assert_eq!(job["attempts"], 2);
@@ -258,6 +254,19 @@ async fn an_unroutable_target_is_retried_then_dead_in_stats_and_others_go_on() {
         sample(&m, "delayq_amqp_publishes_total{outcome=\"unroutable\"}"),
         2.0
     );
+    // No such exchange: the broker closes the publishing channel; delayq opens another. (After
+    // the first job is dead: a channel's closing also fails the publishes in flight on it, which
+    // would then count as connection errors, not as unroutable.)
+    let (s, b) = post(
+        &d.base_url,
+        "/v1/jobs",
+        json!({"topic": "lost", "id": "no-exchange", "max_attempts": 2, "backoff_ms": [0],
+               "publish": {"exchange": unique("no-such-exchange"), "routing_key": "x"}}),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+    until_dead(&d.base_url, 2).await;
+    let m = metrics(&d.base_url).await;
     assert_eq!(
         sample(
             &m,
