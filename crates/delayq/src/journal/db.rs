@@ -152,10 +152,28 @@ impl Db {
         Ok(db)
     }
 
+    /// Closes the pool: waits until every connection is given back (the writer gives its
+    /// own back when it sees the pool closing: [`Db::closing`]).
     pub async fn close(&self) {
         match self {
             Db::Postgres(p) => p.close().await,
             Db::MySql(p) => p.close().await,
+        }
+    }
+
+    /// Whether [`Db::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        match self {
+            Db::Postgres(p) => p.is_closed(),
+            Db::MySql(p) => p.is_closed(),
+        }
+    }
+
+    /// Completes when [`Db::close`] is called.
+    pub fn closing(&self) -> sqlx::pool::CloseEvent {
+        match self {
+            Db::Postgres(p) => p.close_event(),
+            Db::MySql(p) => p.close_event(),
         }
     }
 }

@@ -107,6 +107,10 @@ impl Writer {
         // The connection every write goes through, taken again after a failed write.
         let mut conn: Option<Conn> = None;
         loop {
+            if db.is_closed() {
+                // Closing the pool waits for every connection to come back.
+                conn = None;
+            }
             let (ops, waiters, oldest) = {
                 let mut p = self.lock();
                 let oldest = p.oldest.take();
@@ -121,7 +125,15 @@ impl Writer {
                     let _ = w.send(Ok(()));
                 }
                 self.update_gauges();
-                let _ = tokio::time::timeout(IDLE_WAKE, self.wake.notified()).await;
+                let idle = tokio::time::timeout(IDLE_WAKE, self.wake.notified());
+                if db.is_closed() {
+                    let _ = idle.await;
+                } else {
+                    tokio::select! {
+                        _ = idle => {}
+                        _ = db.closing() => {}
+                    }
+                }
                 continue;
             }
             let written = match conn.as_mut() {
