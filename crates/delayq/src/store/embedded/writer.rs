@@ -452,7 +452,16 @@ impl GroupCommit {
         }
         let changes = std::mem::take(&mut io.changes);
         if let Some(checkpoints) = &io.checkpoints {
+            let handed = Instant::now();
             let _ = checkpoints.send((changes, old.path.clone()));
+            let waited = handed.elapsed();
+            if waited > CHECKPOINT_EVERY {
+                // Every commit waited meanwhile: redb is behind the log.
+                tracing::warn!(
+                    waited_ms = waited.as_millis() as u64,
+                    "the log waited for a checkpoint into redb"
+                );
+            }
         }
     }
 
@@ -572,8 +581,14 @@ fn checkpoint_loop(
         if failure.get().is_some() {
             continue;
         }
+        let (count, started) = (changes.len(), Instant::now());
         match apply(&db, file, changes) {
             Ok(()) => {
+                tracing::debug!(
+                    jobs = count,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "checkpoint written to redb"
+                );
                 // A log left behind is only replayed again (same final state) at the next open.
                 if let Err(e) = wal::retire(dir, &log) {
                     tracing::warn!(error = %e, log = %log.display(), "cannot retire a checkpointed log");
