@@ -125,14 +125,10 @@ impl Writer {
                     let _ = w.send(Ok(()));
                 }
                 self.update_gauges();
-                let idle = tokio::time::timeout(IDLE_WAKE, self.wake.notified());
-                if db.is_closed() {
-                    let _ = idle.await;
-                } else {
-                    tokio::select! {
-                        _ = idle => {}
-                        _ = db.closing() => {}
-                    }
+                // Woken early by a close while it holds a connection, to give it back.
+                tokio::select! {
+                    _ = tokio::time::timeout(IDLE_WAKE, self.wake.notified()) => {}
+                    _ = db.closing(), if conn.is_some() => {}
                 }
                 continue;
             }

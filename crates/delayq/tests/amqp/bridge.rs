@@ -99,12 +99,8 @@ pub fn assert_once_never_early(got: &[rabbit::Received], due: &HashMap<String, u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_v1_publish_jobs_arrive_once_never_early() {
-    let rabbit::Queues {
-        conn: _conn,
-        ch,
-        target,
-        intake,
-    } = rabbit::queues().await;
+    let queues = rabbit::queues().await;
+    let (target, intake) = (&queues.target, &queues.intake);
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let d = delayq(&dir, rabbit::URL, &intake).await;
@@ -126,13 +122,10 @@ async fn ten_thousand_v1_publish_jobs_arrive_once_never_early() {
         let (status, body) = post(&d.base_url, "/v1/jobs/batch", json!({"jobs": jobs})).await;
         assert_eq!(status, 200, "{body}");
     }
-    let got = collector.wait_for(n, Duration::from_secs(60)).await;
-    // Room for a duplicate to show up.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let got_all = collector.got.lock().unwrap().clone();
+    let got = collector.settled(n, Duration::from_secs(60)).await;
     assert!(got.len() >= n);
-    assert_once_never_early(&got_all, &due);
-    let r = &got_all[0];
+    assert_once_never_early(&got, &due);
+    let r = &got[0];
     assert_eq!(r.header("x-delayq-topic"), Some(text("orders")));
     assert_eq!(
         r.header("x-delayq-attempt"),
@@ -146,18 +139,13 @@ async fn ten_thousand_v1_publish_jobs_arrive_once_never_early() {
     );
     assert!(sample(&m, "delayq_amqp_confirm_duration_seconds_count") >= n as f64);
     drop(d);
-    rabbit::delete_queue(&ch, &target).await;
-    rabbit::delete_queue(&ch, &intake).await;
+    queues.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_intake_messages_arrive_once_never_early() {
-    let rabbit::Queues {
-        conn: _conn,
-        ch,
-        target,
-        intake,
-    } = rabbit::queues().await;
+    let queues = rabbit::queues().await;
+    let (target, intake) = (&queues.target, &queues.intake);
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let d = delayq(&dir, rabbit::URL, &intake).await;
@@ -193,9 +181,7 @@ async fn ten_thousand_intake_messages_arrive_once_never_early() {
         }
         producer.ch.wait_for_confirms().await.unwrap();
     }
-    collector.wait_for(n, Duration::from_secs(60)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let got = collector.got.lock().unwrap().clone();
+    let got = collector.settled(n, Duration::from_secs(60)).await;
     assert_once_never_early(&got, &due);
     let m = metrics(&d.base_url).await;
     assert_eq!(
@@ -203,8 +189,7 @@ async fn ten_thousand_intake_messages_arrive_once_never_early() {
         n as f64
     );
     drop(d);
-    rabbit::delete_queue(&ch, &target).await;
-    rabbit::delete_queue(&ch, &intake).await;
+    queues.delete().await;
 }
 
 /// Until `/v1/stats` counts `n` dead push-delivery jobs in topic `lost` (20 s at most).
@@ -225,12 +210,8 @@ async fn until_dead(base_url: &str, n: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unroutable_target_is_retried_then_dead_in_stats_and_others_go_on() {
-    let rabbit::Queues {
-        conn: _conn,
-        ch,
-        target,
-        intake,
-    } = rabbit::queues().await;
+    let queues = rabbit::queues().await;
+    let (target, intake) = (&queues.target, &queues.intake);
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let d = delayq(&dir, rabbit::URL, &intake).await;
@@ -287,8 +268,7 @@ async fn an_unroutable_target_is_retried_then_dead_in_stats_and_others_go_on() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].id, "after");
     drop(d);
-    rabbit::delete_queue(&ch, &target).await;
-    rabbit::delete_queue(&ch, &intake).await;
+    queues.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -79,12 +79,8 @@ fn assert_all_at_least_once(got: &[rabbit::Received], due: &HashMap<String, u64>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_cut_for_10_s_under_load_loses_nothing_and_both_sides_resume() {
-    let rabbit::Queues {
-        conn: _conn,
-        ch,
-        target,
-        intake,
-    } = rabbit::queues().await;
+    let queues = rabbit::queues().await;
+    let (target, intake) = (&queues.target, &queues.intake);
     let collector = Collector::start(&target).await;
     let proxy = Proxy::start().await;
     let dir = tempfile::TempDir::new().unwrap();
@@ -112,9 +108,7 @@ async fn a_connection_cut_for_10_s_under_load_loses_nothing_and_both_sides_resum
     let load = send_intake(&intake, &target, "in", 3000, 3000, Duration::from_secs(16));
     let ((), intake_due) = tokio::join!(cut, load);
     due.extend(intake_due);
-    collector.wait_for(due.len(), Duration::from_secs(60)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let got = collector.got.lock().unwrap().clone();
+    let got = collector.settled(due.len(), Duration::from_secs(60)).await;
     let twice = assert_all_at_least_once(&got, &due);
     eprintln!(
         "{} messages, {twice} published twice (at least once across the cut)",
@@ -123,18 +117,13 @@ async fn a_connection_cut_for_10_s_under_load_loses_nothing_and_both_sides_resum
     let m = metrics(&d.base_url).await;
     assert_eq!(sample(&m, "delayq_amqp_up"), 1.0, "reconnected");
     drop(d);
-    rabbit::delete_queue(&ch, &target).await;
-    rabbit::delete_queue(&ch, &intake).await;
+    queues.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_publishes_every_acked_intake_message() {
-    let rabbit::Queues {
-        conn: _conn,
-        ch,
-        target,
-        intake,
-    } = rabbit::queues().await;
+    let queues = rabbit::queues().await;
+    let (target, intake) = (&queues.target, &queues.intake);
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let mut d = crate::bridge::delayq(&dir, rabbit::URL, &intake).await;
@@ -149,27 +138,20 @@ async fn kill_9_under_load_publishes_every_acked_intake_message() {
     let ((), due) = tokio::join!(kill, load);
     // Messages taken before the kill and not acked are redelivered; jobs reserved at the kill
     // are published again after their TTR (publish timeout 5 s + 5 s).
-    collector.wait_for(due.len(), Duration::from_secs(60)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let got = collector.got.lock().unwrap().clone();
+    let got = collector.settled(due.len(), Duration::from_secs(60)).await;
     let twice = assert_all_at_least_once(&got, &due);
     eprintln!(
         "{} messages, {twice} published twice (at least once across kill -9)",
         due.len()
     );
     drop(d);
-    rabbit::delete_queue(&ch, &target).await;
-    rabbit::delete_queue(&ch, &intake).await;
+    queues.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_one_redis_share_the_intake_and_publish_each_once() {
-    let rabbit::Queues {
-        conn: _conn,
-        ch,
-        target,
-        intake,
-    } = rabbit::queues().await;
+    let queues = rabbit::queues().await;
+    let (target, intake) = (&queues.target, &queues.intake);
     let collector = Collector::start(&target).await;
     let redis = RedisServer::start();
     let args = [
@@ -184,9 +166,7 @@ async fn two_instances_on_one_redis_share_the_intake_and_publish_each_once() {
     let b = DelayqProcess::start(&args).await;
 
     let due = send_intake(&intake, &target, "two", 4000, 3000, Duration::from_secs(2)).await;
-    collector.wait_for(due.len(), Duration::from_secs(60)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let got = collector.got.lock().unwrap().clone();
+    let got = collector.settled(due.len(), Duration::from_secs(60)).await;
     assert_once_never_early(&got, &due);
     let (ma, mb) = (metrics(&a.base_url).await, metrics(&b.base_url).await);
     let stored = |m: &str| sample(m, "delayq_amqp_intake_messages_total{outcome=\"stored\"}");
@@ -202,6 +182,5 @@ async fn two_instances_on_one_redis_share_the_intake_and_publish_each_once() {
         "both published"
     );
     drop((a, b));
-    rabbit::delete_queue(&ch, &target).await;
-    rabbit::delete_queue(&ch, &intake).await;
+    queues.delete().await;
 }

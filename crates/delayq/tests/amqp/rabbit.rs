@@ -83,6 +83,14 @@ pub async fn queues() -> Queues {
     }
 }
 
+impl Queues {
+    /// Deletes both queues (at the end of a test, after its delayq is stopped).
+    pub async fn delete(&self) {
+        delete_queue(&self.ch, &self.target).await;
+        delete_queue(&self.ch, &self.intake).await;
+    }
+}
+
 pub async fn delete_queue(ch: &Channel, name: &str) {
     let _ = ch
         .queue_delete(name.into(), QueueDeleteOptions::default())
@@ -166,6 +174,14 @@ impl Collector {
         while self.len() < n && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        self.got.lock().unwrap().clone()
+    }
+
+    /// [`Collector::wait_for`], then half a second more (room for a duplicate to show up);
+    /// returns everything that arrived.
+    pub async fn settled(&self, n: usize, within: Duration) -> Vec<Received> {
+        self.wait_for(n, within).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
         self.got.lock().unwrap().clone()
     }
 }
