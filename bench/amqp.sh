@@ -18,6 +18,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 ROUNDS=1
 RATE=2000
 DURATION=20
@@ -36,13 +38,7 @@ while [ $# -gt 0 ]; do
 done
 
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
-OUT="${OUT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-$COMMIT/amqp}"
-if [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
-  echo "$OUT already holds results: pass --out DIR" >&2
-  exit 2
-fi
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+results_dir amqp
 
 BENCH="$ROOT/target/release/delayq-bench"
 DELAYQ="$ROOT/target/release/delayq"
@@ -54,8 +50,6 @@ done
 AMQP="amqp://guest:guest@127.0.0.1:5672/%2f"
 
 TMP="$(mktemp -d /tmp/delayq-amqp.XXXXXX)"
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 
 # measure LABEL SHAPE ARGS...: one delayq-bench amqp run, one JSON line appended.
 measure() {
@@ -81,7 +75,8 @@ shapes() {
 }
 
 run() {
-  local round="$1" work="$TMP/run-$round" rp="" url="" hp dpid intake
+  local round="$1"
+  local work="$TMP/run-$round" rp="" hp dpid intake
   mkdir -p "$work"
   local -a store_args=(--data-dir "$work/data")
   if [ "$STORE" = redis ]; then

@@ -24,6 +24,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 ROUNDS=1
 JOBS=50000
 RATE=2000
@@ -48,13 +50,7 @@ done
 [ ${#STORES[@]} -gt 0 ] || { echo "no STORE given (bench/callbacks.sh --help)" >&2; exit 2; }
 
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
-OUT="${OUT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-$COMMIT/callbacks}"
-if [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
-  echo "$OUT already holds results: pass --out DIR" >&2
-  exit 2
-fi
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+results_dir callbacks
 
 BENCH="$ROOT/target/release/delayq-bench"
 DELAYQ="$ROOT/target/release/delayq"
@@ -64,8 +60,6 @@ done
 command -v redis-server >/dev/null || { echo "redis-server not on PATH: apt-get install -y redis-server" >&2; exit 1; }
 
 TMP="$(mktemp -d /tmp/delayq-callbacks.XXXXXX)"
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 
 # measure LABEL JOBS DPID RPID WORK ARGS...: one delayq-bench run, one JSON line appended.
 measure() {

@@ -48,6 +48,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 RUNS=3
 W2_RUNS=""
 JOBS=50000
@@ -90,12 +92,7 @@ for wl in $WORKLOADS; do
 done
 W2_RUNS="${W2_RUNS:-$RUNS}"
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
-OUT="${OUT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-$COMMIT/compare}"
-if [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
-  echo "$OUT already holds results: pass --out DIR" >&2
-  exit 2
-fi
-mkdir -p "$OUT"
+results_dir compare
 RESULTS="$OUT/results.jsonl"
 : > "$RESULTS"
 TMP="$(mktemp -d /tmp/delayq-compare.XXXXXX)"
@@ -128,8 +125,6 @@ BENCH="$ROOT/target/release/delayq-bench"
 DELAYQ="$ROOT/target/release/delayq"
 
 # ---------- processes ----------
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 
 free_port() { "$BENCH" free-port; }
 

@@ -22,6 +22,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 JOBS=2000
 KEEP=0
 OUT=""
@@ -49,16 +51,8 @@ for b in "$BENCH" "$DELAYQ"; do
 done
 
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
-OUT="${OUT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-$COMMIT/instructions}"
-if [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
-  echo "$OUT already holds results: pass --out DIR" >&2
-  exit 2
-fi
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+results_dir instructions
 TMP="$(mktemp -d /tmp/delayq-instructions.XXXXXX)"
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 
 CG=(valgrind --tool=callgrind --quiet)
 

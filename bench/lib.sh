@@ -1,12 +1,12 @@
-# lib.sh: what the bench scripts share, sourced after they set TMP (their scratch directory).
-# Processes a script starts go in PIDS: on exit they are killed and waited for, and TMP is
-# removed.
+# lib.sh: what the bench scripts share, sourced once they set ROOT (the checkout). Processes a
+# script starts go in PIDS: on exit they are killed and waited for, and TMP (its scratch
+# directory, once it sets one) is removed.
 
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$TMP"
+  if [ -n "${TMP:-}" ]; then rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
 
@@ -24,4 +24,17 @@ wait_port() {
   echo "server on port $1 did not come up; log:" >&2
   tail -20 "$3" >&2
   return 1
+}
+
+# results_dir NAME: the run's results directory, OUT: --out's if given, else
+# bench/results/<UTC date>-<COMMIT>/NAME; one that already holds results is refused. Created,
+# and made absolute (a server may change directory before it opens a file there).
+results_dir() {
+  OUT="${OUT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-$COMMIT/$1}"
+  if [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
+    echo "$OUT already holds results: pass --out DIR" >&2
+    exit 2
+  fi
+  mkdir -p "$OUT"
+  OUT="$(cd "$OUT" && pwd)"
 }

@@ -40,6 +40,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 ROUNDS=4
 JOBS=50000
 SYSCALLS=0
@@ -59,13 +61,7 @@ done
 [ ${#SYSTEMS[@]} -gt 0 ] || { echo "no SYSTEM given (bench/w1-rounds.sh --help)" >&2; exit 2; }
 
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
-OUT="${OUT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-$COMMIT/w1-rounds}"
-if [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
-  echo "$OUT already holds results: pass --out DIR" >&2
-  exit 2
-fi
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+results_dir w1-rounds
 
 BENCH="$ROOT/target/release/delayq-bench"
 [ -x "$BENCH" ] || { echo "missing $BENCH: cargo build --release -p delayq-bench" >&2; exit 1; }
@@ -81,8 +77,6 @@ for s in "${SYSTEMS[@]}"; do
 done
 
 TMP="$(mktemp -d /tmp/delayq-w1-rounds.XXXXXX)"
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 
 # run SYSTEM ROUND: one fresh server, one W1 run, one JSON line appended to results.jsonl.
 run() {
