@@ -343,12 +343,12 @@ struct Ended {
 /// One attempt of one reserved job by its transport (an HTTP call or an AMQP publish), then
 /// finish it on success or release it for its next attempt.
 async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
-    let ended = if let Some(target) = job.spec.publish.clone() {
+    let ended = if let Some(target) = &job.spec.publish {
         shared.park(queue, -1);
         shared.room.notify_one();
-        publish_attempt(shared, &job, &target).await
-    } else if let Some(cb) = job.spec.callback.clone() {
-        call_attempt(shared, &job, &cb, queue).await
+        publish_attempt(shared, &job, target).await
+    } else if let Some(cb) = &job.spec.callback {
+        call_attempt(shared, &job, cb, queue).await
     } else {
         // Only callback and publish jobs are in callback queues; a pull job here would be a
         // store bug.
