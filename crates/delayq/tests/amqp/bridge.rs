@@ -100,7 +100,7 @@ pub fn assert_once_never_early(got: &[rabbit::Received], due: &HashMap<String, u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_v1_publish_jobs_arrive_once_never_early() {
     let queues = rabbit::queues().await;
-    let (target, intake) = (&queues.target, &queues.intake);
+    let (target, intake) = (queues.target.clone(), queues.intake.clone());
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let d = delayq(&dir, rabbit::URL, &intake).await;
@@ -145,7 +145,7 @@ async fn ten_thousand_v1_publish_jobs_arrive_once_never_early() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_intake_messages_arrive_once_never_early() {
     let queues = rabbit::queues().await;
-    let (target, intake) = (&queues.target, &queues.intake);
+    let (target, intake) = (queues.target.clone(), queues.intake.clone());
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let d = delayq(&dir, rabbit::URL, &intake).await;
@@ -211,7 +211,7 @@ async fn until_dead(base_url: &str, n: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unroutable_target_is_retried_then_dead_in_stats_and_others_go_on() {
     let queues = rabbit::queues().await;
-    let (target, intake) = (&queues.target, &queues.intake);
+    let (target, intake) = (queues.target.clone(), queues.intake.clone());
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let d = delayq(&dir, rabbit::URL, &intake).await;

@@ -80,7 +80,7 @@ fn assert_all_at_least_once(got: &[rabbit::Received], due: &HashMap<String, u64>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_cut_for_10_s_under_load_loses_nothing_and_both_sides_resume() {
     let queues = rabbit::queues().await;
-    let (target, intake) = (&queues.target, &queues.intake);
+    let (target, intake) = (queues.target.clone(), queues.intake.clone());
     let collector = Collector::start(&target).await;
     let proxy = Proxy::start().await;
     let dir = tempfile::TempDir::new().unwrap();
@@ -123,7 +123,7 @@ async fn a_connection_cut_for_10_s_under_load_loses_nothing_and_both_sides_resum
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_publishes_every_acked_intake_message() {
     let queues = rabbit::queues().await;
-    let (target, intake) = (&queues.target, &queues.intake);
+    let (target, intake) = (queues.target.clone(), queues.intake.clone());
     let collector = Collector::start(&target).await;
     let dir = tempfile::TempDir::new().unwrap();
     let mut d = crate::bridge::delayq(&dir, rabbit::URL, &intake).await;
@@ -151,7 +151,7 @@ async fn kill_9_under_load_publishes_every_acked_intake_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_one_redis_share_the_intake_and_publish_each_once() {
     let queues = rabbit::queues().await;
-    let (target, intake) = (&queues.target, &queues.intake);
+    let (target, intake) = (queues.target.clone(), queues.intake.clone());
     let collector = Collector::start(&target).await;
     let redis = RedisServer::start();
     let args = [

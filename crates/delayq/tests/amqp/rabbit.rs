@@ -61,7 +61,8 @@ pub async fn declare_queue(ch: &Channel, name: &str) {
 /// A test's own target queue (where delayq publishes) and intake queue (where it consumes),
 /// declared on the machine's broker, with the connection and channel that declared them.
 pub struct Queues {
-    pub conn: Connection,
+    /// Kept open while the test runs (its channel closes with it).
+    _conn: Connection,
     pub ch: Channel,
     pub target: String,
     pub intake: String,
@@ -76,7 +77,7 @@ pub async fn queues() -> Queues {
     declare_queue(&ch, &target).await;
     declare_queue(&ch, &intake).await;
     Queues {
-        conn,
+        _conn: conn,
         ch,
         target,
         intake,
