@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # amqp.sh: RabbitMQ delayed messages, delayq's intake against RabbitMQ's own TTL + dead-letter
-# queues (seed 002's method; the delayed-message-exchange plugin is not packaged by Debian), on
-# the machine's broker (127.0.0.1:5672, guest/guest), in one run.
+# queues (the usual method without the delayed-message-exchange plugin, which Debian does not
+# package), on the machine's broker (127.0.0.1:5672, guest/guest), in one run.
 #
 # Per round and per SYSTEM, with `delayq-bench amqp`:
 #   steady   RATE messages/s for DURATION s, each delayed 2 s: lateness of the arrival at the

@@ -39,7 +39,7 @@ pub const MAX_CALLBACK_TIMEOUT_MS: u64 = 600_000;
 /// `timeout_ms + CALLBACK_GRACE_MS`, so no other instance calls it while a call may still be
 /// running.
 pub const CALLBACK_GRACE_MS: u64 = 5_000;
-/// The retry schedule of a callback job pushed without its own (seed 000's).
+/// The retry schedule of a callback job pushed without its own.
 pub const CALLBACK_BACKOFF_MS: [u64; 8] = [
     15_000, 180_000, 600_000, 1_800_000, 3_600_000, 7_200_000, 21_600_000, 54_000_000,
 ];

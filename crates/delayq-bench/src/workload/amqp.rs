@@ -3,10 +3,11 @@
 //!
 //! - `delayq`: messages to delayq's intake queue with `x-delay` and `x-delayq-routing-key`
 //!   (docs/rabbitmq.md); delayq stores them and publishes each when due.
-//! - `ttl-dlx`: RabbitMQ alone, seed 002's method: messages with a per-message TTL
-//!   (`expiration` = the delay) to a queue nobody consumes, whose dead-letter exchange routes
-//!   them to the target when they expire. RabbitMQ only expires messages at the head of a queue,
-//!   so with differing delays a long one holds back the short ones behind it.
+//! - `ttl-dlx`: RabbitMQ alone, the usual method without the delayed-message plugin: messages
+//!   with a per-message TTL (`expiration` = the delay) to a queue nobody consumes, whose
+//!   dead-letter exchange routes them to the target when they expire. RabbitMQ only expires
+//!   messages at the head of a queue, so with differing delays a long one holds back the short
+//!   ones behind it.
 //!
 //! Every message is sent persistent and confirmed, and consumed from the target with
 //! acknowledgements off. Reports: messages per second reaching the target (from the first send

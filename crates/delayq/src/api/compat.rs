@@ -176,7 +176,7 @@ enum Field {
     Body,
     /// Our extension to `/pop`: seconds to wait.
     Timeout,
-    /// `/push`: the callback URL that makes the job a callback job (seed 004's `url`).
+    /// `/push`: the callback URL that makes the job a callback job (our extension, `url`).
     Url,
 }
 

@@ -1,5 +1,5 @@
 //! The journal's routes (docs/journal.md): a job's history, `GET /v1/jobs/{id}/history`,
-//! and the restore: `POST /v1/restore` on the /v1 API, and the seed's
+//! and the restore: `POST /v1/restore` on the /v1 API, and
 //! `GET /reStore?expire=true|false` and `GET /reStore/{id}` in the compat API's
 //! `{code,message,data}` envelope. Both call [`crate::journal::Journal::restore`] on the
 //! server's store, behind the same authentication as every route.

@@ -247,7 +247,7 @@ settings! {
         },
         /// `public` by default, which refuses loopback, private and link-local addresses:
         /// a producer must not make delayq call the cloud metadata address or a service
-        /// beside it (SSRF). docs/security.md explains.
+        /// beside it (SSRF). docs/operations.md, "Security", explains.
         callback_allow: AllowList {
             key: callback_allow,
             flag: "callback-allow",
@@ -325,7 +325,6 @@ settings! {
             rule: JournalModeRule,
             default: crate::journal::JournalMode::Sync,
         },
-        /// A week: long enough to look at what happened to a job after an incident.
         /// The RabbitMQ bridge (docs/rabbitmq.md): without it, nothing of it runs and a push
         /// with `publish` is refused.
         amqp: Option<String> {
@@ -374,6 +373,7 @@ settings! {
             rule: Between(1, 65_535),
             default: 256,
         },
+        /// A week: long enough to look at what happened to a job after an incident.
         journal_retention_secs: u64 {
             key: journal_retention,
             flag: "journal-retention",

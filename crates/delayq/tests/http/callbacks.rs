@@ -440,7 +440,7 @@ async fn the_compat_api_pushes_a_callback_job_with_url_and_get_shows_it() {
     let b = Backend::memory().await;
     let rx = Receiver::start(|_, _| Reply::Hang).await;
     let app = TestApp::with_config(&b, config());
-    // A seed-004 client sends `url` and may leave `ttr` out.
+    // A compat client sends `url` and may leave `ttr` out.
     let r = app
         .post(
             "/push",
