@@ -4,10 +4,11 @@
 //! nothing twice, nothing early, and cleanup removes every pending job. `delayq serve` itself is
 //! exercised by `bench/compare.sh`, not here.
 
-use delayq::api::{self, AppState};
+use delayq::api;
 use delayq::callback::allow::AllowList;
 use delayq::clock::SystemClock;
 use delayq::config::Config;
+use delayq::server::App;
 use delayq::store::memory::MemoryStore;
 use serde_json::Value;
 use std::sync::Arc;
@@ -18,15 +19,15 @@ async fn serve_in_process() -> String {
         callback_allow: AllowList::parse(&["127.0.0.1".to_string()]).unwrap(),
         ..Config::default()
     };
-    let state = AppState::new(Arc::new(MemoryStore::new()), Arc::new(SystemClock), config);
+    let app = App::new(Arc::new(MemoryStore::new()), Arc::new(SystemClock), config);
     // The timer that promotes due jobs and the callbacks' deliverer; they live as long as the
     // test's runtime.
     let stop = tokio_util::sync::CancellationToken::new();
-    state.dispatch.start(stop.clone());
-    state.callbacks.start(stop);
+    app.state.dispatch.start(stop.clone());
+    app.callbacks.start(stop);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move { axum::serve(listener, api::router(state)).await });
+    tokio::spawn(async move { axum::serve(listener, api::router(app.state)).await });
     addr
 }
 

@@ -1,7 +1,10 @@
-//! Wiring: opens the store, builds the dispatcher and the HTTP app, serves until shutdown.
+//! Wiring: builds every part of a server from its settings, and serves until shutdown.
 //!
-//! [`serve`] is `delayq serve` (main.rs parses the flags); [`run`] serves an already bound
-//! listener until a given future completes, so tests can bind port 0 and stop it at will.
+//! [`App`] is the one place the parts are put together: the store journaled (`--journal`)
+//! inside its metrics, the dispatcher, the RabbitMQ bridge (`--amqp`) and push delivery over
+//! that store, and the [`AppState`] the HTTP handlers share. [`serve`] is `delayq serve`
+//! (main.rs parses the flags); [`run`] serves an already bound listener until a given future
+//! completes, so tests can bind port 0 and stop it at will. What fails is a [`ServeError`].
 //!
 //! Shutdown (SIGINT or SIGTERM for `serve`): stop accepting, answer every waiting pop with
 //! "nothing" (the dispatcher's shutdown), let in-flight requests finish, and give up on
@@ -13,21 +16,26 @@
 //! slowly) is closed; HTTP/2 connections are pinged at that interval and closed when the peer
 //! does not answer. `axum::serve` has no such knob.
 
+use crate::amqp::{AmqpOptions, Broker};
 use crate::api::{self, AppState};
+use crate::callback::{CallbackOptions, Deliverer};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::journal::Journal;
-use crate::store::Store;
+use crate::dispatch::{DispatchOptions, Dispatcher};
+use crate::journal::{Journal, JournalError, Journaled};
+use crate::metrics::{Metered, Metrics};
+use crate::redact::redact_url;
 use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, RedisTarget};
-use anyhow::Context;
+use crate::store::{Store, StoreError};
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -38,8 +46,128 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for the dispatcher's tasks to stop after the HTTP server has.
 const DISPATCH_STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Why a server could not start, or stopped on an error. Each names what failed; the error
+/// behind it, when there is one, is its source.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The Redis server (`redis`) could not be used; the URL without its credentials.
+    #[error("cannot use Redis at {url}")]
+    Redis { url: String, source: StoreError },
+    /// The Redis Cluster (`redis_cluster`) could not be used; its seeds without credentials.
+    #[error("cannot use the Redis Cluster at {seeds}")]
+    RedisCluster { seeds: String, source: StoreError },
+    /// The embedded store could not be opened (its errors name the directory or file).
+    #[error(transparent)]
+    Store(StoreError),
+    /// The journal (`journal`) could not be opened (its errors name the setting).
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// `listen` could not be bound.
+    #[error("cannot listen on {addr}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The address bound for `listen` could not be read.
+    #[error("cannot read the address bound for {addr}")]
+    Bound {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The HTTP server stopped on an error.
+    #[error("http server failed")]
+    Http(#[source] std::io::Error),
+}
+
+/// The parts of one server, wired together (module docs) and not started: [`run`] starts the
+/// dispatcher, push delivery and the RabbitMQ bridge beside the HTTP server; tests that drive
+/// the router in-process start what they need.
+#[derive(Clone)]
+pub struct App {
+    /// What the HTTP handlers share ([`api::router`]).
+    pub state: AppState,
+    /// Push delivery of callback and publish jobs.
+    pub callbacks: Arc<Deliverer>,
+    /// The RabbitMQ bridge (`--amqp`); `None` without it.
+    pub amqp: Option<Arc<Broker>>,
+}
+
+impl App {
+    /// A server over `store`: the store wrapped in its metrics, and every part over the
+    /// wrapped store, so long polls, the timer and deliveries are counted too.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: Config) -> App {
+        App::with_journal(store, clock, config, None)
+    }
+
+    /// [`App::new`] with a journal: the store journaled ([`Journaled`]) inside its metrics,
+    /// so a call the journal refuses is counted as a store error.
+    pub fn with_journal(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: Config,
+        journal: Option<Journal>,
+    ) -> App {
+        let mut metrics = Metrics::new(store.kind());
+        let store: Arc<dyn Store> = match &journal {
+            Some(j) => {
+                metrics.register_journal(j.gauges());
+                Arc::new(Journaled::new(store, j.clone()))
+            }
+            None => store,
+        };
+        let metrics = Arc::new(metrics);
+        let store: Arc<dyn Store> = Arc::new(Metered::new(store, metrics.clone()));
+        let options = DispatchOptions {
+            max_waiters: config.max_waiters,
+            ..DispatchOptions::default()
+        };
+        let dispatch = Dispatcher::with_options(store.clone(), clock.clone(), options);
+        let amqp = config.amqp.as_ref().map(|url| {
+            Broker::new(
+                AmqpOptions {
+                    url: url.clone(),
+                    intake: config.amqp_intake.clone(),
+                    publish_timeout: Duration::from_secs(config.amqp_publish_timeout_secs),
+                    prefetch: config.amqp_prefetch,
+                    max_body_bytes: config.max_body_bytes,
+                },
+                metrics.clone(),
+            )
+        });
+        let callback_options = CallbackOptions {
+            amqp: amqp.clone(),
+            secrets: config.callback_secrets.clone(),
+            allow: config.callback_allow.clone(),
+            max_in_flight: config.callback_max_in_flight,
+            max_in_flight_per_host: config.callback_max_in_flight_per_host,
+        };
+        // Building the HTTP client fails only without a TLS provider, and the build links
+        // rustls with ring (tested in callback/call.rs).
+        let callbacks = Deliverer::new(
+            store.clone(),
+            clock.clone(),
+            metrics.clone(),
+            callback_options,
+        )
+        .expect("the callback HTTP client builds");
+        App {
+            state: AppState {
+                store,
+                dispatch,
+                clock,
+                config: Arc::new(config),
+                metrics,
+                journal,
+            },
+            callbacks: Arc::new(callbacks),
+            amqp,
+        }
+    }
+}
+
 /// Runs `delayq serve` with these settings until SIGINT/SIGTERM.
-pub async fn serve(config: Config) -> anyhow::Result<()> {
+pub async fn serve(config: Config) -> Result<(), ServeError> {
     let store = open_store(&config).await?;
     if config.memory {
         tracing::warn!(
@@ -49,21 +177,25 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let listener = TcpListener::bind(config.listen)
         .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let addr = listener
-        .local_addr()
-        .with_context(|| format!("cannot read the address bound for {}", config.listen))?;
+        .map_err(|source| ServeError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Bound {
+        addr: config.listen,
+        source,
+    })?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let journal = open_journal(&config, clock.clone()).await?;
     tracing::info!(%addr, store = store.kind(), "delayq listening");
-    let state = AppState::with_journal(store, clock, config, journal);
-    run(listener, state, shutdown_signal()).await
+    let app = App::with_journal(store, clock, config, journal);
+    run(listener, app, shutdown_signal()).await
 }
 
 /// Opens the store the configuration selects: the memory store when `memory` is set, Redis
 /// when `redis` is, a Redis Cluster when `redis_cluster` is (the configuration refuses any two
 /// of these together), else embedded.
-pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, ServeError> {
     if config.memory {
         return Ok(Arc::new(MemoryStore::new()));
     }
@@ -76,15 +208,21 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
         (Some(url), _) => {
             let store = RedisStore::connect(redis(RedisTarget::Server(url.clone())))
                 .await
-                .with_context(|| format!("cannot use Redis at {}", redact_url(url)))?;
+                .map_err(|source| ServeError::Redis {
+                    url: redact_url(url),
+                    source,
+                })?;
             Ok(Arc::new(store))
         }
         (None, Some(seeds)) => {
             let store = RedisStore::connect(redis(RedisTarget::Cluster(seeds.clone())))
                 .await
-                .with_context(|| {
+                .map_err(|source| {
                     let seeds: Vec<String> = seeds.iter().map(|u| redact_url(u)).collect();
-                    format!("cannot use the Redis Cluster at {}", seeds.join(","))
+                    ServeError::RedisCluster {
+                        seeds: seeds.join(","),
+                        source,
+                    }
                 })?;
             Ok(Arc::new(store))
         }
@@ -92,8 +230,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
             let opts = EmbeddedOptions {
                 data_dir: config.data_dir.clone(),
             };
-            // The store's errors name the directory or file themselves.
-            let store = EmbeddedStore::open(opts).await?;
+            let store = EmbeddedStore::open(opts).await.map_err(ServeError::Store)?;
             Ok(Arc::new(store))
         }
     }
@@ -103,7 +240,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 pub async fn open_journal(
     config: &Config,
     clock: Arc<dyn Clock>,
-) -> anyhow::Result<Option<Journal>> {
+) -> Result<Option<Journal>, JournalError> {
     let Some(url) = &config.journal else {
         return Ok(None);
     };
@@ -113,28 +250,22 @@ pub async fn open_journal(
     Ok(Some(journal))
 }
 
-/// A URL fit for logs and errors: any `user:password@` part is replaced by `***@`.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}***{}", &url[..scheme_end + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
-
 /// Serves the HTTP app on `listener` with the dispatcher running, until `shutdown` completes;
 /// then drains as the module docs say. Returns when the server has stopped.
 pub async fn run(
     listener: TcpListener,
-    state: AppState,
+    app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> Result<(), ServeError> {
+    let App {
+        state,
+        callbacks,
+        amqp,
+    } = app;
     let stopping = CancellationToken::new();
     let dispatcher = state.dispatch.start(stopping.clone());
-    let callbacks = state.callbacks.start(stopping.clone());
-    let amqp = state
-        .amqp
+    let callbacks = callbacks.start(stopping.clone());
+    let amqp = amqp
         .as_ref()
         .map(|b| b.start(state.store.clone(), state.clock.clone(), stopping.clone()));
     let idle_timeout = Duration::from_secs(state.config.idle_timeout_secs);
@@ -158,7 +289,7 @@ pub async fn run(
         tokio::time::sleep(DRAIN_TIMEOUT).await;
     };
     let served = tokio::select! {
-        r = server => r.context("http server failed"),
+        r = server => r.map_err(ServeError::Http),
         _ = drain_deadline => {
             tracing::warn!(timeout = ?DRAIN_TIMEOUT, "requests still running after the drain timeout; closing them");
             Ok(())
@@ -306,14 +437,5 @@ mod tests {
         let store = open_store(&config).await.unwrap();
         assert_eq!(store.kind(), "memory");
         assert!(!data_dir.exists(), "the memory store created {data_dir:?}");
-    }
-
-    #[test]
-    fn redacted_urls_hide_credentials() {
-        assert_eq!(
-            redact_url("redis://user:secret@host:6379/0"),
-            "redis://***@host:6379/0"
-        );
-        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
     }
 }

@@ -17,13 +17,11 @@ pub mod restore;
 pub mod ui;
 pub mod v1;
 
-use crate::amqp::{AmqpOptions, Broker};
-use crate::callback::{CallbackOptions, Deliverer};
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::dispatch::{DispatchOptions, Dispatcher};
-use crate::journal::{Journal, Journaled};
-use crate::metrics::{self, Metered, Metrics};
+use crate::dispatch::Dispatcher;
+use crate::journal::Journal;
+use crate::metrics::{self, Metrics};
 use crate::store::Store;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, header};
@@ -35,10 +33,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_http::trace::TraceLayer;
 
-/// What every handler can reach.
+/// What every handler can reach. Built by the server (`server::App`), which wires the parts
+/// together; nothing here builds them.
 #[derive(Clone)]
 pub struct AppState {
-    /// The store, counted in `metrics` ([`Metered`]).
+    /// The store, journaled when there is a journal and counted in `metrics`
+    /// (`metrics::Metered`).
     pub store: Arc<dyn Store>,
     pub dispatch: Arc<Dispatcher>,
     pub clock: Arc<dyn Clock>,
@@ -46,83 +46,6 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The recovery journal (`--journal`), which the store also writes to; `None` without it.
     pub journal: Option<Journal>,
-    /// Push delivery of callback jobs (not started; `server::run` starts it beside the
-    /// dispatcher).
-    pub callbacks: Arc<Deliverer>,
-    /// The RabbitMQ bridge (`--amqp`; not started: `server::run` starts it); `None` without
-    /// it.
-    pub amqp: Option<Arc<Broker>>,
-}
-
-impl AppState {
-    /// The state of a server over `store`: the store wrapped in its metrics, and a dispatcher
-    /// (not started) over the wrapped store, so long polls and the timer are counted too.
-    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: Config) -> AppState {
-        AppState::with_journal(store, clock, config, None)
-    }
-
-    /// [`AppState::new`] with a journal: the store journaled ([`Journaled`]) inside its
-    /// metrics, so a call the journal refuses is counted as a store error.
-    pub fn with_journal(
-        store: Arc<dyn Store>,
-        clock: Arc<dyn Clock>,
-        config: Config,
-        journal: Option<Journal>,
-    ) -> AppState {
-        let mut metrics = Metrics::new(store.kind());
-        let store: Arc<dyn Store> = match &journal {
-            Some(j) => {
-                metrics.register_journal(j.gauges());
-                Arc::new(Journaled::new(store, j.clone()))
-            }
-            None => store,
-        };
-        let metrics = Arc::new(metrics);
-        let store: Arc<dyn Store> = Arc::new(Metered::new(store, metrics.clone()));
-        let options = DispatchOptions {
-            max_waiters: config.max_waiters,
-            ..DispatchOptions::default()
-        };
-        let dispatch = Dispatcher::with_options(store.clone(), clock.clone(), options);
-        let amqp = config.amqp.as_ref().map(|url| {
-            Broker::new(
-                AmqpOptions {
-                    url: url.clone(),
-                    intake: config.amqp_intake.clone(),
-                    publish_timeout: Duration::from_secs(config.amqp_publish_timeout_secs),
-                    prefetch: config.amqp_prefetch,
-                    max_body_bytes: config.max_body_bytes,
-                },
-                metrics.clone(),
-            )
-        });
-        let callback_options = CallbackOptions {
-            amqp: amqp.clone(),
-            secrets: config.callback_secrets.clone(),
-            allow: config.callback_allow.clone(),
-            max_in_flight: config.callback_max_in_flight,
-            max_in_flight_per_host: config.callback_max_in_flight_per_host,
-        };
-        // Building the HTTP client fails only without a TLS provider, and the build links
-        // rustls with ring (tested in callback/call.rs).
-        let callbacks = Deliverer::new(
-            store.clone(),
-            clock.clone(),
-            metrics.clone(),
-            callback_options,
-        )
-        .expect("the callback HTTP client builds");
-        AppState {
-            store,
-            dispatch,
-            clock,
-            config: Arc::new(config),
-            metrics,
-            journal,
-            callbacks: Arc::new(callbacks),
-            amqp,
-        }
-    }
 }
 
 /// How long `/readyz` waits for the store's answer before calling it unavailable.

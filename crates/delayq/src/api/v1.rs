@@ -235,7 +235,7 @@ fn publish(f: &mut Fields, st: &AppState) -> ApiResult<Option<Publish>> {
         return Ok(None);
     }
     let name = f.name("publish");
-    if st.amqp.is_none() {
+    if st.config.amqp.is_none() {
         return Err(ApiError::field(
             name,
             "needs a server started with --amqp (RabbitMQ)",

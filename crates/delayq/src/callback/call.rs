@@ -6,6 +6,7 @@
 //! Not here: what the outcome does to the job (callback/mod.rs), the outcome rules
 //! (outcome.rs).
 
+use super::CallbackError;
 use super::allow::AllowList;
 use super::outcome::{Outcome, retry_after_ms};
 use super::sign::{self, WebhookSecret};
@@ -58,7 +59,7 @@ pub(super) struct Caller {
 }
 
 impl Caller {
-    pub fn new(secrets: Vec<WebhookSecret>, allow: AllowList) -> anyhow::Result<Caller> {
+    pub fn new(secrets: Vec<WebhookSecret>, allow: AllowList) -> Result<Caller, CallbackError> {
         let allow = Arc::new(allow);
         crate::install_tls_provider();
         let client = reqwest::Client::builder()
@@ -72,7 +73,7 @@ impl Caller {
                 lookups: Arc::new(tokio::sync::Semaphore::new(MAX_LOOKUPS)),
             }))
             .build()
-            .map_err(|e| anyhow::anyhow!("cannot build the callback HTTP client: {e}"))?;
+            .map_err(CallbackError::Client)?;
         Ok(Caller {
             client,
             secrets,

@@ -87,6 +87,15 @@ impl Default for CallbackOptions {
     }
 }
 
+/// Why push delivery could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallbackError {
+    /// The callbacks' HTTP client could not be built (only without a TLS provider).
+    #[error("cannot build the callback HTTP client")]
+    Client(#[source] reqwest::Error),
+}
+
 /// The push-delivery task of one server (module docs). Cheap to build; [`Deliverer::start`]
 /// runs it.
 pub struct Deliverer {
@@ -117,7 +126,7 @@ impl Deliverer {
         clock: Arc<dyn Clock>,
         metrics: Arc<Metrics>,
         options: CallbackOptions,
-    ) -> anyhow::Result<Deliverer> {
+    ) -> Result<Deliverer, CallbackError> {
         let caller = Caller::new(options.secrets, options.allow)?;
         Ok(Deliverer {
             shared: Arc::new(Shared {

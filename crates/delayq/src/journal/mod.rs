@@ -15,24 +15,31 @@
 //! reservation running out). The restore recomputes them from the recorded due time and
 //! reservation deadline with job.rs's rules, so they need no row.
 //!
-//! Modules: `schema.rs` the tables and migrations, `db.rs` the statements, `row.rs` what is
-//! written, `writer.rs` group commit, `restore.rs` the restore.
+//! Modules: `row.rs` what is written, `writer.rs` group commit, `restore.rs` the restore;
+//! the database: `connect.rs` the URL, the pool and opening, `schema.rs` the tables and
+//! migrations, `sql.rs` what both dialects share, `postgres.rs` and `mysql.rs` how each
+//! writes a batch, `lock.rs` the restore lock.
 
-mod db;
+mod connect;
+mod lock;
+mod mysql;
+mod postgres;
 pub mod restore;
 pub mod row;
 pub mod schema;
+mod sql;
 mod writer;
 
-pub use db::{Event, HISTORY_LIMIT, check_url};
+pub use connect::check_url;
 pub use restore::{Overdue, RestoreCounts, RestoreError, RestoreOptions};
+pub use sql::{Event, HISTORY_LIMIT};
 pub use writer::LagGauges;
 
 use crate::clock::Clock;
 use crate::job::{JobId, JobSpec, JobState, UnixMillis};
 use crate::store::hook::{Call, Hooked, Reply, StoreHook};
-use crate::store::{PushOutcome, StoreError, StoreResult};
-use db::Db;
+use crate::store::{Cause, PushOutcome, StoreError, StoreResult};
+use connect::Db;
 use row::{JobRow, Moved, Op, RowState};
 use std::fmt;
 use std::future::Future;
@@ -72,22 +79,31 @@ impl fmt::Display for JournalMode {
     }
 }
 
-/// Why the journal could not be opened or read. Each says `journal` (the setting) first.
+/// Why the journal could not be opened or read. Each says `journal` (the setting) first. A
+/// database's error is kept typed in the [`Cause`] (`Cause::downcast_ref::<sqlx::Error>()`),
+/// its text already in the message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum JournalError {
+    /// Not a journal URL (its scheme or its form). Only a message: sqlx's parse error may
+    /// quote the URL, password included.
     #[error("journal: {0}")]
     Url(String),
+    /// No connection: the URL without its credentials, and the database's error.
     #[error("journal: cannot connect to the database at {0}")]
-    Unreachable(String),
+    Unreachable(Cause),
+    /// The database was migrated by a newer delayq.
     #[error(
         "journal: the database's journal schema is version {found}, newer than this delayq \
          knows ({supported}); run a delayq at least as new as the one that migrated it"
     )]
     NewerSchema { found: i64, supported: i64 },
+    /// A statement failed: what was being done, and the database's error.
     #[error("journal: {0}")]
-    Database(String),
+    Database(Cause),
+    /// A row that does not read as a job or an event.
     #[error("journal: corrupt row: {0}")]
-    Corrupt(String),
+    Corrupt(Cause),
 }
 
 /// Begins the message of every call refused or failed because the journal cannot be

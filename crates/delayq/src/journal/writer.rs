@@ -5,7 +5,7 @@
 //! until the database answers: nothing acknowledged is dropped, and the journal catches up by
 //! itself. The writer holds its connection between writes, so a write is one round trip.
 
-use super::db::{Conn, Db};
+use super::connect::{Conn, Db};
 use super::row::Op;
 use prometheus_client::metrics::gauge::Gauge;
 use std::sync::Mutex;

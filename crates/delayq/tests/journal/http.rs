@@ -7,11 +7,12 @@ use crate::db::TestDb;
 use crate::restore::open_journal;
 use crate::support::app::TestApp;
 use axum::http::StatusCode;
-use delayq::api::{self, AppState};
+use delayq::api;
 use delayq::clock::SystemClock;
 use delayq::config::Config;
 use delayq::job::{JobId, JobSpec, JobState, Topic};
 use delayq::journal::{Journal, JournalMode};
+use delayq::server::App;
 use delayq::store::hook::{Call, Hooked, Reply, StoreHook};
 use delayq::store::memory::MemoryStore;
 use delayq::store::{PushMode, Store, StoreError, StoreResult};
@@ -31,7 +32,8 @@ journal_tests!(
 
 /// A server over `store` with `journal`.
 fn app(store: Arc<dyn Store>, journal: Option<Journal>) -> TestApp {
-    let state = AppState::with_journal(store, Arc::new(SystemClock), Config::default(), journal);
+    let App { state, .. } =
+        App::with_journal(store, Arc::new(SystemClock), Config::default(), journal);
     let shutdown = CancellationToken::new();
     state.dispatch.start(shutdown.clone());
     TestApp {

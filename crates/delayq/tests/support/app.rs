@@ -10,6 +10,7 @@ use delayq::api::{self, AppState};
 use delayq::clock::SystemClock;
 use delayq::config::Config;
 use delayq::dispatch::Dispatcher;
+use delayq::server::{App, ServeError};
 use delayq::store::Store;
 use serde_json::Value;
 use std::sync::Arc;
@@ -50,13 +51,13 @@ impl TestApp {
 
     /// An app over any store (e.g. one that fails on purpose).
     pub fn with_store(store: Arc<dyn Store>, config: Config) -> TestApp {
-        let state = AppState::new(store, Arc::new(SystemClock), config);
+        let app = App::new(store, Arc::new(SystemClock), config);
         let shutdown = CancellationToken::new();
-        state.dispatch.start(shutdown.clone());
-        state.callbacks.start(shutdown.clone());
+        app.state.dispatch.start(shutdown.clone());
+        app.callbacks.start(shutdown.clone());
         TestApp {
-            router: api::router(state.clone()),
-            state,
+            router: api::router(app.state.clone()),
+            state: app.state,
             shutdown,
         }
     }
@@ -121,17 +122,17 @@ pub struct LiveServer {
     pub base_url: String,
     pub dispatch: Arc<Dispatcher>,
     pub stop: tokio::sync::oneshot::Sender<()>,
-    pub task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    pub task: tokio::task::JoinHandle<Result<(), ServeError>>,
 }
 
 impl LiveServer {
     pub async fn start(store: Arc<dyn Store>, config: Config) -> LiveServer {
-        let state = AppState::new(store, Arc::new(SystemClock), config);
-        let dispatch = state.dispatch.clone();
+        let app = App::new(store, Arc::new(SystemClock), config);
+        let dispatch = app.state.dispatch.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(delayq::server::run(listener, state, async {
+        let task = tokio::spawn(delayq::server::run(listener, app, async {
             let _ = stopped.await;
         }));
         LiveServer {
