@@ -219,3 +219,39 @@ async fn sigterm_answers_a_waiting_pop_and_exits_within_seconds() {
     assert_eq!(body, r#"{"code":0,"message":"操作成功","data":null}"#);
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_written_to_a_file_has_no_colour_codes() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let log = dir.path().join("delayq.log");
+    let data = dir.path().join("data");
+    let server = DelayqProcess::start_logging_to(&["--data-dir", data.to_str().unwrap()], &log).await;
+    drop(server);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("delayq listening"), "{text}");
+    assert!(!text.contains('\x1b'), "ANSI escape codes in a log file: {text:?}");
+}
+
+#[test]
+fn the_cli_says_how_to_reach_a_server_when_none_answers() {
+    let port = support::process::free_port();
+    let (ok, _, err) = cli(&format!("http://127.0.0.1:{port}"), &["stats"]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("cannot connect to 127.0.0.1:{port}"))
+            && err.contains("delayq serve")
+            && err.contains("DELAYQ_SERVER"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn a_server_address_without_a_scheme_is_answered_with_the_url_to_use() {
+    let (ok, _, err) = cli("127.0.0.1:9277", &["stats"]);
+    assert!(!ok);
+    assert!(
+        err.contains(r#"has no scheme: use "http://127.0.0.1:9277""#),
+        "{err}"
+    );
+}
