@@ -537,7 +537,10 @@ mod tests {
             .unwrap()
             .render_long_help()
             .to_string();
-        assert!(push.contains("--server") && push.contains("--json"), "{push}");
+        assert!(
+            push.contains("--server") && push.contains("--json"),
+            "{push}"
+        );
     }
 
     #[test]
@@ -546,7 +549,10 @@ mod tests {
         assert!(log_colour(true, None));
         assert!(!log_colour(false, None), "a file or a pipe");
         assert!(!log_colour(true, Some(OsStr::new("1"))));
-        assert!(log_colour(true, Some(OsStr::new(""))), "empty NO_COLOR is unset");
+        assert!(
+            log_colour(true, Some(OsStr::new(""))),
+            "empty NO_COLOR is unset"
+        );
     }
 
     #[test]

@@ -220,16 +220,39 @@ async fn sigterm_answers_a_waiting_pop_and_exits_within_seconds() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_log_written_to_a_file_has_no_colour_codes() {
+#[test]
+fn a_log_written_to_a_file_has_no_colour_codes() {
     let dir = tempfile::TempDir::new().unwrap();
     let log = dir.path().join("delayq.log");
-    let data = dir.path().join("data");
-    let server = DelayqProcess::start_logging_to(&["--data-dir", data.to_str().unwrap()], &log).await;
-    drop(server);
-    let text = std::fs::read_to_string(&log).unwrap();
+    let port = support::process::free_port();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_delayq"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data"))
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("run delayq");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains("delayq listening") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = server.kill();
+    let _ = server.wait();
     assert!(text.contains("delayq listening"), "{text}");
-    assert!(!text.contains('\x1b'), "ANSI escape codes in a log file: {text:?}");
+    assert!(
+        !text.contains('\x1b'),
+        "ANSI escape codes in a log file: {text:?}"
+    );
 }
 
 #[test]

@@ -249,7 +249,12 @@ async fn a_finish_of_a_job_never_handed_out_counts_as_a_delete(b: &Backend) {
 
     // The same jobs, reserved first: finished.
     for id in ["c2", "v3"] {
-        ok(&app, &format!("/v1/jobs/{id}/reschedule"), json!({"delay_ms": 0})).await;
+        ok(
+            &app,
+            &format!("/v1/jobs/{id}/reschedule"),
+            json!({"delay_ms": 0}),
+        )
+        .await;
         reserve_one(&app, "fin", 5_000).await;
     }
     ok(&app, "/finish", json!({"id": "c2"})).await;

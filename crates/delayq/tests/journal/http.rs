@@ -168,7 +168,10 @@ async fn a_jobs_history_lists_its_state_changes_oldest_first(db: &TestDb) {
 
     // A finish of a job no consumer held is a delete, in the journal too.
     let r = server
-        .post("/v1/jobs", json!({"topic": "t", "id": "g", "delay_ms": 3_600_000}))
+        .post(
+            "/v1/jobs",
+            json!({"topic": "t", "id": "g", "delay_ms": 3_600_000}),
+        )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
     let r = server.post("/v1/jobs/g/finish", json!({})).await;
