@@ -22,7 +22,11 @@ pub enum ClientError {
         message: String,
         state: Option<String>,
     },
-    /// The request did not complete: connection refused, reset, timed out, ...
+    /// No connection could be made to the server at `addr` (`host:port`): nothing listens
+    /// there, the name does not resolve, ...; `reason` is the root cause.
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect { addr: String, reason: String },
+    /// The request did not complete once connected: reset, timed out, ...
     #[error("{0}")]
     Transport(String),
     /// The server answered with a success status but a body this client cannot read.
@@ -118,10 +122,8 @@ impl ClientError {
             }
             err.to_string()
         };
-        ClientError::Transport(if e.is_timeout() {
-            format!("request to {url} timed out")
-        } else if e.is_connect() {
-            let host = e
+        if e.is_connect() && !e.is_timeout() {
+            let addr = e
                 .url()
                 .map(|u| {
                     format!(
@@ -131,7 +133,10 @@ impl ClientError {
                     )
                 })
                 .unwrap_or_default();
-            format!("cannot connect to {host}: {root}")
+            return ClientError::Connect { addr, reason: root };
+        }
+        ClientError::Transport(if e.is_timeout() {
+            format!("request to {url} timed out")
         } else if root != e.to_string() {
             format!("{e}: {root}")
         } else {

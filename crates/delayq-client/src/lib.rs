@@ -75,6 +75,18 @@ impl std::fmt::Debug for Token {
 impl Client {
     /// A client for the server at `base_url`, e.g. `http://127.0.0.1:9277`.
     pub fn new(base_url: &str) -> Result<Client> {
+        // `host:port` or a bare host: a server address without its scheme, not a URL of
+        // another kind (`unix:/path`).
+        let bare_address = !base_url.contains("://")
+            && base_url.split_once(':').is_none_or(|(_, port)| {
+                let port = port.trim_end_matches('/');
+                !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+            });
+        if bare_address {
+            return Err(ClientError::InvalidUrl(format!(
+                "{base_url:?} has no scheme: use \"http://{base_url}\""
+            )));
+        }
         let base = Url::parse(base_url)
             .map_err(|e| ClientError::InvalidUrl(format!("{base_url:?}: {e}")))?;
         match base.scheme() {
@@ -589,7 +601,8 @@ mod tests {
         drop(listener);
         let c = new_client(&format!("http://{addr}")).unwrap();
         match c.health().await {
-            Err(ClientError::Transport(msg)) => {
+            Err(e @ ClientError::Connect { .. }) => {
+                let msg = e.to_string();
                 assert!(
                     msg.starts_with(&format!("cannot connect to {addr}: ")),
                     "{msg}"
@@ -612,6 +625,17 @@ mod tests {
             assert!(
                 matches!(new_client(bad), Err(ClientError::InvalidUrl(_))),
                 "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_base_url_without_a_scheme_is_answered_with_the_one_to_use() {
+        for bare in ["127.0.0.1:9277", "localhost:9277", "delayq.internal"] {
+            let err = new_client(bare).unwrap_err().to_string();
+            assert_eq!(
+                err,
+                format!("invalid server URL: {bare:?} has no scheme: use \"http://{bare}\""),
             );
         }
     }

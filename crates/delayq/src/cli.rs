@@ -8,7 +8,7 @@
 use anyhow::Context as _;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use delayq::config::{AuthToken, Config, ServeArgs};
-use delayq_client::{Client, FinishResult, Job, NewJob, Reschedule, Rescheduled};
+use delayq_client::{Client, ClientError, FinishResult, Job, NewJob, Reschedule, Rescheduled};
 use serde::Serialize;
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -197,6 +197,33 @@ fn duration(s: &str) -> Result<u64, String> {
     })
 }
 
+/// The command line, parsed, with clap's usage errors, `--help` and `--version` handled (printed;
+/// exit 2 or 0).
+pub fn parse() -> Cli {
+    use clap::FromArgMatches as _;
+    let matches = command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// The command line's definition. The client's options (`--server`, `--token`, `--json`) are
+/// global, so they may follow any verb, but `serve --help` does not list them: the server
+/// does not read them. `serve` has hidden options of the same names instead (clap does not
+/// give a subcommand a global option it defines itself).
+fn command() -> clap::Command {
+    use clap::{Arg, ArgAction, CommandFactory as _};
+    Cli::command().mut_subcommand("serve", |serve| {
+        serve
+            .arg(Arg::new("server").long("server").hide(true))
+            .arg(Arg::new("token").long("token").hide(true))
+            .arg(
+                Arg::new("json")
+                    .long("json")
+                    .action(ArgAction::SetTrue)
+                    .hide(true),
+            )
+    })
+}
+
 /// Runs a parsed command line. Failures of a whole verb come back as `Err` (main prints them
 /// and exits 1); a verb over several ids prints each failure itself and returns exit code 1.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -213,7 +240,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Some(token) = token {
         client = client.with_token(token.as_str());
     }
-    run_client(&client, json, command).await
+    run_client(&client, json, command)
+        .await
+        .map_err(|e| with_hint(e, &server))
+}
+
+/// `e`, with what to do next when it is that no server answers at `server`.
+fn with_hint(e: anyhow::Error, server: &str) -> anyhow::Error {
+    match e.downcast_ref::<ClientError>() {
+        Some(ClientError::Connect { .. }) => anyhow::anyhow!(
+            "{e} (no delayq server at {server}: start one with `delayq serve`, or name yours \
+             with --server URL or DELAYQ_SERVER)"
+        ),
+        _ => e,
+    }
 }
 
 /// The client verbs: one or a few calls, then the answer printed.
@@ -434,11 +474,23 @@ fn init_tracing() -> anyhow::Result<()> {
             .parse()
             .map_err(|e| anyhow::anyhow!("log filter: {e}"))?,
     );
+    use std::io::IsTerminal as _;
+    let colour = log_colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .try_init()
         .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
+/// Whether log lines are coloured: only on a terminal (a log file or a journal gets plain
+/// text), and never when `NO_COLOR` is set to anything but the empty string (no-color.org).
+fn log_colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 fn now_ms() -> u64 {
@@ -462,7 +514,45 @@ mod tests {
 
     #[test]
     fn cli_definition_is_consistent() {
-        Cli::command().debug_assert();
+        super::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_help_lists_no_client_option() {
+        let mut cli = super::command();
+        // As parsing does: global options reach the subcommands when the command is built.
+        cli.build();
+        let help = cli
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--listen"), "{help}");
+        for client_only in ["--server", "--token ", "--json", "DELAYQ_SERVER"] {
+            assert!(!help.contains(client_only), "{client_only} in: {help}");
+        }
+        // The client verbs still list them.
+        let push = cli
+            .find_subcommand_mut("push")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(
+            push.contains("--server") && push.contains("--json"),
+            "{push}"
+        );
+    }
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(log_colour(true, None));
+        assert!(!log_colour(false, None), "a file or a pipe");
+        assert!(!log_colour(true, Some(OsStr::new("1"))));
+        assert!(
+            log_colour(true, Some(OsStr::new(""))),
+            "empty NO_COLOR is unset"
+        );
     }
 
     #[test]

@@ -232,6 +232,15 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Whether a `finish` of a job in this state (the state `finish` returns) was the
+    /// acknowledgement of a delivery: only a reserved job is held by a consumer, so only its
+    /// finish counts as finished. Finishing a job in any other state (never handed out, or
+    /// given back since) removes it all the same, and counts as a delete: in the metrics, in
+    /// the journal, everywhere a removal is told apart.
+    pub fn finish_is_delivery_done(self) -> bool {
+        self == JobState::Reserved
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             JobState::Delayed => "delayed",

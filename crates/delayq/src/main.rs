@@ -5,7 +5,6 @@
 mod cli;
 mod output;
 
-use clap::Parser as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     // Usage errors, --help and --version are clap's: printed, exit 2 (usage) or 0.
-    let cli = cli::Cli::parse();
+    let cli = cli::parse();
     // Before any HTTP client or Redis connection is made.
     delayq::install_tls_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

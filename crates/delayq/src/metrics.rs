@@ -445,6 +445,16 @@ impl Metrics {
     }
 
     /// Counts a batch's `Ok` items on `counter` and its failed ones by kind.
+    /// The counter of a finish that found the job in `state`: finished for a reserved job, else
+    /// deleted (job.rs, [`JobState::finish_is_delivery_done`]).
+    fn finished_or_deleted(&self, state: JobState) -> &Counter {
+        if state.finish_is_delivery_done() {
+            &self.finished
+        } else {
+            &self.deleted
+        }
+    }
+
     fn each<T>(&self, counter: &Counter, items: &[StoreResult<T>]) {
         for e in items.iter().filter_map(|i| i.as_ref().err()) {
             self.failed(e);
@@ -467,7 +477,17 @@ impl StoreHook for Metrics {
         let one = match reply {
             Reply::PushBatch(items) => return self.each(&self.pushed, items),
             Reply::RestoreBatch(items) => return self.each(&self.restored, items),
-            Reply::FinishBatch(items) => return self.each(&self.finished, items),
+            Reply::FinishBatch(items) => {
+                for item in items.iter() {
+                    match item {
+                        Ok(state) => {
+                            self.finished_or_deleted(*state).inc();
+                        }
+                        Err(e) => self.failed(e),
+                    }
+                }
+                return;
+            }
             Reply::Reserve(jobs) => {
                 if let Call::Reserve { now, .. } = call {
                     self.count_deliveries(jobs, *now);
@@ -486,7 +506,7 @@ impl StoreHook for Metrics {
             Reply::Get(_) | Reply::Stats(_) | Reply::List(_) | Reply::Schedule(_) | Reply::Ping => {
                 return;
             }
-            Reply::Finish(_) => &self.finished,
+            Reply::Finish(state) => self.finished_or_deleted(state),
             Reply::Delete(_) => &self.deleted,
             // Released past max_attempts: buried instead.
             Reply::Release(job) if job.state == JobState::Dead => &self.buried,

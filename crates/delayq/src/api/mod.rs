@@ -98,12 +98,25 @@ const LONG_POLL_PATHS: &[&str] = &["/pop", "/v1/reserve"];
 /// /v1 error body `{"error":{"code","field":null,"message"}}`. Both with `status`: a compat client
 /// gets a non-200 here, where the original had no such refusal at all.
 pub(crate) fn refusal(path: &str, status: StatusCode, code: &str, message: &str) -> Response {
-    let body = if COMPAT_PATHS.contains(&path) || path.starts_with("/reStore/") {
-        serde_json::json!({"code": 1, "message": message, "data": null})
+    if COMPAT_PATHS.contains(&path) || path.starts_with("/reStore/") {
+        // A struct, not `json!`: its map would sort the keys, and the envelope's order is
+        // code, message, data, as on every other compat answer.
+        #[derive(serde::Serialize)]
+        struct Envelope<'a> {
+            code: u8,
+            message: &'a str,
+            data: Option<()>,
+        }
+        let body = Envelope {
+            code: 1,
+            message,
+            data: None,
+        };
+        (status, Json(body)).into_response()
     } else {
-        serde_json::json!({"error": {"code": code, "field": null, "message": message}})
-    };
-    (status, Json(body)).into_response()
+        let body = serde_json::json!({"error": {"code": code, "field": null, "message": message}});
+        (status, Json(body)).into_response()
+    }
 }
 
 /// How long a request may take before [`deadline`] answers it 503.

@@ -242,6 +242,14 @@ fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis)
         to,
         at,
     };
+    // A finish of a job no consumer held is a delete (job.rs).
+    let finish_end = |from: JobState| {
+        if from.finish_is_delivery_done() {
+            RowState::Finished
+        } else {
+            RowState::Deleted
+        }
+    };
     match reply {
         Reply::PushBatch(items) => {
             let now = match call {
@@ -283,14 +291,14 @@ fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis)
             .map(|j| moved(j, Some(JobState::Ready)))
             .collect(),
         Reply::Finish(s) => match call {
-            Call::Finish { id } => vec![end(id, s, RowState::Finished)],
+            Call::Finish { id } => vec![end(id, s, finish_end(s))],
             _ => Vec::new(),
         },
         Reply::FinishBatch(items) => match call {
             Call::FinishBatch { ids } => ids
                 .iter()
                 .zip(items)
-                .filter_map(|(id, r)| r.as_ref().ok().map(|s| end(id, *s, RowState::Finished)))
+                .filter_map(|(id, r)| r.as_ref().ok().map(|s| end(id, *s, finish_end(*s))))
                 .collect(),
             _ => Vec::new(),
         },

@@ -219,3 +219,62 @@ async fn sigterm_answers_a_waiting_pop_and_exits_within_seconds() {
     assert_eq!(body, r#"{"code":0,"message":"操作成功","data":null}"#);
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+#[test]
+fn a_log_written_to_a_file_has_no_colour_codes() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let log = dir.path().join("delayq.log");
+    let port = support::process::free_port();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_delayq"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data"))
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("run delayq");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains("delayq listening") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(text.contains("delayq listening"), "{text}");
+    assert!(
+        !text.contains('\x1b'),
+        "ANSI escape codes in a log file: {text:?}"
+    );
+}
+
+#[test]
+fn the_cli_says_how_to_reach_a_server_when_none_answers() {
+    let port = support::process::free_port();
+    let (ok, _, err) = cli(&format!("http://127.0.0.1:{port}"), &["stats"]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("cannot connect to 127.0.0.1:{port}"))
+            && err.contains("delayq serve")
+            && err.contains("DELAYQ_SERVER"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn a_server_address_without_a_scheme_is_answered_with_the_url_to_use() {
+    let (ok, _, err) = cli("127.0.0.1:9277", &["stats"]);
+    assert!(!ok);
+    assert!(
+        err.contains(r#"has no scheme: use "http://127.0.0.1:9277""#),
+        "{err}"
+    );
+}

@@ -292,3 +292,26 @@ async fn client_with_token_is_served_and_without_is_refused() {
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_compat_refusal_has_the_envelope_keys_in_the_documented_order() {
+    let b = Backend::memory().await;
+    let app = TestApp::with_config(&b, with_tokens(&[TOKEN]));
+    for path in ["/push", "/pop", "/finish", "/delete", "/get", "/reStore/s1"] {
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .body(Body::from(r#"{"id":"s1"}"#))
+            .unwrap();
+        let resp = app.router.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "{path}");
+        let raw = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(
+            std::str::from_utf8(&raw).unwrap(),
+            r#"{"code":1,"message":"missing or invalid bearer token","data":null}"#,
+            "{path}: docs/compat.md gives code, message, data"
+        );
+    }
+}

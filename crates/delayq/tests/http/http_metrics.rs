@@ -232,6 +232,46 @@ async fn the_compat_api_is_counted_like_v1(b: &Backend) {
     assert_eq!(s.get("delayq_delivery_lateness_seconds_count"), 1.0);
 }
 
+/// A finish of a job no consumer holds removes it as a delete does, and counts as one (on both
+/// APIs and in a batch); only a reserved job's finish counts as finished.
+async fn a_finish_of_a_job_never_handed_out_counts_as_a_delete(b: &Backend) {
+    let app = TestApp::new(b);
+    for id in ["c1", "c2", "v1", "v2", "v3"] {
+        let job = json!({"topic": "fin", "id": id, "delay": 3600, "ttr": 30, "body": "x"});
+        assert_eq!(ok(&app, "/push", job).await["code"], 0);
+    }
+    ok(&app, "/finish", json!({"id": "c1"})).await;
+    ok(&app, "/v1/jobs/v1/finish", json!({})).await;
+    ok(&app, "/v1/finish", json!({"ids": ["v2"]})).await;
+    let s = Scrape::of(&app).await;
+    assert_counters(&s, &[("jobs_pushed", 5.0), ("jobs_deleted", 3.0)]);
+    assert_eq!(s.jobs("fin", "delayed"), 2.0);
+
+    // The same jobs, reserved first: finished.
+    for id in ["c2", "v3"] {
+        ok(
+            &app,
+            &format!("/v1/jobs/{id}/reschedule"),
+            json!({"delay_ms": 0}),
+        )
+        .await;
+        reserve_one(&app, "fin", 5_000).await;
+    }
+    ok(&app, "/finish", json!({"id": "c2"})).await;
+    ok(&app, "/v1/finish", json!({"ids": ["v3"]})).await;
+    let s = Scrape::of(&app).await;
+    assert_counters(
+        &s,
+        &[
+            ("jobs_pushed", 5.0),
+            ("jobs_delivered", 2.0),
+            ("jobs_rescheduled", 2.0),
+            ("jobs_deleted", 3.0),
+            ("jobs_finished", 2.0),
+        ],
+    );
+}
+
 /// Polls `/metrics` until `counter` reaches `want`, for at most 20 s.
 async fn until_counted(app: &TestApp, counter: &str, want: f64) -> Scrape {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -281,6 +321,7 @@ async fn the_timer_s_promotions_and_expiries_are_counted(b: &Backend) {
 backend_tests!(
     every_v1_transition_is_counted_once,
     the_compat_api_is_counted_like_v1,
+    a_finish_of_a_job_never_handed_out_counts_as_a_delete,
     the_timer_s_promotions_and_expiries_are_counted,
 );
 

@@ -168,6 +168,31 @@ async fn a_jobs_history_lists_its_state_changes_oldest_first(db: &TestDb) {
             .all(|e| !e["instance"].as_str().unwrap().is_empty())
     );
 
+    // A finish of a job no consumer held is a delete, in the journal too.
+    let r = server
+        .post(
+            "/v1/jobs",
+            json!({"topic": "t", "id": "g", "delay_ms": 3_600_000}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    let r = server.post("/v1/jobs/g/finish", json!({})).await;
+    assert!(r.status.is_success(), "{:?}", r.json);
+    let r = server.get("/v1/jobs/g/history").await;
+    let steps: Vec<(serde_json::Value, serde_json::Value)> = r.json["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["from"].clone(), e["to"].clone()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (json!(null), json!("delayed")),
+            (json!("delayed"), json!("deleted")),
+        ]
+    );
+
     let r = server.get("/v1/jobs/never-pushed/history").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.json["error"]["code"], "not_found");
