@@ -14,7 +14,8 @@
 //!   deployment (containers, service names) that it cannot know. Ports are not compared. A
 //!   request without any host (HTTP/1.0) passes: browsers always send one.
 //! - **Cross-site changes**: a request that can change something (any method but `GET`,
-//!   `HEAD` and `OPTIONS`, and the compat API's `GET /reStore`) is refused with 403
+//!   `HEAD` and `OPTIONS`, and any method on the compat API's `/push`, `/pop`, `/finish`,
+//!   `/delete` and `/reStore`, which take any) is refused with 403
 //!   `cross_site` when a browser marks it as coming from another origin: `Sec-Fetch-Site` other
 //!   than `same-origin` or `none` (`same-site` too: another port of the same host is another
 //!   program), or, from browsers that do not send that header, an `Origin` that is not this
@@ -269,11 +270,15 @@ fn check(hosts: &AllowedHosts, method: &Method, uri: &Uri, headers: &HeaderMap) 
     }
 }
 
-/// Whether a request can change something: every method but the safe ones, and the compat
-/// API's restore, which restores on `GET`.
+/// The compat API's paths that change something whatever the method: they accept any (a body
+/// on `GET` included), and the restore restores on `GET`.
+const COMPAT_CHANGES: &[&str] = &["/push", "/pop", "/finish", "/delete", "/reStore"];
+
+/// Whether a request can change something: every method but the safe ones, and any method on
+/// [`COMPAT_CHANGES`].
 fn changes_state(method: &Method, path: &str) -> bool {
     let safe = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
-    !safe || path == "/reStore" || path.starts_with("/reStore/")
+    !safe || COMPAT_CHANGES.contains(&path) || path.starts_with("/reStore/")
 }
 
 #[cfg(test)]
@@ -393,6 +398,8 @@ mod tests {
         }
         let cross = [host, ("origin", "http://evil.example")];
         assert_eq!(verdict(Method::GET, "/reStore?expire=true", &cross), "cross-site");
+        assert_eq!(verdict(Method::GET, "/delete", &cross), "cross-site");
+        assert_eq!(verdict(Method::GET, "/get", &cross), "ok");
         assert_eq!(verdict(Method::GET, "/reStore/x", &cross), "cross-site");
         assert_eq!(verdict(Method::DELETE, "/v1/jobs/x", &cross), "cross-site");
     }
