@@ -157,9 +157,10 @@ pub async fn run(
         .map(|b| b.start(state.store.clone(), state.clock.clone(), stopping.clone()));
     let limits = ConnectionLimits {
         idle_timeout: Duration::from_secs(state.config.idle_timeout_secs),
-        max_connections: state.config.max_connections.unwrap_or_else(|| {
-            default_max_connections(state.config.callback_max_in_flight as u64)
-        }),
+        max_connections: state
+            .config
+            .max_connections
+            .unwrap_or_else(|| default_max_connections(state.config.callback_max_in_flight as u64)),
     };
     tracing::info!(
         max_connections = limits.max_connections,
@@ -241,7 +242,9 @@ fn raise_open_file_limit() {
                 tracing::info!(from = before, to = now, "raised the open-file limit")
             }
             Ok(now) => tracing::debug!(limit = now, "open-file limit"),
-            Err(e) => tracing::warn!(error = %e, limit = before, "cannot raise the open-file limit"),
+            Err(e) => {
+                tracing::warn!(error = %e, limit = before, "cannot raise the open-file limit")
+            }
         }
     }
 }

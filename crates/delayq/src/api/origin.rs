@@ -148,7 +148,10 @@ fn host_of(authority: &str) -> Option<String> {
     let (host, port) = if authority.starts_with('[') {
         let end = authority.find(']')?;
         let (host, rest) = authority.split_at(end + 1);
-        (host, rest.strip_prefix(':').or(rest.is_empty().then_some("")))
+        (
+            host,
+            rest.strip_prefix(':').or(rest.is_empty().then_some("")),
+        )
     } else {
         match authority.split_once(':') {
             Some((host, port)) => (host, Some(port)),
@@ -224,13 +227,19 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
 }
 
 /// The module's two checks, host first.
-fn check(hosts: &AllowedHosts, method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<(), Refused> {
+fn check(
+    hosts: &AllowedHosts,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<(), Refused> {
     let mut host_headers = headers.get_all(header::HOST).iter();
     let host_header = match (host_headers.next(), host_headers.next()) {
         (None, _) => None,
-        (Some(v), None) => Some(v.to_str().map_err(|_| {
-            Refused::Host(String::from_utf8_lossy(v.as_bytes()).into_owned())
-        })?),
+        (Some(v), None) => Some(
+            v.to_str()
+                .map_err(|_| Refused::Host(String::from_utf8_lossy(v.as_bytes()).into_owned()))?,
+        ),
         (Some(v), Some(_)) => {
             return Err(Refused::Host(
                 String::from_utf8_lossy(v.as_bytes()).into_owned(),
@@ -390,14 +399,20 @@ mod tests {
         assert_eq!(post(&[("origin", "http://localhost:9277")]), "cross-site");
         assert_eq!(post(&[("origin", "null")]), "cross-site");
         // Sec-Fetch-Site decides when both are sent (a proxy may rewrite Host).
-        let proxied = [("sec-fetch-site", "same-origin"), ("origin", "https://q.example")];
+        let proxied = [
+            ("sec-fetch-site", "same-origin"),
+            ("origin", "https://q.example"),
+        ];
         assert_eq!(post(&proxied), "ok");
         for method in [Method::GET, Method::HEAD, Method::OPTIONS] {
             let cross = [host, ("sec-fetch-site", "cross-site")];
             assert_eq!(verdict(method, "/v1/jobs/x", &cross), "ok");
         }
         let cross = [host, ("origin", "http://evil.example")];
-        assert_eq!(verdict(Method::GET, "/reStore?expire=true", &cross), "cross-site");
+        assert_eq!(
+            verdict(Method::GET, "/reStore?expire=true", &cross),
+            "cross-site"
+        );
         assert_eq!(verdict(Method::GET, "/delete", &cross), "cross-site");
         assert_eq!(verdict(Method::GET, "/get", &cross), "ok");
         assert_eq!(verdict(Method::GET, "/reStore/x", &cross), "cross-site");
@@ -407,17 +422,32 @@ mod tests {
     #[test]
     fn the_host_is_checked_in_every_place_a_request_names_it() {
         assert_eq!(verdict(Method::GET, "/healthz", &[]), "ok");
-        assert_eq!(verdict(Method::GET, "/healthz", &[("host", "evil.example")]), "host");
-        assert_eq!(verdict(Method::GET, "http://evil.example/healthz", &[]), "host");
+        assert_eq!(
+            verdict(Method::GET, "/healthz", &[("host", "evil.example")]),
+            "host"
+        );
+        assert_eq!(
+            verdict(Method::GET, "http://evil.example/healthz", &[]),
+            "host"
+        );
         let both = [("host", "127.0.0.1")];
-        assert_eq!(verdict(Method::GET, "http://evil.example/healthz", &both), "host");
+        assert_eq!(
+            verdict(Method::GET, "http://evil.example/healthz", &both),
+            "host"
+        );
         let two = [("host", "127.0.0.1"), ("host", "127.0.0.1")];
         assert_eq!(verdict(Method::GET, "/healthz", &two), "host");
         // The host check comes first: a rebinding page's same-origin change is refused too.
-        let rebound = [("host", "evil.example:9277"), ("sec-fetch-site", "same-origin")];
+        let rebound = [
+            ("host", "evil.example:9277"),
+            ("sec-fetch-site", "same-origin"),
+        ];
         assert_eq!(verdict(Method::POST, "/v1/jobs", &rebound), "host");
         // HTTP/2 (:authority in the URI) compares the Origin with it.
         let h2 = [("origin", "http://127.0.0.1:9277")];
-        assert_eq!(verdict(Method::POST, "http://127.0.0.1:9277/push", &h2), "ok");
+        assert_eq!(
+            verdict(Method::POST, "http://127.0.0.1:9277/push", &h2),
+            "ok"
+        );
     }
 }

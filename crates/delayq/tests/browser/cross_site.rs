@@ -117,10 +117,16 @@ async fn attacker(ip: &str, target: &str) -> SocketAddr {
 /// The victims: one job in each state a page would want to change, with a body it would want
 /// to read.
 async fn victims(server: &Server) {
-    for (id, delay) in [("victim-ready", 0), ("victim-delayed", 3_600_000), ("victim-reserved", 0)] {
+    for (id, delay) in [
+        ("victim-ready", 0),
+        ("victim-delayed", 3_600_000),
+        ("victim-reserved", 0),
+    ] {
         server
-            .push(json!({"topic": if id == "victim-reserved" { "work" } else { "orders" },
-                         "id": id, "body": "victim-body", "delay_ms": delay}))
+            .push(
+                json!({"topic": if id == "victim-reserved" { "work" } else { "orders" },
+                         "id": id, "body": "victim-body", "delay_ms": delay}),
+            )
             .await;
     }
     server.reserve("work", 1).await;
@@ -203,7 +209,10 @@ async fn pages_of_other_sites_cannot_create_change_or_read_jobs() {
         for read in ["fetch-read-job", "fetch-read-list"] {
             assert!(results[read]["error"].is_string(), "{page} {read}: {shown}");
         }
-        assert_eq!(results["fetch-read-job-no-cors"]["type"], "opaque", "{shown}");
+        assert_eq!(
+            results["fetch-read-job-no-cors"]["type"], "opaque",
+            "{shown}"
+        );
         // The forms were sent (so their refusal, not a failure to send, kept the store intact).
         assert_eq!(results["form-compat-push"], "submitted", "{shown}");
         assert_eq!(
@@ -262,9 +271,7 @@ async fn a_rebinding_page_under_a_foreign_name_gets_nothing_from_the_server() {
     // `evil.test` resolves to the server's address, as a rebinding name does once rebound.
     let b = Browser::start_with(&["--host-resolver-rules=MAP evil.test 127.0.0.1".into()]).await;
     b.open(&format!("http://evil.test:{port}/ui/")).await;
-    let page = b
-        .eval("return document.body.innerText", vec![])
-        .await;
+    let page = b.eval("return document.body.innerText", vec![]).await;
     let page = page.as_str().unwrap_or_default();
     assert!(page.contains("host_not_allowed"), "the page shows: {page}");
     let results = b
@@ -273,8 +280,18 @@ async fn a_rebinding_page_under_a_foreign_name_gets_nothing_from_the_server() {
         .await
         .unwrap();
     let shown = results.to_string();
-    assert!(!shown.contains("victim-body"), "the page read a job: {shown}");
-    for name in ["read-job", "read-list", "read-compat", "push", "delete", "finish"] {
+    assert!(
+        !shown.contains("victim-body"),
+        "the page read a job: {shown}"
+    );
+    for name in [
+        "read-job",
+        "read-list",
+        "read-compat",
+        "push",
+        "delete",
+        "finish",
+    ] {
         assert_eq!(results[name]["status"], 421, "{name}: {shown}");
     }
     assert_eq!(store_state(&server).await, untouched(), "{shown}");

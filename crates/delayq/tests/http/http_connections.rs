@@ -132,12 +132,16 @@ async fn silent_connections_are_closed_within_the_idle_timeout_while_others_are_
         }
     }
     assert_eq!(
-        still_open, 0,
+        still_open,
+        0,
         "{still_open} of {SILENT} connections still open {:?} after the idle timeout \
          (opened in {opened_in:?})",
         Duration::from_secs(20)
     );
-    assert!(too_early.is_empty(), "closed before the idle timeout: {too_early:?}");
+    assert!(
+        too_early.is_empty(),
+        "closed before the idle timeout: {too_early:?}"
+    );
     let first_close = first_close.unwrap();
     assert!(
         answered.iter().all(|a| *a < first_close),
@@ -173,8 +177,14 @@ async fn past_max_connections_new_connections_wait_and_the_log_says_so_once() {
         let waited = started.elapsed();
         assert!(r.status().is_success(), "{}", r.status());
         // It waited for a silent connection to be closed (at 2 s), not longer than needed.
-        assert!(waited >= Duration::from_millis(1_500), "round {round}: answered after {waited:?}");
-        assert!(waited < Duration::from_secs(15), "round {round}: answered after {waited:?}");
+        assert!(
+            waited >= Duration::from_millis(1_500),
+            "round {round}: answered after {waited:?}"
+        );
+        assert!(
+            waited < Duration::from_secs(15),
+            "round {round}: answered after {waited:?}"
+        );
         drop(silent);
         tokio::time::sleep(Duration::from_millis(300)).await;
     }

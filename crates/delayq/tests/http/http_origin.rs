@@ -43,9 +43,7 @@ async fn send(
         .await
         .unwrap();
     let status = resp.status();
-    let cors = resp
-        .headers()
-        .contains_key("access-control-allow-origin");
+    let cors = resp.headers().contains_key("access-control-allow-origin");
     let raw = axum::body::to_bytes(resp.into_body(), usize::MAX)
         .await
         .unwrap();
@@ -85,10 +83,24 @@ async fn a_request_for_a_foreign_host_is_refused_421_and_reads_nothing() {
     let evil = [("host", "evil.example:9277")];
 
     // What a rebinding page would read: the job, the lists, the dashboard.
-    for path in ["/v1/jobs/secret", "/v1/topics/orders/jobs?state=delayed", "/ui/", "/metrics"] {
+    for path in [
+        "/v1/jobs/secret",
+        "/v1/topics/orders/jobs?state=delayed",
+        "/ui/",
+        "/metrics",
+    ] {
         let r = send(&app, Method::GET, path, &evil, "").await;
-        assert_eq!(r.status, StatusCode::MISDIRECTED_REQUEST, "{path}: {}", r.json);
-        assert!(!r.json.to_string().contains("the-secret-body"), "{path}: {}", r.json);
+        assert_eq!(
+            r.status,
+            StatusCode::MISDIRECTED_REQUEST,
+            "{path}: {}",
+            r.json
+        );
+        assert!(
+            !r.json.to_string().contains("the-secret-body"),
+            "{path}: {}",
+            r.json
+        );
         if path.starts_with("/v1/") {
             assert_eq!(r.json["error"]["code"], "host_not_allowed", "{}", r.json);
             let message = r.json["error"]["message"].as_str().unwrap();
@@ -99,11 +111,21 @@ async fn a_request_for_a_foreign_host_is_refused_421_and_reads_nothing() {
     // The compat API answers in its envelope.
     let r = send(&app, Method::POST, "/get", &evil, r#"{"id":"secret"}"#).await;
     assert_eq!(r.status, StatusCode::MISDIRECTED_REQUEST);
-    assert_eq!((r.json["code"].clone(), r.json["data"].clone()), (json!(1), Value::Null));
-    assert!(!r.json.to_string().contains("the-secret-body"), "{}", r.json);
+    assert_eq!(
+        (r.json["code"].clone(), r.json["data"].clone()),
+        (json!(1), Value::Null)
+    );
+    assert!(
+        !r.json.to_string().contains("the-secret-body"),
+        "{}",
+        r.json
+    );
 
     // Changes too, even "same-origin" ones (the rebinding page's own origin).
-    let headers = [("host", "evil.example:9277"), ("sec-fetch-site", "same-origin")];
+    let headers = [
+        ("host", "evil.example:9277"),
+        ("sec-fetch-site", "same-origin"),
+    ];
     let job = r#"{"topic":"orders","id":"planted"}"#;
     let r = send(&app, Method::POST, "/v1/jobs", &headers, job).await;
     assert_eq!(r.status, StatusCode::MISDIRECTED_REQUEST, "{}", r.json);
@@ -126,7 +148,10 @@ async fn a_request_for_a_foreign_host_is_refused_421_and_reads_nothing() {
         StatusCode::MISDIRECTED_REQUEST
     );
 
-    assert_eq!(app.get("/v1/jobs/planted").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        app.get("/v1/jobs/planted").await.status,
+        StatusCode::NOT_FOUND
+    );
     assert_eq!(app.get("/v1/jobs/secret").await.status, StatusCode::OK);
 }
 
@@ -169,7 +194,12 @@ async fn allowed_hosts_adds_names_and_a_star_allows_any() {
         ..Config::default()
     };
     let (_b, app) = app_with_a_job(config).await;
-    for host in ["queue.example:9277", "a.corp.example", "b.a.corp.example:1", "localhost"] {
+    for host in [
+        "queue.example:9277",
+        "a.corp.example",
+        "b.a.corp.example:1",
+        "localhost",
+    ] {
         assert_eq!(status_with_host(&app, host).await, StatusCode::OK, "{host}");
     }
     for host in ["evil.example", "corp.example", "queue.example.evil"] {
@@ -192,15 +222,24 @@ async fn a_server_on_every_interface_allows_any_host_unless_the_setting_narrows_
         ..Config::default()
     };
     let (_b, app) = app_with_a_job(everywhere.clone()).await;
-    assert_eq!(status_with_host(&app, "delayq.internal:9277").await, StatusCode::OK);
+    assert_eq!(
+        status_with_host(&app, "delayq.internal:9277").await,
+        StatusCode::OK
+    );
 
     let narrowed = Config {
         allowed_hosts: hosts(&["delayq.internal"]),
         ..everywhere
     };
     let (_b, app) = app_with_a_job(narrowed).await;
-    assert_eq!(status_with_host(&app, "delayq.internal:9277").await, StatusCode::OK);
-    assert_eq!(status_with_host(&app, "localhost:9277").await, StatusCode::OK);
+    assert_eq!(
+        status_with_host(&app, "delayq.internal:9277").await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status_with_host(&app, "localhost:9277").await,
+        StatusCode::OK
+    );
     assert_eq!(
         status_with_host(&app, "evil.example:9277").await,
         StatusCode::MISDIRECTED_REQUEST
@@ -211,7 +250,10 @@ async fn a_server_on_every_interface_allows_any_host_unless_the_setting_narrows_
 const CROSS_SITE: &[&[(&str, &str)]] = &[
     &[("sec-fetch-site", "cross-site")],
     &[("sec-fetch-site", "same-site")],
-    &[("sec-fetch-site", "cross-site"), ("origin", "http://127.0.0.2:8080")],
+    &[
+        ("sec-fetch-site", "cross-site"),
+        ("origin", "http://127.0.0.2:8080"),
+    ],
     // Browsers without Sec-Fetch-Site: the Origin decides.
     &[("origin", "http://evil.example")],
     &[("origin", "http://127.0.0.1:3000")],
@@ -223,11 +265,23 @@ const CROSS_SITE: &[&[(&str, &str)]] = &[
 /// preflight (`text/plain` bodies), plus `DELETE`.
 fn changes() -> Vec<(Method, &'static str, &'static str)> {
     vec![
-        (Method::POST, "/push", r#"{"topic":"orders","id":"planted","delay":0,"ttr":30,"body":"x"}"#),
-        (Method::POST, "/v1/jobs", r#"{"topic":"orders","id":"planted-v1","body":"x"}"#),
+        (
+            Method::POST,
+            "/push",
+            r#"{"topic":"orders","id":"planted","delay":0,"ttr":30,"body":"x"}"#,
+        ),
+        (
+            Method::POST,
+            "/v1/jobs",
+            r#"{"topic":"orders","id":"planted-v1","body":"x"}"#,
+        ),
         (Method::POST, "/v1/jobs/victim/finish", ""),
         (Method::POST, "/v1/jobs/victim/bury", ""),
-        (Method::POST, "/v1/reserve", r#"{"topics":["orders"],"max":10}"#),
+        (
+            Method::POST,
+            "/v1/reserve",
+            r#"{"topics":["orders"],"max":10}"#,
+        ),
         (Method::POST, "/finish", r#"{"id":"victim"}"#),
         (Method::POST, "/delete", r#"{"id":"secret"}"#),
         (Method::GET, "/delete", r#"{"id":"secret"}"#),
@@ -251,7 +305,10 @@ async fn jobs(app: &TestApp) -> Value {
 async fn changes_from_another_site_are_refused_403_and_change_nothing() {
     let (_b, app) = app_with_a_job(Config::default()).await;
     let r = app
-        .post("/v1/jobs", json!({"topic": "orders", "id": "victim", "body": "v"}))
+        .post(
+            "/v1/jobs",
+            json!({"topic": "orders", "id": "victim", "body": "v"}),
+        )
         .await;
     assert_eq!(r.status, StatusCode::CREATED);
     let before = jobs(&app).await;
@@ -265,7 +322,12 @@ async fn changes_from_another_site_are_refused_403_and_change_nothing() {
             let mut headers = vec![("host", "127.0.0.1:9277"), ("content-type", "text/plain")];
             headers.extend_from_slice(browser);
             let r = send(&app, method.clone(), path, &headers, body).await;
-            assert_eq!(r.status, StatusCode::FORBIDDEN, "{method} {path} {browser:?}: {}", r.json);
+            assert_eq!(
+                r.status,
+                StatusCode::FORBIDDEN,
+                "{method} {path} {browser:?}: {}",
+                r.json
+            );
             let compat = ["/push", "/finish", "/delete", "/reStore"]
                 .iter()
                 .any(|p| path.starts_with(p));
@@ -286,14 +348,20 @@ async fn same_origin_pages_and_clients_that_are_not_browsers_change_as_before() 
     let own: &[&[(&str, &str)]] = &[
         // curl, the CLI, the client crate, the bench: no Origin, no Sec-Fetch-Site.
         &[],
-        &[("sec-fetch-site", "same-origin"), ("origin", "http://127.0.0.1:9277")],
+        &[
+            ("sec-fetch-site", "same-origin"),
+            ("origin", "http://127.0.0.1:9277"),
+        ],
         // A typed URL or a bookmark.
         &[("sec-fetch-site", "none")],
         // Older browsers: the Origin is this server's.
         &[("origin", "http://127.0.0.1:9277")],
         &[("origin", "https://127.0.0.1:9277")],
         // Behind a proxy that rewrites Host: the browser's Sec-Fetch-Site decides.
-        &[("sec-fetch-site", "same-origin"), ("origin", "https://queue.example")],
+        &[
+            ("sec-fetch-site", "same-origin"),
+            ("origin", "https://queue.example"),
+        ],
     ];
     for (i, browser) in own.iter().enumerate() {
         let mut headers = vec![("host", "127.0.0.1:9277")];
@@ -301,11 +369,24 @@ async fn same_origin_pages_and_clients_that_are_not_browsers_change_as_before() 
         let job = format!(r#"{{"topic":"orders","id":"own-{i}","body":"x"}}"#);
         let r = send(&app, Method::POST, "/v1/jobs", &headers, &job).await;
         assert_eq!(r.status, StatusCode::CREATED, "{browser:?}: {}", r.json);
-        let r = send(&app, Method::DELETE, &format!("/v1/jobs/own-{i}"), &headers, "").await;
+        let r = send(
+            &app,
+            Method::DELETE,
+            &format!("/v1/jobs/own-{i}"),
+            &headers,
+            "",
+        )
+        .await;
         assert_eq!(r.status, StatusCode::NO_CONTENT, "{browser:?}: {}", r.json);
-        let push = format!(r#"{{"topic":"orders","id":"compat-{i}","delay":0,"ttr":30,"body":"x"}}"#);
+        let push =
+            format!(r#"{{"topic":"orders","id":"compat-{i}","delay":0,"ttr":30,"body":"x"}}"#);
         let r = send(&app, Method::POST, "/push", &headers, &push).await;
-        assert_eq!((r.status, r.json["code"].clone()), (StatusCode::OK, json!(0)), "{}", r.json);
+        assert_eq!(
+            (r.status, r.json["code"].clone()),
+            (StatusCode::OK, json!(0)),
+            "{}",
+            r.json
+        );
     }
 }
 
@@ -339,7 +420,14 @@ async fn the_host_and_cross_site_checks_come_before_authentication() {
     let b = Backend::memory().await;
     let app = TestApp::with_config(&b, config);
     let bearer = format!("Bearer {token}");
-    let r = send(&app, Method::GET, "/v1/stats", &[("host", "evil.example")], "").await;
+    let r = send(
+        &app,
+        Method::GET,
+        "/v1/stats",
+        &[("host", "evil.example")],
+        "",
+    )
+    .await;
     assert_eq!(r.status, StatusCode::MISDIRECTED_REQUEST, "{}", r.json);
     // A page that somehow holds the token still cannot change anything from another site.
     let headers = [
@@ -350,14 +438,22 @@ async fn the_host_and_cross_site_checks_come_before_authentication() {
     let job = r#"{"topic":"orders","id":"x"}"#;
     let r = send(&app, Method::POST, "/v1/jobs", &headers, job).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.json);
-    let headers = [("host", "127.0.0.1:9277"), ("authorization", bearer.as_str())];
+    let headers = [
+        ("host", "127.0.0.1:9277"),
+        ("authorization", bearer.as_str()),
+    ];
     let r = send(&app, Method::POST, "/v1/jobs", &headers, job).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.json);
 }
 
 /// One HTTP/2 request (prior knowledge, as a client without TLS speaks it) to `addr`, with
 /// `uri`'s authority as `:authority`.
-async fn h2_status(addr: std::net::SocketAddr, method: Method, uri: &str, origin: Option<&str>) -> StatusCode {
+async fn h2_status(
+    addr: std::net::SocketAddr,
+    method: Method,
+    uri: &str,
+    origin: Option<&str>,
+) -> StatusCode {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut send, conn) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
@@ -387,7 +483,13 @@ async fn over_a_socket_http2_authority_is_checked_and_the_rust_client_is_served(
     let at = |host: &str, path: &str| format!("http://{host}:{port}{path}");
 
     assert_eq!(
-        h2_status(server.addr, Method::GET, &at("evil.example", "/healthz"), None).await,
+        h2_status(
+            server.addr,
+            Method::GET,
+            &at("evil.example", "/healthz"),
+            None
+        )
+        .await,
         StatusCode::MISDIRECTED_REQUEST
     );
     assert_eq!(
@@ -396,11 +498,23 @@ async fn over_a_socket_http2_authority_is_checked_and_the_rust_client_is_served(
     );
     let own = at("127.0.0.1", "");
     assert_eq!(
-        h2_status(server.addr, Method::POST, &at("127.0.0.1", "/v1/jobs"), Some("http://evil.example")).await,
+        h2_status(
+            server.addr,
+            Method::POST,
+            &at("127.0.0.1", "/v1/jobs"),
+            Some("http://evil.example")
+        )
+        .await,
         StatusCode::FORBIDDEN
     );
     assert_eq!(
-        h2_status(server.addr, Method::POST, &at("127.0.0.1", "/v1/jobs"), Some(&own)).await,
+        h2_status(
+            server.addr,
+            Method::POST,
+            &at("127.0.0.1", "/v1/jobs"),
+            Some(&own)
+        )
+        .await,
         StatusCode::CREATED
     );
 
