@@ -17,8 +17,8 @@
 //!
 //! At most `max_connections` connections are served at once: past it the accept loop waits
 //! for one to close (holding the one it accepted; later clients wait in the listen backlog) and
-//! logs a warning at most once per [`FULL_WARNING_INTERVAL`]. `serve` raises the process's soft open-file limit to its hard
-//! limit first, and the default cap is derived from that limit.
+//! logs a warning at most once per [`FULL_WARNING_INTERVAL`]. `serve` first raises the
+//! process's soft open-file limit to its hard limit, from which the default cap is derived.
 
 use crate::api::{self, AppState};
 use crate::clock::{Clock, SystemClock};
@@ -164,7 +164,7 @@ pub async fn run(
     };
     tracing::info!(
         max_connections = limits.max_connections,
-        "connections open at once, at most"
+        "connection limit set"
     );
     let journal = state.journal.clone();
     let app = api::router(state);

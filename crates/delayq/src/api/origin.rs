@@ -240,10 +240,13 @@ fn check(
             v.to_str()
                 .map_err(|_| Refused::Host(String::from_utf8_lossy(v.as_bytes()).into_owned()))?,
         ),
-        (Some(v), Some(_)) => {
-            return Err(Refused::Host(
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            ));
+        (Some(_), Some(_)) => {
+            let all: Vec<_> = headers
+                .get_all(header::HOST)
+                .iter()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .collect();
+            return Err(Refused::Host(all.join(", ")));
         }
     };
     let uri_authority = uri.authority().map(|a| a.as_str());
