@@ -11,10 +11,17 @@
 //! stragglers after [`DRAIN_TIMEOUT`]. Nothing here knows job rules or HTTP routes.
 //!
 //! Connections are served by hyper-util's auto (HTTP/1 and HTTP/2) builder, as `axum::serve`
-//! does, but with a timer, so that `idle_timeout` applies: an HTTP/1 connection that has not
-//! sent a complete request head within it (idle between requests, or sending its head too
-//! slowly) is closed; HTTP/2 connections are pinged at that interval and closed when the peer
-//! does not answer. `axum::serve` has no such knob.
+//! does, but with timers, so that `idle_timeout` applies: a connection that has not made its
+//! first request within it (silent, or stopped in the middle of the HTTP/2 preface, which the
+//! builder reads before hyper's own timers start) is closed here; after that, an HTTP/1
+//! connection that has not sent a complete request head within it (idle between requests, or
+//! sending its head too slowly) is closed by hyper, and HTTP/2 connections are pinged at that
+//! interval and closed when the peer does not answer. `axum::serve` has no such knob.
+//!
+//! At most `max_connections` connections are served at once: past it the accept loop waits
+//! for one to close (holding the one it accepted; later clients wait in the listen backlog) and
+//! logs a warning at most once per [`FULL_WARNING_INTERVAL`]. `serve` first raises the
+//! process's soft open-file limit to its hard limit, from which the default cap is derived.
 
 use crate::amqp::{AmqpOptions, Broker};
 use crate::api::{self, AppState};
@@ -37,14 +44,24 @@ use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// Longest wait for in-flight requests once shutdown has begun.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for the dispatcher's tasks to stop after the HTTP server has.
 const DISPATCH_STOP_TIMEOUT: Duration = Duration::from_secs(2);
+/// Least time between two warnings that `max_connections` is reached.
+pub const FULL_WARNING_INTERVAL: Duration = Duration::from_secs(60);
+/// File descriptors the default `max_connections` leaves to everything but clients (the
+/// store's files and connections, the journal's pool, RabbitMQ, logs), besides one per
+/// callback in flight.
+const FD_ROOM: u64 = 256;
+/// The default `max_connections` where the open-file limit cannot be read.
+const FALLBACK_MAX_CONNECTIONS: usize = 1024;
 
 /// Why a server could not start, or stopped on an error. Each names what failed; the error
 /// behind it, when there is one, is its source.
@@ -168,6 +185,7 @@ impl App {
 
 /// Runs `delayq serve` with these settings until SIGINT/SIGTERM.
 pub async fn serve(config: Config) -> Result<(), ServeError> {
+    raise_open_file_limit();
     let store = open_store(&config).await?;
     if config.memory {
         tracing::warn!(
@@ -268,7 +286,17 @@ pub async fn run(
     let amqp = amqp
         .as_ref()
         .map(|b| b.start(state.store.clone(), state.clock.clone(), stopping.clone()));
-    let idle_timeout = Duration::from_secs(state.config.idle_timeout_secs);
+    let limits = ConnectionLimits {
+        idle_timeout: Duration::from_secs(state.config.idle_timeout_secs),
+        max_connections: state
+            .config
+            .max_connections
+            .unwrap_or_else(|| default_max_connections(state.config.callback_max_in_flight as u64)),
+    };
+    tracing::info!(
+        max_connections = limits.max_connections,
+        "connection limit set"
+    );
     let journal = state.journal.clone();
     let app = api::router(state);
 
@@ -283,7 +311,7 @@ pub async fn run(
             stopping.cancel();
         }
     };
-    let server = serve_http(listener, app, idle_timeout, begin_shutdown);
+    let server = serve_http(listener, app, limits, begin_shutdown);
     let drain_deadline = async {
         stopping.cancelled().await;
         tokio::time::sleep(DRAIN_TIMEOUT).await;
@@ -327,15 +355,66 @@ pub async fn run(
     served
 }
 
-/// Accepts connections and serves `app` on each until `shutdown` completes; then stops
-/// accepting, asks every connection to close once its current request is answered (idle ones
-/// close at once), and returns when all have.
+/// Raises the soft open-file limit to the hard one, as most servers do: each connection holds
+/// a file descriptor, and the usual soft limit (1024) is far below what a queue's clients and
+/// callbacks may need.
+fn raise_open_file_limit() {
+    #[cfg(unix)]
+    {
+        let before = match rlimit::getrlimit(rlimit::Resource::NOFILE) {
+            Ok((soft, _)) => soft,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the open-file limit");
+                return;
+            }
+        };
+        match rlimit::increase_nofile_limit(u64::MAX) {
+            Ok(now) if now > before => {
+                tracing::info!(from = before, to = now, "raised the open-file limit")
+            }
+            Ok(now) => tracing::debug!(limit = now, "open-file limit"),
+            Err(e) => {
+                tracing::warn!(error = %e, limit = before, "cannot raise the open-file limit")
+            }
+        }
+    }
+}
+
+/// The default `max_connections`: the soft open-file limit less [`FD_ROOM`] and one per
+/// callback in flight, and at least half the limit.
+fn default_max_connections(callback_max_in_flight: u64) -> usize {
+    #[cfg(unix)]
+    if let Ok((soft, _)) = rlimit::getrlimit(rlimit::Resource::NOFILE) {
+        let soft = soft.min(crate::config::MAX_CONNECTIONS_LIMIT);
+        let cap = soft
+            .saturating_sub(FD_ROOM + callback_max_in_flight)
+            .max(soft / 2)
+            .max(1);
+        return usize::try_from(cap).unwrap_or(FALLBACK_MAX_CONNECTIONS);
+    }
+    let _ = callback_max_in_flight;
+    FALLBACK_MAX_CONNECTIONS
+}
+
+/// What [`serve_http`] allows a connection.
+#[derive(Clone, Copy, Debug)]
+struct ConnectionLimits {
+    /// `idle_timeout`: the time to the first request, and hyper's header and ping timeouts.
+    idle_timeout: Duration,
+    /// `max_connections`, or its default.
+    max_connections: usize,
+}
+
+/// Accepts connections (at most `limits.max_connections` at once) and serves `app` on each
+/// until `shutdown` completes; then stops accepting, asks every connection to close once its
+/// current request is answered (idle ones close at once), and returns when all have.
 async fn serve_http(
     mut listener: TcpListener,
     app: Router,
-    idle_timeout: Duration,
+    limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let idle_timeout = limits.idle_timeout;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -348,6 +427,8 @@ async fn serve_http(
         .keep_alive_timeout(idle_timeout);
     let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut warned_full: Option<Instant> = None;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         // axum's `Listener` retries failed accepts (out of file descriptors, ...) itself.
@@ -355,17 +436,55 @@ async fn serve_http(
             conn = axum::serve::Listener::accept(&mut listener) => conn,
             _ = &mut shutdown => break,
         };
+        // At the limit, this connection waits for a slot and the next ones wait in the listen
+        // backlog.
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if warned_full.is_none_or(|at| at.elapsed() >= FULL_WARNING_INTERVAL) {
+                    tracing::warn!(
+                        max_connections = limits.max_connections,
+                        "connection limit reached: new connections wait until one closes \
+                         (raise max_connections, or the open-file limit it follows)"
+                    );
+                    warned_full = Some(Instant::now());
+                }
+                tokio::select! {
+                    slot = slots.clone().acquire_owned() => {
+                        slot.expect("the connection semaphore is never closed")
+                    }
+                    _ = &mut shutdown => break,
+                }
+            }
+        };
         // Each response goes out as soon as it is written, not held back by Nagle's algorithm
         // until the previous segment is acknowledged.
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        let service = TowerToHyperService::new(app.clone());
+        let asked = Arc::new(AtomicBool::new(false));
+        let service = FirstRequest {
+            inner: TowerToHyperService::new(app.clone()),
+            asked: asked.clone(),
+        };
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
+            let _slot = slot;
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(conn).await {
+            let mut conn = std::pin::pin!(watcher.watch(conn));
+            let served = tokio::select! {
+                r = &mut conn => r,
+                _ = tokio::time::sleep(idle_timeout) => {
+                    if !asked.load(Ordering::Relaxed) {
+                        // Dropping the connection closes it.
+                        tracing::debug!("no request within the idle timeout; connection closed");
+                        return;
+                    }
+                    conn.await
+                }
+            };
+            if let Err(e) = served {
                 // Client resets, header timeouts: the connection's business, not the server's.
                 tracing::debug!(error = %e, "connection closed with an error");
             }
@@ -374,6 +493,25 @@ async fn serve_http(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// A connection's service that notes when the connection has made its first request, so the
+/// first-request deadline of [`serve_http`] knows whether to close it.
+#[derive(Clone)]
+struct FirstRequest<S> {
+    inner: S,
+    asked: Arc<AtomicBool>,
+}
+
+impl<S: hyper::service::Service<R>, R> hyper::service::Service<R> for FirstRequest<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn call(&self, req: R) -> Self::Future {
+        self.asked.store(true, Ordering::Relaxed);
+        self.inner.call(req)
+    }
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.

@@ -6,13 +6,15 @@
 //! Cross-cutting layers are applied here, once, for every route: the request body limit
 //! ([`request_body_limit`], enforced by axum's `DefaultBodyLimit`, so body extractors reject
 //! oversized requests: /v1 answers 413, the compat API its code-1 reply), bearer-token
-//! authentication when tokens are configured (`auth.rs`), the request deadline ([`deadline`])
-//! and `TraceLayer`. Refusals made by these layers, outside any handler, have the error body of
+//! authentication when tokens are configured (`auth.rs`), before it the host check and the
+//! refusal of cross-site changes (`origin.rs`), the request deadline ([`deadline`]) and
+//! `TraceLayer`. Refusals made by these layers, outside any handler, have the error body of
 //! the API the path belongs to ([`refusal`]).
 
 pub mod auth;
 pub mod compat;
 pub mod openapi;
+pub mod origin;
 pub mod restore;
 pub mod ui;
 pub mod v1;
@@ -70,6 +72,7 @@ pub fn router(state: AppState) -> Router {
     let limit = request_body_limit(&state.config);
     let deadlines = Deadlines::new(&state.config);
     let tokens = auth::Tokens::new(&state.config.auth_tokens);
+    let guard = origin::Guard::new(&state.config);
     let mut app = Router::new()
         .merge(compat::routes())
         .merge(v1::routes())
@@ -83,7 +86,8 @@ pub fn router(state: AppState) -> Router {
     if let Some(tokens) = tokens {
         app = app.layer(middleware::from_fn_with_state(tokens, auth::require_bearer));
     }
-    app.layer(middleware::from_fn_with_state(deadlines, deadline))
+    app.layer(middleware::from_fn_with_state(guard, origin::guard))
+        .layer(middleware::from_fn_with_state(deadlines, deadline))
         .layer(TraceLayer::new_for_http())
 }
 
@@ -93,7 +97,7 @@ const COMPAT_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get", "
 /// The long-poll paths: they may wait up to `max_wait` for a job before answering.
 const LONG_POLL_PATHS: &[&str] = &["/pop", "/v1/reserve"];
 
-/// A refusal made outside the handlers (401, request timeout), in the shape of the path's API:
+/// A refusal made outside the handlers (401, 403, 421, request timeout), in the shape of the path's API:
 /// the compat envelope `{"code":1,"message":...,"data":null}` on the compat paths, else the
 /// /v1 error body `{"error":{"code","field":null,"message"}}`. Both with `status`: a compat client
 /// gets a non-200 here, where the original had no such refusal at all.

@@ -212,7 +212,8 @@ fn job_op(op_id: &str, summary: &str, body: Option<(&str, bool)>, specific: Valu
 }
 
 /// Adds the 401 of bearer authentication to every operation, and marks `/healthz`, the one
-/// path that never asks for a token, as needing no security.
+/// path that never asks for a token, as needing no security; adds the refusals of `origin.rs`
+/// to every operation.
 fn add_unauthorized(paths: &mut Value) {
     let Value::Object(paths) = paths else { return };
     for (path, item) in paths.iter_mut() {
@@ -222,17 +223,35 @@ fn add_unauthorized(paths: &mut Value) {
                 continue;
             }
             let Value::Object(op) = op else { continue };
-            if path == "/healthz" {
+            let open = path == "/healthz";
+            if open {
                 op.insert("security".into(), json!([]));
-                continue;
             }
             if let Some(Value::Object(responses)) = op.get_mut("responses") {
-                responses.insert(
-                    "401".into(),
-                    error("`unauthorized`: authentication is on and the bearer token is missing or wrong"),
-                );
+                if !open {
+                    responses.insert(
+                        "401".into(),
+                        error("`unauthorized`: authentication is on and the bearer token is missing or wrong"),
+                    );
+                }
+                add_origin_refusals(method, responses);
             }
         }
+    }
+}
+
+/// The refusals of `origin.rs`, which come before authentication: 421 on every operation,
+/// 403 on those that change something.
+fn add_origin_refusals(method: &str, responses: &mut serde_json::Map<String, Value>) {
+    responses.insert(
+        "421".into(),
+        error("`host_not_allowed`: the request's `Host` is not one this server answers to (`allowed_hosts`)"),
+    );
+    if !matches!(method, "get" | "head" | "options") {
+        responses.insert(
+            "403".into(),
+            error("`cross_site`: a browser sent this change from a page of another site (`Sec-Fetch-Site`, `Origin`)"),
+        );
     }
 }
 
@@ -880,7 +899,7 @@ fn schemas(limits: &Limits) -> Value {
                     "type": "object",
                     "required": ["code", "field", "message"],
                     "properties": {
-                        "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "unauthorized", "timeout", "store_unavailable", "too_many_waiters", "internal", "restore_running", "no_journal", "journal_disabled"]},
+                        "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "unauthorized", "host_not_allowed", "cross_site", "timeout", "store_unavailable", "too_many_waiters", "internal", "restore_running", "no_journal", "journal_disabled"]},
                         "field": {"type": ["string", "null"], "description": "The offending field (`jobs[3].topic` in batches) for `invalid_field`, and for `too_large` about a job body"},
                         "message": {"type": "string"},
                         "state": described(json!({"allOf": [schema_ref("JobState")]}), "Only with `wrong_state`: the job's current state")

@@ -19,13 +19,14 @@ mod journal;
 mod rules;
 mod token;
 
+use crate::api::origin::AllowedHosts;
 use crate::callback::allow::AllowList;
 use crate::callback::sign::WebhookSecret;
 use define::{Origin, settings};
 use journal::{JournalModeRule, JournalUrl};
 use rules::{
-    Address, Allow, AmqpName, AmqpUrl, Any, Between, ClusterSeeds, KeyPrefix, NonEmptyPath,
-    RedisUrl, WebhookSecrets,
+    Address, Allow, AmqpName, AmqpUrl, Any, Between, ClusterSeeds, Hosts, KeyPrefix, NonEmptyPath,
+    RedisUrl, SomeBetween, WebhookSecrets,
 };
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -57,6 +58,8 @@ pub const MAX_JOURNAL_RETENTION_SECS: u64 = 10 * 365 * 86_400;
 pub const MAX_TIMEOUT_SECS: u64 = 86_400;
 /// Largest accepted `callback_max_in_flight` and `callback_max_in_flight_per_host`.
 pub const MAX_CALLBACKS_IN_FLIGHT: u64 = 100_000;
+/// Largest accepted `max_connections`.
+pub const MAX_CONNECTIONS_LIMIT: u64 = 10_000_000;
 
 // Each entry: the `Config` field and its type, then `key` (the TOML key, the name in errors
 // and of the `ServeArgs` field), `flag`, `env`, `value_name` (the flag's value in `--help`),
@@ -79,6 +82,24 @@ settings! {
             given: String,
             rule: Address,
             default: SocketAddr::from(([127, 0, 0, 1], 9277)),
+        },
+        /// Against DNS rebinding: a page under the attacker's name that resolves to this
+        /// server reaches it with that name as `Host`. IP addresses and `localhost` are always
+        /// allowed (`api/origin.rs`); on every interface (`0.0.0.0`), unless given, any host is,
+        /// as such a server is reached under names it cannot know.
+        allowed_hosts: Option<AllowedHosts> {
+            key: allowed_hosts,
+            flag: "allowed-hosts",
+            env: "DELAYQ_ALLOWED_HOSTS",
+            value_name: "HOSTS",
+            help: "Host names requests may be addressed to (their `Host` header), besides IP \
+                   addresses and `localhost`, which are always allowed: names (`queue.example.com`), \
+                   `*.domain`, or `*` for any (behind a proxy that checks it); another host is \
+                   refused (421)",
+            given: Vec<String>,
+            rule: Hosts,
+            shown: "none (`*` when `listen` is `0.0.0.0` or `[::]`)",
+            default: None,
         },
         redis: Option<String> {
             key: redis,
@@ -225,11 +246,29 @@ settings! {
             flag: "idle-timeout",
             env: "DELAYQ_IDLE_TIMEOUT",
             value_name: "SECS",
-            help: "Seconds an HTTP/1 connection may go without sending a complete request \
-                   head (idle between requests, or slow to send one); then it is closed",
+            help: "Seconds a connection may go without making its first request (silent, or \
+                   stopped within the HTTP/2 preface), and an HTTP/1 connection without sending \
+                   a complete request head (idle between requests, or slow to send one); then \
+                   it is closed",
             given: u64,
             rule: Between(1, MAX_TIMEOUT_SECS),
             default: 60,
+        },
+        /// Each connection holds a file descriptor; past the process's open-file limit every
+        /// accept, store file and callback fails. Unless given, `server::run` derives it from
+        /// that limit, keeping room for the store and callbacks.
+        max_connections: Option<usize> {
+            key: max_connections,
+            flag: "max-connections",
+            env: "DELAYQ_MAX_CONNECTIONS",
+            value_name: "N",
+            help: "Most client connections open at once; past it, new ones wait to be accepted \
+                   until one closes (logged as a warning)",
+            given: u64,
+            rule: SomeBetween(1, MAX_CONNECTIONS_LIMIT),
+            shown: "the open-file limit less 256 and `callback_max_in_flight` (at least half \
+                    the limit)",
+            default: None,
         },
         /// Secrets, not shown anywhere; given like tokens (hidden from `--help`, the flag once
         /// per secret) so a rotation can list the old and the new one.

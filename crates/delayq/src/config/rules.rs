@@ -6,6 +6,7 @@
 
 use super::AuthToken;
 use super::define::{Rule, ShowDefault};
+use crate::api::origin::AllowedHosts;
 use crate::callback::allow::{AllowList, DEFAULT_ALLOW};
 use crate::callback::sign::WebhookSecret;
 use std::net::SocketAddr;
@@ -25,6 +26,19 @@ impl<T: TryFrom<u64>> Rule<u64, T> for Between {
 
     fn limits(&self) -> Option<String> {
         Some(format!("{}–{}", self.0, self.1))
+    }
+}
+
+/// As [`Between`], for a setting that is unset (derived at use) by default.
+pub(super) struct SomeBetween(pub u64, pub u64);
+
+impl<T: TryFrom<u64>> Rule<u64, Option<T>> for SomeBetween {
+    fn apply(&self, n: u64) -> Result<Option<T>, String> {
+        Between(self.0, self.1).apply(n).map(Some)
+    }
+
+    fn limits(&self) -> Option<String> {
+        Rule::<u64, T>::limits(&Between(self.0, self.1))
     }
 }
 
@@ -201,5 +215,20 @@ impl Rule<Vec<String>, AllowList> for Allow {
 impl ShowDefault for AllowList {
     fn show(&self) -> Option<String> {
         (*self == AllowList::default()).then(|| format!("`{DEFAULT_ALLOW}`"))
+    }
+}
+
+/// `allowed_hosts`: the host names requests may be addressed to.
+pub(super) struct Hosts;
+
+impl Rule<Vec<String>, Option<AllowedHosts>> for Hosts {
+    fn apply(&self, entries: Vec<String>) -> Result<Option<AllowedHosts>, String> {
+        AllowedHosts::parse(&entries).map(Some)
+    }
+}
+
+impl ShowDefault for AllowedHosts {
+    fn show(&self) -> Option<String> {
+        Some(format!("`{self}`"))
     }
 }

@@ -74,6 +74,7 @@ fn every_setting_is_read_from_flags() {
     let c = load(
         &[
             "--listen=0.0.0.0:1",
+            "--allowed-hosts=queue.example,*.corp.example",
             "--redis=redis://r:6379/0",
             "--data-dir=/d",
             "--prefix=p",
@@ -87,6 +88,7 @@ fn every_setting_is_read_from_flags() {
             "--auth-token=fedcba9876543210",
             "--request-timeout=8",
             "--idle-timeout=9",
+            "--max-connections=14",
             "--callback-secret=whsec_YWFhYQ==",
             "--callback-secret=whsec_YmJiYg==",
             "--callback-allow=10.0.0.0/8,hooks.example.com",
@@ -107,6 +109,9 @@ fn every_setting_is_read_from_flags() {
         c,
         Config {
             listen: "0.0.0.0:1".parse().unwrap(),
+            allowed_hosts: Some(
+                AllowedHosts::parse(&["queue.example".into(), "*.corp.example".into()]).unwrap()
+            ),
             redis: Some("redis://r:6379/0".into()),
             redis_cluster: None,
             memory: false,
@@ -121,6 +126,7 @@ fn every_setting_is_read_from_flags() {
             auth_tokens: vec!["0123456789abcdef".into(), "fedcba9876543210".into()],
             request_timeout_secs: 8,
             idle_timeout_secs: 9,
+            max_connections: Some(14),
             callback_secrets: vec![
                 WebhookSecret::parse("whsec_YWFhYQ==").unwrap(),
                 WebhookSecret::parse("whsec_YmJiYg==").unwrap(),
@@ -179,6 +185,8 @@ fn every_setting_is_read_from_the_file() {
         auth_tokens = ["0123456789abcdef"]
         request_timeout = 7
         idle_timeout = 8
+        allowed_hosts = ["queue.example", "*"]
+        max_connections = 9
         journal = "postgres://u@h/db"
         journal_mode = "sync"
         journal_retention = 3600
@@ -195,6 +203,8 @@ fn every_setting_is_read_from_the_file() {
     );
     assert_eq!(c.auth_tokens, vec![AuthToken::from("0123456789abcdef")]);
     assert_eq!((c.request_timeout_secs, c.idle_timeout_secs), (7, 8));
+    let hosts = AllowedHosts::parse(&["queue.example".into(), "*".into()]).unwrap();
+    assert_eq!((c.allowed_hosts, c.max_connections), (Some(hosts), Some(9)));
     assert_eq!(c.journal.as_deref(), Some("postgres://u@h/db"));
     let sync = crate::journal::JournalMode::Sync;
     assert_eq!((c.journal_mode, c.journal_retention_secs), (sync, 3600));
@@ -787,4 +797,18 @@ fn the_file_accepts_exactly_the_settings_keys() {
         let listed = message.contains(&format!("`{}`", s.key));
         assert_eq!(listed, s.key != "config", "{}: {message}", s.key);
     }
+}
+
+#[test]
+fn allowed_hosts_and_max_connections_are_checked_and_unset_by_default() {
+    let c = load(&[], &[]).unwrap();
+    assert_eq!((c.allowed_hosts, c.max_connections), (None, None));
+    let e = load(&["--allowed-hosts=localhost:9277"], &[]).unwrap_err();
+    let text = e.to_string();
+    assert_eq!(invalid_setting(e).0, "allowed_hosts");
+    assert!(text.contains("port"), "{text}");
+    let e = load(&[], &[("DELAYQ_ALLOWED_HOSTS", "a.example,,b.example")]).unwrap_err();
+    assert_eq!(invalid_setting(e).0, "allowed_hosts");
+    let e = load(&["--max-connections=0"], &[]).unwrap_err();
+    assert_eq!(invalid_setting(e).0, "max_connections");
 }

@@ -35,6 +35,11 @@ pub struct Browser {
 impl Browser {
     /// Starts chromedriver and a headless Chromium session with a fresh profile.
     pub async fn start() -> Browser {
+        Browser::start_with(&[]).await
+    }
+
+    /// As [`Browser::start`], with more Chromium switches (e.g. `--host-resolver-rules=...`).
+    pub async fn start_with(switches: &[String]) -> Browser {
         let (Some(chromium), Some(chromedriver)) = (on_path("chromium"), on_path("chromedriver"))
         else {
             panic!("{INSTALL}");
@@ -54,7 +59,7 @@ impl Browser {
         };
         let profile = tempfile::tempdir().unwrap();
         let browser = Browser {
-            client: connect(port, &chromium, profile.path()).await,
+            client: connect(port, &chromium, profile.path(), switches).await,
             driver,
             _profile: profile,
         };
@@ -205,25 +210,24 @@ impl Drop for Browser {
 }
 
 /// A session on the chromedriver at `port`, once it answers.
-async fn connect(port: u16, chromium: &Path, profile: &Path) -> Client {
+async fn connect(port: u16, chromium: &Path, profile: &Path, switches: &[String]) -> Client {
+    let mut args = vec![
+        "--headless=new".to_string(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-dev-shm-usage".into(),
+        "--no-first-run".into(),
+        "--disable-crash-reporter".into(),
+        "--disable-breakpad".into(),
+        "--hide-scrollbars".into(),
+        "--force-device-scale-factor=1".into(),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    args.extend_from_slice(switches);
     let mut caps = Capabilities::new();
     caps.insert(
         "goog:chromeOptions".into(),
-        json!({
-            "binary": chromium,
-            "args": [
-                "--headless=new",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--no-first-run",
-                "--disable-crash-reporter",
-                "--disable-breakpad",
-                "--hide-scrollbars",
-                "--force-device-scale-factor=1",
-                format!("--user-data-dir={}", profile.display()),
-            ],
-        }),
+        json!({"binary": chromium, "args": args}),
     );
     let url = format!("http://127.0.0.1:{port}");
     let start = Instant::now();

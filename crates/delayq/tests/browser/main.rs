@@ -4,6 +4,9 @@
 //! `cargo test -p delayq --test browser`; with `DELAYQ_SCREENSHOTS=docs/images` it also writes
 //! the README's screenshots.
 //!
+//! `cross_site.rs`: pages of other sites (and a rebinding page) try to use the server through
+//! the browser, and cannot.
+//!
 //! One browser at a time (`ONE_BROWSER`): the tests run one after another, each with its own
 //! chromedriver and browser, so parallel test threads do not start several browsers at once.
 
@@ -11,6 +14,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod cross_site;
 mod driver;
 
 use delayq::config::{AuthToken, Config};

@@ -687,7 +687,7 @@ async fn store_unavailable_is_code_1_and_readyz_503() {
 async fn http(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let req = format!(
-        "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );

@@ -118,7 +118,7 @@ async fn connection_that_never_finishes_its_request_head_is_closed() {
     let (addr, _stop) = start_server(one_second_timeouts()).await;
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let started = Instant::now();
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n")
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .await
         .unwrap();
     let (_, closed) = read_until_closed(&mut s, Duration::from_secs(10)).await;
@@ -130,7 +130,7 @@ async fn connection_that_never_finishes_its_request_head_is_closed() {
 async fn idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
     let (addr, _stop) = start_server(one_second_timeouts()).await;
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .await
         .unwrap();
     let started = Instant::now();
@@ -149,7 +149,7 @@ async fn connection_in_use_is_not_cut_by_the_idle_timeout() {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let body = r#"{"topics":["nothing"],"timeout_ms":2000}"#;
     let req = format!(
-        "POST /v1/reserve HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /v1/reserve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();

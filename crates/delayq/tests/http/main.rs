@@ -1,6 +1,6 @@
 //! The HTTP tests, one binary: the /v1 API, the compat API, generated bad requests,
-//! timeouts, bearer tokens and `/metrics` (in-process or on a loopback socket, per backend
-//! where it matters), and the Rust client and CLI verbs against a real server. Run one file's
+//! timeouts, silent connections, bearer tokens, the host and cross-site checks and `/metrics`
+//! (in-process or on a loopback socket, per backend where it matters), and the Rust client and CLI verbs against a real server. Run one file's
 //! tests with `cargo test -p delayq --test http http_v1::`.
 
 #[macro_use]
@@ -11,7 +11,9 @@ mod callbacks;
 mod client;
 mod http_auth;
 mod http_compat;
+mod http_connections;
 mod http_fuzz;
 mod http_limits;
 mod http_metrics;
+mod http_origin;
 mod http_v1;

@@ -1,0 +1,456 @@
+//! Which requests a browser may make: the host check against DNS rebinding, and the refusal of
+//! cross-site changes. [`guard`] wraps every route, outside authentication, so that a page on
+//! another site cannot use a server without tokens (the default) through its visitor's
+//! browser.
+//!
+//! - **Host** (`allowed_hosts`, [`AllowedHosts`]): a request whose `Host` header (or HTTP/2
+//!   `:authority`, or the authority of an absolute request target) names a host this server does
+//!   not answer to is refused with 421 `host_not_allowed`. A rebinding page reaches the server
+//!   under its own name (`evil.example` resolved to 127.0.0.1), which its browser sends as
+//!   `Host`, so it is refused before anything is read or changed. Always allowed: IP addresses
+//!   (a page under an IP address is that address's own, so no rebinding) and `localhost`; other
+//!   names only when listed. Without the setting, a server listening on every interface
+//!   (`0.0.0.0`, `[::]`) allows any host, since it is usually reached under names of its
+//!   deployment (containers, service names) that it cannot know. Ports are not compared. A
+//!   request without any host (HTTP/1.0) passes: browsers always send one.
+//! - **Cross-site changes**: a request that can change something (any method but `GET`,
+//!   `HEAD` and `OPTIONS`, and any method on the compat API's `/push`, `/pop`, `/finish`,
+//!   `/delete` and `/reStore`, which take any) is refused with 403
+//!   `cross_site` when a browser marks it as coming from another origin: `Sec-Fetch-Site` other
+//!   than `same-origin` or `none` (`same-site` too: another port of the same host is another
+//!   program), or, from browsers that do not send that header, an `Origin` that is not this
+//!   server's own (`scheme://` + the request's `Host`). A request with neither header is not a
+//!   browser's (curl, the CLI, the client crate, the bench) and passes. The same rule as Go's
+//!   `net/http.CrossOriginProtection`. Reads are not refused here: without CORS headers
+//!   (delayq sends none) a page on another origin cannot read the answer.
+//!
+//! What this module does not do: authenticate (`auth.rs`), or serve CORS (no origin is
+//! trusted beyond the server's own).
+
+use super::refusal;
+use crate::config::Config;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// One entry of `allowed_hosts`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostPattern {
+    /// `*`: any host.
+    Any,
+    /// A host name, lowercase, without a trailing dot.
+    Name(String),
+    /// `*.domain`: every name under the domain (lowercase, without the `*.`).
+    Domain(String),
+}
+
+/// The parsed `allowed_hosts` list: the host names requests may be addressed to besides IP
+/// addresses and `localhost`, which are always allowed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AllowedHosts(Vec<HostPattern>);
+
+impl AllowedHosts {
+    /// Every host: `*`.
+    pub fn any() -> AllowedHosts {
+        AllowedHosts(vec![HostPattern::Any])
+    }
+
+    /// Parses the entries: `*`, host names (`queue.example.com`) and `*.domain`; IP addresses
+    /// are accepted (and always allowed anyway). Ports are refused: they are not compared.
+    pub fn parse(entries: &[String]) -> Result<AllowedHosts, String> {
+        let mut out = Vec::with_capacity(entries.len());
+        for raw in entries {
+            let e = raw.trim().to_ascii_lowercase();
+            let pattern = if e == "*" {
+                HostPattern::Any
+            } else if let Some(domain) = e.strip_prefix("*.") {
+                HostPattern::Domain(entry_name(domain, raw)?)
+            } else if ip_literal(&e).is_some() {
+                continue;
+            } else {
+                HostPattern::Name(entry_name(&e, raw)?)
+            };
+            out.push(pattern);
+        }
+        Ok(AllowedHosts(out))
+    }
+
+    /// Whether a request may be addressed to `host` (lowercase, no port, no trailing dot;
+    /// IPv6 in brackets).
+    fn allows(&self, host: &str) -> bool {
+        if host == "localhost" || ip_literal(host).is_some() {
+            return true;
+        }
+        self.0.iter().any(|p| match p {
+            HostPattern::Any => true,
+            HostPattern::Name(n) => n == host,
+            HostPattern::Domain(d) => host
+                .strip_suffix(d.as_str())
+                .is_some_and(|head| head.ends_with('.')),
+        })
+    }
+}
+
+impl fmt::Display for AllowedHosts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let entries: Vec<String> = self
+            .0
+            .iter()
+            .map(|p| match p {
+                HostPattern::Any => "*".to_string(),
+                HostPattern::Name(n) => n.clone(),
+                HostPattern::Domain(d) => format!("*.{d}"),
+            })
+            .collect();
+        f.write_str(&entries.join(","))
+    }
+}
+
+/// A host name entry, checked enough to catch a typo (a URL or a port given by mistake).
+fn entry_name(name: &str, raw: &str) -> Result<String, String> {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_');
+    if !ok {
+        let hint = if name.contains(':') {
+            " (without a port: ports are not compared)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "{raw:?} is not `*`, a host name or `*.domain`{hint}"
+        ));
+    }
+    Ok(name.trim_end_matches('.').to_string())
+}
+
+/// The address a host is, if it is an IP literal: dotted IPv4, or IPv6 in brackets (as in a
+/// `Host` header) or bare (as in the setting).
+fn ip_literal(host: &str) -> Option<IpAddr> {
+    let inner = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    inner.parse().ok()
+}
+
+/// The host of an authority (`host[:port]`, `[v6][:port]`): lowercase, without the port and a
+/// trailing dot. `None` when it is not one (user info, an unbracketed colon, a bad port).
+fn host_of(authority: &str) -> Option<String> {
+    if authority.contains('@') {
+        return None;
+    }
+    let (host, port) = if authority.starts_with('[') {
+        let end = authority.find(']')?;
+        let (host, rest) = authority.split_at(end + 1);
+        (
+            host,
+            rest.strip_prefix(':').or(rest.is_empty().then_some("")),
+        )
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, Some("")),
+        }
+    };
+    let port_ok = port.is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()));
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    (port_ok && !host.is_empty()).then_some(host)
+}
+
+/// What [`guard`] checks against. Cheap to clone.
+#[derive(Clone)]
+pub struct Guard {
+    hosts: Arc<AllowedHosts>,
+}
+
+impl Guard {
+    /// `allowed_hosts`, or when not set: any host on a server listening on every interface,
+    /// else only the hosts always allowed.
+    pub fn new(config: &Config) -> Guard {
+        let hosts = match &config.allowed_hosts {
+            Some(hosts) => hosts.clone(),
+            None if config.listen.ip().is_unspecified() => AllowedHosts::any(),
+            None => AllowedHosts::default(),
+        };
+        Guard {
+            hosts: Arc::new(hosts),
+        }
+    }
+}
+
+/// Why a request is refused.
+enum Refused {
+    /// Addressed to a host not allowed (the authority as sent, for the message).
+    Host(String),
+    /// A browser's change from another origin.
+    CrossSite,
+}
+
+/// Middleware: refuses requests addressed to a host not allowed (421) and cross-site changes
+/// (403), as the module docs say; passes the rest.
+pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
+    let verdict = check(&g.hosts, req.method(), req.uri(), req.headers());
+    let path = req.uri().path();
+    match verdict {
+        Ok(()) => next.run(req).await,
+        Err(Refused::Host(host)) => {
+            tracing::debug!(method = %req.method(), %path, %host, "refused: host not allowed");
+            let shown: String = host.chars().take(255).collect();
+            let message = format!(
+                "this server does not answer to the host {shown:?}; if clients reach it under \
+                 that name, add it to allowed_hosts (--allowed-hosts)"
+            );
+            refusal(
+                path,
+                StatusCode::MISDIRECTED_REQUEST,
+                "host_not_allowed",
+                &message,
+            )
+        }
+        Err(Refused::CrossSite) => {
+            tracing::debug!(method = %req.method(), %path, "refused: cross-site request");
+            refusal(
+                path,
+                StatusCode::FORBIDDEN,
+                "cross_site",
+                "a request from a page of another site cannot change anything here; only \
+                 this server's own pages and clients that are not browsers can",
+            )
+        }
+    }
+}
+
+/// The module's two checks, host first.
+fn check(
+    hosts: &AllowedHosts,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<(), Refused> {
+    let mut host_headers = headers.get_all(header::HOST).iter();
+    let host_header = match (host_headers.next(), host_headers.next()) {
+        (None, _) => None,
+        (Some(v), None) => Some(
+            v.to_str()
+                .map_err(|_| Refused::Host(String::from_utf8_lossy(v.as_bytes()).into_owned()))?,
+        ),
+        (Some(_), Some(_)) => {
+            let all: Vec<_> = headers
+                .get_all(header::HOST)
+                .iter()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .collect();
+            return Err(Refused::Host(all.join(", ")));
+        }
+    };
+    let uri_authority = uri.authority().map(|a| a.as_str());
+    for authority in [uri_authority, host_header].into_iter().flatten() {
+        if !host_of(authority).is_some_and(|h| hosts.allows(&h)) {
+            return Err(Refused::Host(authority.to_string()));
+        }
+    }
+    if !changes_state(method, uri.path()) {
+        return Ok(());
+    }
+    let fetch_site = headers
+        .get("sec-fetch-site")
+        .map(|v| v.as_bytes().to_ascii_lowercase());
+    match fetch_site.as_deref() {
+        Some(b"same-origin") | Some(b"none") => Ok(()),
+        Some(_) => Err(Refused::CrossSite),
+        None => match headers.get(header::ORIGIN) {
+            None => Ok(()),
+            Some(origin) => {
+                let own = uri_authority.or(host_header);
+                let origin_authority = origin
+                    .to_str()
+                    .ok()
+                    .and_then(|o| o.split_once("://"))
+                    .map(|(_, authority)| authority);
+                match (origin_authority, own) {
+                    (Some(o), Some(own)) if o.eq_ignore_ascii_case(own) => Ok(()),
+                    _ => Err(Refused::CrossSite),
+                }
+            }
+        },
+    }
+}
+
+/// The compat API's paths that change something whatever the method: they accept any (a body
+/// on `GET` included), and the restore restores on `GET`.
+const COMPAT_CHANGES: &[&str] = &["/push", "/pop", "/finish", "/delete", "/reStore"];
+
+/// Whether a request can change something: every method but the safe ones, and any method on
+/// [`COMPAT_CHANGES`].
+fn changes_state(method: &Method, path: &str) -> bool {
+    let safe = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+    !safe || COMPAT_CHANGES.contains(&path) || path.starts_with("/reStore/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn hosts(entries: &[&str]) -> AllowedHosts {
+        AllowedHosts::parse(&entries.iter().map(|e| e.to_string()).collect::<Vec<_>>()).unwrap()
+    }
+
+    fn allowed(hosts: &AllowedHosts, authority: &str) -> bool {
+        host_of(authority).is_some_and(|h| hosts.allows(&h))
+    }
+
+    #[test]
+    fn ip_addresses_and_localhost_are_always_allowed_with_any_port() {
+        let none = AllowedHosts::default();
+        for ok in [
+            "localhost",
+            "LOCALHOST:9277",
+            "localhost.",
+            "127.0.0.1",
+            "127.0.0.1:9277",
+            "[::1]",
+            "[::1]:9277",
+            "10.1.2.3:80",
+            "[2001:db8::1]:8080",
+        ] {
+            assert!(allowed(&none, ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:9277",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example",
+            "::1",
+            "[::1",
+            "user@localhost",
+            "localhost:port",
+            "",
+            ":9277",
+            "0x7f.1",
+        ] {
+            assert!(!allowed(&none, bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn listed_names_domains_and_the_wildcard_are_allowed() {
+        let list = hosts(&["Queue.Example.com", "*.corp.example", "10.0.0.1"]);
+        assert!(allowed(&list, "queue.example.com:9277"));
+        assert!(allowed(&list, "QUEUE.example.com."));
+        assert!(allowed(&list, "a.corp.example"));
+        assert!(allowed(&list, "a.b.corp.example:1"));
+        assert!(!allowed(&list, "corp.example"));
+        assert!(!allowed(&list, "xcorp.example"));
+        assert!(!allowed(&list, "example.com"));
+        assert!(allowed(&hosts(&["*"]), "anything.example:1"));
+        assert_eq!(list.to_string(), "queue.example.com,*.corp.example");
+    }
+
+    #[test]
+    fn bad_entries_are_refused_with_a_reason() {
+        for bad in ["", "localhost:9277", "http://queue.example", "a b", "*."] {
+            let err = AllowedHosts::parse(&[bad.to_string()]).unwrap_err();
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
+        }
+        let err = AllowedHosts::parse(&["localhost:9277".into()]).unwrap_err();
+        assert!(err.contains("port"), "{err}");
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    fn verdict(method: Method, path: &str, pairs: &[(&str, &str)]) -> &'static str {
+        let uri: Uri = path.parse().unwrap();
+        match check(&AllowedHosts::default(), &method, &uri, &headers(pairs)) {
+            Ok(()) => "ok",
+            Err(Refused::Host(_)) => "host",
+            Err(Refused::CrossSite) => "cross-site",
+        }
+    }
+
+    #[test]
+    fn changes_from_another_origin_are_refused_and_reads_are_not() {
+        let host = ("host", "127.0.0.1:9277");
+        let post = |extra: &[(&str, &str)]| {
+            let mut all = vec![host];
+            all.extend_from_slice(extra);
+            verdict(Method::POST, "/push", &all)
+        };
+        assert_eq!(post(&[]), "ok");
+        assert_eq!(post(&[("sec-fetch-site", "same-origin")]), "ok");
+        assert_eq!(post(&[("sec-fetch-site", "none")]), "ok");
+        assert_eq!(post(&[("sec-fetch-site", "same-site")]), "cross-site");
+        assert_eq!(post(&[("sec-fetch-site", "cross-site")]), "cross-site");
+        assert_eq!(post(&[("sec-fetch-site", "bogus")]), "cross-site");
+        assert_eq!(post(&[("origin", "http://127.0.0.1:9277")]), "ok");
+        assert_eq!(post(&[("origin", "http://127.0.0.1:9278")]), "cross-site");
+        assert_eq!(post(&[("origin", "http://localhost:9277")]), "cross-site");
+        assert_eq!(post(&[("origin", "null")]), "cross-site");
+        // Sec-Fetch-Site decides when both are sent (a proxy may rewrite Host).
+        let proxied = [
+            ("sec-fetch-site", "same-origin"),
+            ("origin", "https://q.example"),
+        ];
+        assert_eq!(post(&proxied), "ok");
+        for method in [Method::GET, Method::HEAD, Method::OPTIONS] {
+            let cross = [host, ("sec-fetch-site", "cross-site")];
+            assert_eq!(verdict(method, "/v1/jobs/x", &cross), "ok");
+        }
+        let cross = [host, ("origin", "http://evil.example")];
+        assert_eq!(
+            verdict(Method::GET, "/reStore?expire=true", &cross),
+            "cross-site"
+        );
+        assert_eq!(verdict(Method::GET, "/delete", &cross), "cross-site");
+        assert_eq!(verdict(Method::GET, "/get", &cross), "ok");
+        assert_eq!(verdict(Method::GET, "/reStore/x", &cross), "cross-site");
+        assert_eq!(verdict(Method::DELETE, "/v1/jobs/x", &cross), "cross-site");
+    }
+
+    #[test]
+    fn the_host_is_checked_in_every_place_a_request_names_it() {
+        assert_eq!(verdict(Method::GET, "/healthz", &[]), "ok");
+        assert_eq!(
+            verdict(Method::GET, "/healthz", &[("host", "evil.example")]),
+            "host"
+        );
+        assert_eq!(
+            verdict(Method::GET, "http://evil.example/healthz", &[]),
+            "host"
+        );
+        let both = [("host", "127.0.0.1")];
+        assert_eq!(
+            verdict(Method::GET, "http://evil.example/healthz", &both),
+            "host"
+        );
+        let two = [("host", "127.0.0.1"), ("host", "127.0.0.1")];
+        assert_eq!(verdict(Method::GET, "/healthz", &two), "host");
+        // The host check comes first: a rebinding page's same-origin change is refused too.
+        let rebound = [
+            ("host", "evil.example:9277"),
+            ("sec-fetch-site", "same-origin"),
+        ];
+        assert_eq!(verdict(Method::POST, "/v1/jobs", &rebound), "host");
+        // HTTP/2 (:authority in the URI) compares the Origin with it.
+        let h2 = [("origin", "http://127.0.0.1:9277")];
+        assert_eq!(
+            verdict(Method::POST, "http://127.0.0.1:9277/push", &h2),
+            "ok"
+        );
+    }
+}
