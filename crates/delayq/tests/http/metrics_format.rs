@@ -93,7 +93,7 @@ async fn prometheus_parsers_read_the_text_format_by_default_and_openmetrics_when
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.json);
     }
     let r = app
-        .post("/v1/reserve", json!({"topics": ["orders"], "wait_ms": 0}))
+        .post("/v1/reserve", json!({"topics": ["orders"], "max": 2}))
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.json);
     let r = app.post("/v1/jobs/o1/finish", json!({})).await;
