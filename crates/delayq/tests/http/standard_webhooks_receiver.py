@@ -10,6 +10,7 @@ Usage: python standard_webhooks_receiver.py SECRET; prints {"port": N} first.
 import json
 import os
 import sys
+import threading
 import types
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +20,14 @@ LIBRARY = compile(os.environ["DOCS_LIBRARY_EXAMPLE"], "docs/delivery.md (library
 by_hand_scope = {}
 exec(compile(os.environ["DOCS_BY_HAND_EXAMPLE"], "docs/delivery.md (by hand)", "exec"), by_hand_scope)
 verified = by_hand_scope["verified"]
+# One report line at a time: calls are handled in threads of their own.
+printing = threading.Lock()
+
+
+def report_line(report):
+    with printing:
+        sys.stdout.write(json.dumps(report) + "\n")
+        sys.stdout.flush()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -44,12 +53,12 @@ class Handler(BaseHTTPRequestHandler):
         ok = report["library"] == "ok" and report["by_hand"] is True
         self.send_response(204 if ok else 400)
         self.end_headers()
-        print(json.dumps(report), flush=True)
+        report_line(report)
 
     def log_message(self, *args):
         pass
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-print(json.dumps({"port": server.server_address[1]}), flush=True)
+report_line({"port": server.server_address[1]})
 server.serve_forever()
