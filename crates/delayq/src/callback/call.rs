@@ -111,7 +111,10 @@ impl Caller {
             .header("content-type", content_type(&job.spec.body))
             .header("webhook-id", id.as_ref())
             .header("webhook-timestamp", timestamp)
-            .header("delayq-topic", sign::header_value(job.spec.topic.as_str()).as_ref())
+            .header(
+                "delayq-topic",
+                sign::header_value(job.spec.topic.as_str()).as_ref(),
+            )
             .header("delayq-attempt", job.attempts)
             .body(job.spec.body.clone());
         if let Some(sig) = sign::signature(&self.secrets, &id, timestamp, body) {

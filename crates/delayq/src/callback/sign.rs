@@ -138,7 +138,10 @@ mod tests {
     fn ids_are_sent_as_visible_ascii_that_percent_decodes_to_the_id() {
         for (id, sent) in [
             ("order-42", "order-42"),
-            ("a/b?c=d&e#f:g@h!'()*+,;=[]{}|^`~\"<>\\", "a/b?c=d&e#f:g@h!'()*+,;=[]{}|^`~\"<>\\"),
+            (
+                "a/b?c=d&e#f:g@h!'()*+,;=[]{}|^`~\"<>\\",
+                "a/b?c=d&e#f:g@h!'()*+,;=[]{}|^`~\"<>\\",
+            ),
             ("café-ü-😀", "caf%C3%A9-%C3%BC-%F0%9F%98%80"),
             ("  padded  ", "%20%20padded%20%20"),
             ("order 42", "order%2042"),
@@ -147,7 +150,9 @@ mod tests {
             ("del\u{7f}", "del%7F"),
         ] {
             assert_eq!(header_value(id), sent, "{id:?}");
-            let back = percent_encoding::percent_decode_str(sent).decode_utf8().unwrap();
+            let back = percent_encoding::percent_decode_str(sent)
+                .decode_utf8()
+                .unwrap();
             assert_eq!(back, id);
             assert!(sent.bytes().all(|b| b.is_ascii_graphic()), "{sent}");
         }

@@ -28,13 +28,7 @@ const DOCS_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const SOON: Duration = Duration::from_secs(15);
 
 /// Ids a receiver used to get altered: non-ASCII, spaces at the ends, a `%`, plus a plain one.
-const IDS: [&str; 5] = [
-    "café-ü-😀",
-    "  padded  ",
-    "50%off",
-    "order 42",
-    "order-42",
-];
+const IDS: [&str; 5] = ["café-ü-😀", "  padded  ", "50%off", "order 42", "order-42"];
 
 fn config() -> Config {
     Config {
@@ -103,7 +97,12 @@ async fn any_id_arrives_as_visible_ascii_that_decodes_to_it_and_is_signed_as_sen
         mac.update(format!("{}.{}.", c.id, c.timestamp).as_bytes());
         mac.update(&c.body);
         let expected = format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()));
-        assert_eq!(c.signature.as_deref(), Some(expected.as_str()), "{:?}", c.id);
+        assert_eq!(
+            c.signature.as_deref(),
+            Some(expected.as_str()),
+            "{:?}",
+            c.id
+        );
         decoded.push(percent_decode(&c.id));
     }
     decoded.sort();
@@ -184,7 +183,13 @@ async fn the_standardwebhooks_library_and_the_docs_examples_verify_every_call() 
     while reports.len() < jobs.len() {
         let line = tokio::time::timeout(SOON, lines.next_line())
             .await
-            .unwrap_or_else(|_| panic!("{} calls of {} arrived: {reports:?}", reports.len(), jobs.len()))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{} calls of {} arrived: {reports:?}",
+                    reports.len(),
+                    jobs.len()
+                )
+            })
             .unwrap()
             .expect("the Python receiver exited");
         reports.push(serde_json::from_str::<Value>(&line).unwrap());

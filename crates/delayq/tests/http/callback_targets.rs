@@ -43,7 +43,11 @@ async fn ipv6_forms_of_loopback_metadata_and_special_blocks_are_refused_and_neve
             )
             .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{url}: {}", r.json);
-        assert_eq!(r.json["error"]["field"], "callback.url", "{url}: {}", r.json);
+        assert_eq!(
+            r.json["error"]["field"], "callback.url",
+            "{url}: {}",
+            r.json
+        );
         let message = r.json["error"]["message"].as_str().unwrap();
         assert!(message.contains("not a public address"), "{message}");
 

@@ -13,8 +13,13 @@ use support::app::TestApp;
 use support::backends::Backend;
 
 async fn post_raw(app: &TestApp, path: &str, body: &str) -> support::app::Reply {
-    app.send(Method::POST, path, body.to_string(), Some("application/json"))
-        .await
+    app.send(
+        Method::POST,
+        path,
+        body.to_string(),
+        Some("application/json"),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,7 +59,11 @@ async fn v1_refuses_a_key_given_twice_naming_it_and_stores_nothing() {
             r#"{"jobs":[{"topic":"t","id":"d2"}],"jobs":[]}"#,
             "jobs",
         ),
-        ("/v1/reserve", r#"{"topics":["t"],"topics":["u"]}"#, "topics"),
+        (
+            "/v1/reserve",
+            r#"{"topics":["t"],"topics":["u"]}"#,
+            "topics",
+        ),
         ("/v1/finish", r#"{"ids":["held"],"ids":[]}"#, "ids"),
         (
             "/v1/jobs/held/reschedule",
@@ -62,11 +71,24 @@ async fn v1_refuses_a_key_given_twice_naming_it_and_stores_nothing() {
             "delay_ms",
         ),
         ("/v1/topics/t/kick", r#"{"max":1,"max":2}"#, "max"),
-        ("/v1/restore", r#"{"overdue":"fire","overdue":"skip"}"#, "overdue"),
+        (
+            "/v1/restore",
+            r#"{"overdue":"fire","overdue":"skip"}"#,
+            "overdue",
+        ),
     ] {
         let r = post_raw(&app, path, body).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path} {body}: {}", r.json);
-        assert_eq!(r.json["error"]["code"], "invalid_field", "{body}: {}", r.json);
+        assert_eq!(
+            r.status,
+            StatusCode::BAD_REQUEST,
+            "{path} {body}: {}",
+            r.json
+        );
+        assert_eq!(
+            r.json["error"]["code"], "invalid_field",
+            "{body}: {}",
+            r.json
+        );
         assert_eq!(r.json["error"]["field"], field, "{body}: {}", r.json);
         let message = r.json["error"]["message"].as_str().unwrap();
         assert!(
@@ -76,7 +98,12 @@ async fn v1_refuses_a_key_given_twice_naming_it_and_stores_nothing() {
     }
     for id in ["d1", "d2", "d3", "d4"] {
         let r = app.get(&format!("/v1/jobs/{id}")).await;
-        assert_eq!(r.status, StatusCode::NOT_FOUND, "{id} was stored: {}", r.json);
+        assert_eq!(
+            r.status,
+            StatusCode::NOT_FOUND,
+            "{id} was stored: {}",
+            r.json
+        );
     }
     let held = app.get("/v1/jobs/held").await.json;
     assert_eq!(held["state"], "ready", "{held}");

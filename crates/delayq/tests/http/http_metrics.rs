@@ -44,7 +44,9 @@ impl Scrape {
             r.headers()["content-type"],
             "application/openmetrics-text; version=1.0.0; charset=utf-8"
         );
-        let raw = axum::body::to_bytes(r.into_body(), usize::MAX).await.unwrap();
+        let raw = axum::body::to_bytes(r.into_body(), usize::MAX)
+            .await
+            .unwrap();
         let text = String::from_utf8(raw.to_vec()).unwrap();
         assert!(text.ends_with("# EOF\n"), "{text}");
         let samples = text

@@ -101,8 +101,14 @@ async fn prometheus_parsers_read_the_text_format_by_default_and_openmetrics_when
 
     for accept in [None, Some("*/*"), Some("text/plain;version=0.0.4")] {
         let (content_type, text) = scrape(&app, accept).await;
-        assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8", "{accept:?}");
-        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+        assert_eq!(
+            content_type, "text/plain; version=0.0.4; charset=utf-8",
+            "{accept:?}"
+        );
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
         for typed in [
             "# TYPE delayq_jobs_pushed_total counter",
             "# TYPE delayq_build_info gauge",
@@ -119,7 +125,10 @@ async fn prometheus_parsers_read_the_text_format_by_default_and_openmetrics_when
             },
             &text,
         );
-        assert!(ok && printed.trim().is_empty(), "promtool check metrics: {printed}\n{text}");
+        assert!(
+            ok && printed.trim().is_empty(),
+            "promtool check metrics: {printed}\n{text}"
+        );
     }
 
     let (content_type, openmetrics) = scrape(&app, Some(PROMETHEUS_ACCEPT)).await;
@@ -147,7 +156,10 @@ async fn prometheus_parsers_read_the_text_format_by_default_and_openmetrics_when
         .arg(&input)
         .arg(dir.path().join("blocks"));
     let (ok, printed) = run(cmd, "");
-    assert!(ok, "promtool's OpenMetrics parser: {printed}\n{openmetrics}");
+    assert!(
+        ok,
+        "promtool's OpenMetrics parser: {printed}\n{openmetrics}"
+    );
 
     // The same samples either way; among them what the dashboard (ui/app.js) reads.
     let (_, text) = scrape(&app, None).await;

@@ -440,17 +440,25 @@ mod tests {
 
     #[test]
     fn a_key_given_twice_is_refused_by_its_place_in_the_body() {
-        assert_eq!(repeated(r#"{"topic":"a","topic":"b"}"#).as_deref(), Some("topic"));
+        assert_eq!(
+            repeated(r#"{"topic":"a","topic":"b"}"#).as_deref(),
+            Some("topic")
+        );
         assert_eq!(
             repeated(r#"{"callback":{"url":"x","timeout_ms":1,"url":"y"}}"#).as_deref(),
             Some("callback.url")
         );
         assert_eq!(
-            repeated(r#"{"jobs":[{"topic":"a"},{"id":"1","publish":{"exchange":"","exchange":""}}]}"#)
-                .as_deref(),
+            repeated(
+                r#"{"jobs":[{"topic":"a"},{"id":"1","publish":{"exchange":"","exchange":""}}]}"#
+            )
+            .as_deref(),
             Some("jobs[1].publish.exchange")
         );
-        assert_eq!(repeated(r#"{"x":[[{"a":1,"a":1}]]}"#).as_deref(), Some("x[0][0].a"));
+        assert_eq!(
+            repeated(r#"{"x":[[{"a":1,"a":1}]]}"#).as_deref(),
+            Some("x[0][0].a")
+        );
         // Equal values in different objects, and keys differing in case, are not repeats.
         assert_eq!(repeated(r#"{"a":{"k":1},"b":{"k":1},"K":2,"k":3}"#), None);
     }
