@@ -6,8 +6,8 @@
 //! Content-Type, decoded with Go `encoding/json` rules (keys matched case-insensitively,
 //! unknown keys ignored, `null` leaves a field at its zero value, `delay`/`ttr` must be JSON
 //! integers, strings must be strings; but a field given twice is refused, naming it); every
-//! answer HTTP 200 with a compact
-//! `{"code","message","data"}` envelope; the original messages, in the original order.
+//! answer HTTP 200 with a compact `{"code","message","data"}` envelope; the original messages,
+//! in the original order.
 //!
 //! What it does not do: decide job semantics (job.rs, the store), wait (the dispatcher does),
 //! or log bodies (only ids and topics are logged).
