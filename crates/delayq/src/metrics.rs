@@ -1,4 +1,5 @@
-//! Prometheus metrics, served at `GET /metrics` (docs/metrics.md lists them).
+//! Prometheus metrics, served at `GET /metrics` (docs/metrics.md lists them), in OpenMetrics
+//! or the Prometheus text format 0.0.4 as the scraper's `Accept` asks ([`Format`]).
 //!
 //! Two kinds. What this instance did: counters of the transitions it made and the histogram of
 //! how late it handed jobs out, kept by [`Metrics`] as a hook around the real store
@@ -24,8 +25,97 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::Arc;
 
-/// The media type of [`Metrics::render`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The two exposition formats of `/metrics`, chosen by the scraper's `Accept` as the
+/// Prometheus client libraries choose: OpenMetrics when asked for, else the Prometheus text
+/// format 0.0.4, which every Prometheus-compatible parser reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 text, as prometheus-client encodes it (Prometheus itself asks for it).
+    OpenMetrics,
+    /// The Prometheus text format 0.0.4 (promtool, older Prometheus, other classic parsers).
+    Text,
+}
+
+impl Format {
+    /// The format asked for by `Accept` header values: OpenMetrics when one of the media
+    /// ranges is `application/openmetrics-text` (any version, but not with `q=0`), else text.
+    pub fn negotiate<'a>(accept: impl IntoIterator<Item = &'a str>) -> Format {
+        let openmetrics = accept
+            .into_iter()
+            .flat_map(|value| value.split(','))
+            .any(|range| {
+                let mut parts = range.split(';').map(str::trim);
+                let media = parts.next().unwrap_or_default();
+                let refused = parts.any(|p| {
+                    p.split_once('=').is_some_and(|(k, v)| {
+                        k.trim().eq_ignore_ascii_case("q") && v.trim().parse::<f64>() == Ok(0.0)
+                    })
+                });
+                media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+            });
+        if openmetrics {
+            Format::OpenMetrics
+        } else {
+            Format::Text
+        }
+    }
+
+    /// The `Content-Type` of an answer in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// The Prometheus text format 0.0.4 of an OpenMetrics text as prometheus-client writes it
+/// (that crate writes only OpenMetrics). The samples are the same; what differs is the
+/// metadata: a counter family is named after its samples (`x_total`, where OpenMetrics says
+/// `x`), an info family is a gauge named `x_info`, `unknown` is `untyped`, and there is no
+/// `# UNIT` and no `# EOF`. Exemplars and `_created` samples have no place in 0.0.4 and are left
+/// out (delayq's metrics have neither). HELP texts pass unchanged: prometheus-client writes them
+/// as given, and delayq's have no backslash or newline to escape.
+fn openmetrics_to_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    // The HELP line waits for its TYPE line, which decides the family's name in 0.0.4.
+    let mut help: Option<(&str, &str)> = None;
+    // The current family's OpenMetrics name and type.
+    let mut family: (&str, &str) = ("", "");
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            help = Some(rest.split_once(' ').unwrap_or((rest, "")));
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "unknown"));
+            family = (name, kind);
+            let (suffix, kind) = match kind {
+                "counter" => ("_total", "counter"),
+                "info" => ("_info", "gauge"),
+                "stateset" => ("", "gauge"),
+                "gaugehistogram" => ("", "histogram"),
+                "unknown" => ("", "untyped"),
+                other => ("", other),
+            };
+            if let Some((_, text)) = help.take().filter(|(n, _)| *n == name) {
+                out.push_str(&format!("# HELP {name}{suffix} {text}\n"));
+            }
+            out.push_str(&format!("# TYPE {name}{suffix} {kind}\n"));
+        } else if line.starts_with('#') {
+            // `# UNIT`, `# EOF`.
+        } else if !line.is_empty() {
+            // An exemplar follows ` # `; no label value holds a space (topics cannot).
+            let sample = line.split_once(" # ").map_or(line, |(s, _)| s);
+            let name_end = sample.find(['{', ' ']).unwrap_or(sample.len());
+            let created = matches!(family.1, "counter" | "histogram" | "summary")
+                && sample[..name_end].strip_suffix("_created") == Some(family.0);
+            if !created {
+                out.push_str(sample);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
 
 /// Upper bounds of the lateness histogram's buckets, in seconds: sub-millisecond (the timer's
 /// own precision) up to an hour (a backlog nobody consumes).
@@ -337,9 +427,9 @@ impl Metrics {
         );
     }
 
-    /// The exposition text: the job gauges read from `store` now, `waiting` long polls, and
-    /// every counter.
-    pub async fn render(&self, store: &dyn Store, waiting: usize) -> String {
+    /// The exposition text in `format`: the job gauges read from `store` now, `waiting` long
+    /// polls, and every counter.
+    pub async fn render(&self, store: &dyn Store, waiting: usize, format: Format) -> String {
         let _one = self.scrape.lock().await;
         self.jobs.clear();
         self.callback_jobs.clear();
@@ -372,7 +462,10 @@ impl Metrics {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut out, &self.registry);
-        out
+        match format {
+            Format::OpenMetrics => out,
+            Format::Text => openmetrics_to_text(&out),
+        }
     }
 
     /// Counts one callback call: how it ended, how long it took, and how late it started
@@ -517,5 +610,79 @@ impl StoreHook for Metrics {
             Reply::Reschedule { .. } => &self.rescheduled,
         };
         one.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openmetrics_only_when_the_scraper_asks_for_it() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                          version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::negotiate([prometheus]), Format::OpenMetrics);
+        assert_eq!(
+            Format::negotiate(["text/html", "Application/OpenMetrics-Text"]),
+            Format::OpenMetrics
+        );
+        for text in [
+            "",
+            "*/*",
+            "text/plain; version=0.0.4",
+            "application/openmetrics-text; q=0, text/plain",
+            "application/json",
+        ] {
+            assert_eq!(Format::negotiate([text]), Format::Text, "{text:?}");
+        }
+        assert_eq!(Format::negotiate([]), Format::Text);
+    }
+
+    #[test]
+    fn the_text_format_names_families_after_their_samples() {
+        let openmetrics = "\
+# HELP x_pushed Jobs pushed
+# TYPE x_pushed counter
+x_pushed_total 3
+x_pushed_created 1.7e9
+# HELP x_late_seconds Lateness
+# TYPE x_late_seconds histogram
+# UNIT x_late_seconds seconds
+x_late_seconds_sum 0.5
+x_late_seconds_count 1
+x_late_seconds_bucket{le=\"1.0\"} 1 # {trace=\"a\"} 0.5
+x_late_seconds_bucket{le=\"+Inf\"} 1
+# HELP x_jobs Jobs
+# TYPE x_jobs gauge
+x_jobs{topic=\"a#b\",state=\"ready\"} 2
+# HELP x_build The build
+# TYPE x_build info
+x_build_info{version=\"0.1.0\"} 1
+# HELP x_other Other
+# TYPE x_other unknown
+x_other 1
+# EOF
+";
+        let text = "\
+# HELP x_pushed_total Jobs pushed
+# TYPE x_pushed_total counter
+x_pushed_total 3
+# HELP x_late_seconds Lateness
+# TYPE x_late_seconds histogram
+x_late_seconds_sum 0.5
+x_late_seconds_count 1
+x_late_seconds_bucket{le=\"1.0\"} 1
+x_late_seconds_bucket{le=\"+Inf\"} 1
+# HELP x_jobs Jobs
+# TYPE x_jobs gauge
+x_jobs{topic=\"a#b\",state=\"ready\"} 2
+# HELP x_build_info The build
+# TYPE x_build_info gauge
+x_build_info{version=\"0.1.0\"} 1
+# HELP x_other Other
+# TYPE x_other untyped
+x_other 1
+";
+        assert_eq!(openmetrics_to_text(openmetrics), text);
     }
 }

@@ -157,6 +157,8 @@
 
   // ---- /metrics: rates and lateness quantiles from two successive scrapes ----
 
+  // The fetch asks for no OpenMetrics, so /metrics answers in the Prometheus text format 0.0.4;
+  // the sample lines read here are the same in both formats.
   function parseMetrics(text) {
     const m = { at: performance.now(), pushed: 0, delivered: 0, buckets: new Map() };
     for (const line of text.split('\n')) {

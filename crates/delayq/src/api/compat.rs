@@ -5,8 +5,9 @@
 //! What this file reproduces: any HTTP method; the body read as JSON whatever its
 //! Content-Type, decoded with Go `encoding/json` rules (keys matched case-insensitively,
 //! unknown keys ignored, `null` leaves a field at its zero value, `delay`/`ttr` must be JSON
-//! integers, strings must be strings); every answer HTTP 200 with a compact
-//! `{"code","message","data"}` envelope; the original messages, in the original order.
+//! integers, strings must be strings; but a field given twice is refused, naming it); every
+//! answer HTTP 200 with a compact `{"code","message","data"}` envelope; the original messages,
+//! in the original order.
 //!
 //! What it does not do: decide job semantics (job.rs, the store), wait (the dispatcher does),
 //! or log bodies (only ids and topics are logged).
@@ -24,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use serde::Serialize;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use std::cell::Cell;
 use std::fmt;
 use std::time::Duration;
 
@@ -217,20 +219,43 @@ struct Request {
     url: String,
 }
 
-/// Decodes a body as Go's `json.Unmarshal` into a struct with `fields` would: a JSON object
-/// (or `null`, which sets nothing), keys matched case-insensitively to the fields (our field
-/// names are lowercase ASCII without `k`/`s`, so ASCII folding is exactly Go's folding), later
-/// keys overriding earlier ones, unknown keys skipped whatever their value, `null` values
-/// leaving the field as it is, strings only into string fields, integers only into integer
-/// fields (`1e3`, `1.5`, `"1"` and out-of-range numbers refused).
-fn decode(bytes: &[u8], fields: &[Field]) -> Result<Request, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let request = GoStruct(fields).deserialize(&mut de)?;
-    de.end()?;
-    Ok(request)
+/// Why a body could not be decoded.
+#[derive(Debug)]
+enum Undecodable {
+    /// Not JSON, or not of the shape Go would accept: the original's message.
+    Json,
+    /// One of the route's fields given twice (Go would keep the last): refused naming it.
+    Repeated(Field),
 }
 
-struct GoStruct<'f>(&'f [Field]);
+/// Decodes a body as Go's `json.Unmarshal` into a struct with `fields` would: a JSON object
+/// (or `null`, which sets nothing), keys matched case-insensitively to the fields (our field
+/// names are lowercase ASCII without `k`/`s`, so ASCII folding is exactly Go's folding),
+/// unknown keys skipped whatever their value, `null` values leaving the field as it is,
+/// strings only into string fields, integers only into integer fields (`1e3`, `1.5`, `"1"` and
+/// out-of-range numbers refused). Unlike Go, a field given twice (`{"id":"a","ID":"b"}`) is
+/// refused rather than the later key winning.
+fn decode(bytes: &[u8], fields: &[Field]) -> Result<Request, Undecodable> {
+    let repeated = Cell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let decoded = GoStruct {
+        fields,
+        repeated: &repeated,
+    }
+    .deserialize(&mut de)
+    .and_then(|r| de.end().map(|()| r));
+    match (decoded, repeated.get()) {
+        (Ok(r), _) => Ok(r),
+        (Err(_), Some(field)) => Err(Undecodable::Repeated(field)),
+        (Err(_), None) => Err(Undecodable::Json),
+    }
+}
+
+struct GoStruct<'f> {
+    fields: &'f [Field],
+    /// Set to the field found twice, when decoding stops for that.
+    repeated: &'f Cell<Option<Field>>,
+}
 
 impl<'de> DeserializeSeed<'de> for GoStruct<'_> {
     type Value = Request;
@@ -254,12 +279,21 @@ impl<'de> Visitor<'de> for GoStruct<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Request, A::Error> {
         let mut r = Request::default();
+        let mut seen: Vec<Field> = Vec::with_capacity(self.fields.len());
         while let Some(key) = map.next_key::<String>()? {
-            let field = self.0.iter().find(|f| key.eq_ignore_ascii_case(f.name()));
+            let field = self
+                .fields
+                .iter()
+                .find(|f| key.eq_ignore_ascii_case(f.name()));
             let Some(field) = field else {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             };
+            if seen.contains(field) {
+                self.repeated.set(Some(*field));
+                return Err(de::Error::custom("a field is given more than once"));
+            }
+            seen.push(*field);
             match field {
                 Field::Topic | Field::Id | Field::Body | Field::Url => {
                     if let Some(s) = map.next_value::<Option<String>>()? {
@@ -304,7 +338,10 @@ fn parse(
         }
         Err(_) => return Err(Refusal::new(MSG_READ_FAILED)),
     };
-    decode(&bytes, fields).map_err(|_| Refusal::new(MSG_BAD_JSON))
+    decode(&bytes, fields).map_err(|e| match e {
+        Undecodable::Json => Refusal::new(MSG_BAD_JSON),
+        Undecodable::Repeated(f) => Refusal::new(format!("{}: is given more than once", f.name())),
+    })
 }
 
 /// A job id: not trimmed, but refused when blank.
@@ -454,7 +491,7 @@ fn stored_job(job: &Job) -> StoredJob<'_> {
 mod tests {
     use super::*;
 
-    fn push(s: &str) -> Result<Request, serde_json::Error> {
+    fn push(s: &str) -> Result<Request, Undecodable> {
         decode(s.as_bytes(), PUSH_FIELDS)
     }
 
@@ -479,8 +516,8 @@ mod tests {
     }
 
     #[test]
-    fn keys_match_case_insensitively_and_later_keys_win() {
-        let r = push(r#"{"ID":"a","Topic":"t","DELAY":3,"tTr":4,"body":"x","id":"b"}"#).unwrap();
+    fn keys_match_case_insensitively() {
+        let r = push(r#"{"ID":"b","Topic":"t","DELAY":3,"tTr":4,"body":"x"}"#).unwrap();
         assert_eq!(
             (r.id.as_str(), r.topic.as_str(), r.delay, r.ttr),
             ("b", "t", 3, 4)
@@ -488,8 +525,26 @@ mod tests {
     }
 
     #[test]
+    fn a_field_given_twice_in_any_case_is_refused_naming_it() {
+        for (json, field) in [
+            (r#"{"topic":"first","topic":"second"}"#, Field::Topic),
+            (r#"{"ID":"a","Topic":"t","id":"b"}"#, Field::Id),
+            (r#"{"id":"a","id":null}"#, Field::Id),
+            (r#"{"delay":1,"x":0,"Delay":1}"#, Field::Delay),
+        ] {
+            match push(json) {
+                Err(Undecodable::Repeated(f)) => assert_eq!(f, field, "{json}"),
+                other => panic!("{json}: {other:?}"),
+            }
+        }
+        // Unknown keys are skipped, repeated or not; `/pop` does not know `id`.
+        assert_eq!(push(r#"{"x":1,"x":2,"id":"a"}"#).unwrap().id, "a");
+        assert!(decode(br#"{"id":1,"id":2,"topic":"t"}"#, POP_FIELDS).is_ok());
+    }
+
+    #[test]
     fn null_leaves_a_field_as_it_is_and_a_null_body_sets_nothing() {
-        let r = push(r#"{"id":"a","id":null,"delay":null}"#).unwrap();
+        let r = push(r#"{"id":"a","delay":null}"#).unwrap();
         assert_eq!((r.id.as_str(), r.delay), ("a", 0));
         assert_eq!(push("null").unwrap(), Request::default());
     }

@@ -211,11 +211,18 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, Json(unavailable)).into_response()
 }
 
-/// `GET /metrics`: the Prometheus exposition (OpenMetrics text) of [`crate::metrics`].
-async fn serve_metrics(State(state): State<AppState>) -> Response {
+/// `GET /metrics`: the Prometheus exposition of [`crate::metrics`], in OpenMetrics when
+/// `Accept` asks for it, else in the text format 0.0.4 ([`metrics::Format::negotiate`]).
+async fn serve_metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    let accept = headers.get_all(header::ACCEPT);
+    let format = metrics::Format::negotiate(accept.iter().filter_map(|v| v.to_str().ok()));
     let text = state
         .metrics
-        .render(state.store.as_ref(), state.dispatch.waiters())
+        .render(state.store.as_ref(), state.dispatch.waiters(), format)
         .await;
-    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
+    let headers = [
+        (header::CONTENT_TYPE, format.content_type()),
+        (header::VARY, "accept"),
+    ];
+    (headers, text).into_response()
 }

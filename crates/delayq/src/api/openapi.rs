@@ -514,8 +514,11 @@ fn paths() -> Value {
                 "summary": "Prometheus metrics (docs/metrics.md)",
                 "tags": ["admin"],
                 "responses": {"200": {
-                    "description": "Counters of this instance's transitions, the delivery lateness histogram and the store's job counts, in the OpenMetrics text format",
-                    "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}
+                    "description": "Counters of this instance's transitions, the delivery lateness histogram and the store's job counts: in OpenMetrics when Accept asks for application/openmetrics-text, else in the Prometheus text format 0.0.4",
+                    "content": {
+                        "text/plain": {"schema": {"type": "string"}},
+                        "application/openmetrics-text": {"schema": {"type": "string"}}
+                    }
                 }}
             }
         }

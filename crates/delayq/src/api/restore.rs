@@ -86,23 +86,7 @@ fn refused(status: StatusCode, code: &str, message: &str) -> Response {
 /// The options of `POST /v1/restore`'s body: `overdue` (`fire`, the default, or `skip`) and
 /// `id` (optional), nothing else.
 fn options_v1(body: &[u8]) -> Result<RestoreOptions, ApiError> {
-    let map = if body.iter().all(u8::is_ascii_whitespace) {
-        serde_json::Map::new()
-    } else {
-        match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(map)) => map,
-            Ok(_) => {
-                return Err(ApiError::InvalidJson(
-                    "the request body must be a JSON object".into(),
-                ));
-            }
-            Err(e) => {
-                return Err(ApiError::InvalidJson(format!(
-                    "the request body is not valid JSON: {e}"
-                )));
-            }
-        }
-    };
+    let map = super::v1::input::object(body, true)?;
     let mut options = RestoreOptions {
         overdue: Overdue::Fire,
         id: None,

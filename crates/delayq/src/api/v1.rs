@@ -10,7 +10,7 @@
 //! `/v1/jobs/a%20b` and one with a slash is `/v1/jobs/a%2Fb` (a raw `/` would end the segment).
 
 mod error;
-mod input;
+pub(super) mod input;
 mod model;
 
 pub use error::ApiError;

@@ -4,8 +4,12 @@
 //! such as a cloud's metadata address (169.254.169.254) or a service on delayq's own host.
 //!
 //! Entries:
-//! - `public`: any host whose addresses are all public (not loopback, private, link-local,
-//!   shared, documentation, multicast or otherwise reserved). The default.
+//! - `public`: any host whose addresses are all public: not in a block that the IANA
+//!   special-purpose address registries (IPv4 and IPv6) call not globally reachable, such as
+//!   loopback, private, link-local, shared, documentation, benchmarking or reserved ranges; not
+//!   multicast; for IPv6, global unicast (`2000::/3`); an IPv6 address carrying an IPv4 address
+//!   (`::ffff:a.b.c.d`, `::a.b.c.d`, `64:ff9b::a.b.c.d`) judged as that address ([`not_public`]).
+//!   The default.
 //! - an IP network or address: `10.1.0.0/16`, `127.0.0.1`, `::1`.
 //! - a host name, `hooks.example.com`, or every name under a domain, `*.example.com`. A name
 //!   allowed this way may resolve to any address: the operator named it.
@@ -15,6 +19,7 @@
 
 use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::LazyLock;
 use url::{Host, Url};
 
 /// The default of `--callback-allow`.
@@ -80,8 +85,16 @@ impl AllowList {
             Some(Host::Domain(name)) => self.allows_name(name),
         };
         if !allowed {
+            let special = match u.host() {
+                Some(Host::Ipv4(ip)) => not_public(IpAddr::V4(ip)),
+                Some(Host::Ipv6(ip)) => not_public(IpAddr::V6(ip)),
+                _ => None,
+            }
+            .filter(|_| self.0.contains(&Destination::Public))
+            .map(|name| format!(" (not a public address: {name})"))
+            .unwrap_or_default();
             return Err(format!(
-                "{} is not among the destinations callbacks may reach (--callback-allow)",
+                "{} is not among the destinations callbacks may reach (--callback-allow){special}",
                 u.host_str().unwrap_or_default()
             ));
         }
@@ -141,7 +154,8 @@ fn host_name(name: &str, raw: &str) -> Result<String, String> {
     Ok(name.trim_end_matches('.').to_string())
 }
 
-/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+/// An IPv4-mapped IPv6 address as the IPv4 address it is: a dual-stack socket connecting to
+/// `::ffff:a.b.c.d` reaches `a.b.c.d`, so an entry `10.0.0.0/8` covers `::ffff:10.0.0.1` too.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -152,41 +166,156 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Whether an address is reachable on the public internet: none of the special-purpose
-/// ranges of the IANA registries (RFC 6890 and its updates) that a callback must not reach by
-/// default.
+/// Whether an address is reachable on the public internet: [`not_public`] finds no reason it
+/// is not.
 pub fn is_public(ip: IpAddr) -> bool {
-    match canonical(ip) {
-        IpAddr::V4(v4) => is_public_v4(v4),
-        IpAddr::V6(v6) => is_public_v6(v6),
+    not_public(ip).is_none()
+}
+
+/// Why an address is not reachable on the public internet, by the IANA registries, or `None`
+/// when it is:
+///
+/// - an IPv6 address that carries an IPv4 address is judged as that IPv4 address: IPv4-mapped
+///   (`::ffff:0:0/96`), IPv4-compatible (`::/96`, deprecated by RFC 4291) and the NAT64
+///   well-known prefix (`64:ff9b::/96`, RFC 6052), so `::127.0.0.1` is loopback and
+///   `::a9fe:a9fe` (169.254.169.254) link-local;
+/// - other IPv6 addresses must be global unicast (`2000::/3`; in the IANA IPv6 Address Space
+///   registry everything else is reserved by the IETF, unique-local, link-local or multicast:
+///   `100::/64`, `fec0::/10`, `5f00::/16`, `::ffff:0:0:0/96`, ...);
+/// - IPv4 multicast (`224.0.0.0/4`, the IANA multicast registry) is not a unicast destination;
+/// - the most specific entry of a special-purpose registry ([`SPECIAL`]) that contains the
+///   address, if any, must say "Globally Reachable: True"; False and N/A are
+///   not public.
+pub fn not_public(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => not_public_v4(v4),
+        IpAddr::V6(v6) => match embedded_v4(v6) {
+            Some(v4) => not_public_v4(v4),
+            None => not_public_v6(v6),
+        },
     }
 }
 
-fn is_public_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, c, _] = ip.octets();
-    !(a == 0 // "this network"
-        || ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local() // 169.254/16: cloud metadata lives here
-        || (a == 100 && (64..128).contains(&b)) // shared address space (CGNAT)
-        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
-        || ip.is_documentation()
-        || (a == 198 && (b == 18 || b == 19)) // benchmarking
-        || ip.is_multicast()
-        || a >= 240) // reserved, and broadcast
+/// The IPv4 address an IPv6 address stands for, in the forms whose meaning is that IPv4
+/// address: IPv4-mapped, IPv4-compatible (but not `::` and `::1`, IPv6's own unspecified and
+/// loopback addresses) and the NAT64 well-known prefix.
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let bits = u128::from(ip);
+    let high = bits >> 32;
+    let mapped = high == 0xffff;
+    let compatible = high == 0 && bits > 1;
+    let nat64 = high == u128::from(NAT64_PREFIX) >> 32;
+    (mapped || compatible || nat64).then_some(Ipv4Addr::from(bits as u32))
 }
 
-fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let s = ip.segments();
-    !(ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
-        || (s[0] & 0xfe00) == 0xfc00 // unique local
-        || (s[0] & 0xffc0) == 0xfe80 // link-local
-        || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
-        || (s[0] == 0x64 && s[1] == 0xff9b) // NAT64: would reach IPv4 ranges unchecked
-        || (s[0] == 0x2002)) // 6to4: likewise
+/// The NAT64 well-known prefix, `64:ff9b::/96`.
+const NAT64_PREFIX: Ipv6Addr = Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0);
+
+fn not_public_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    if ip.is_multicast() {
+        return Some("Multicast");
+    }
+    special(IpAddr::V4(ip))
 }
+
+fn not_public_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    let global_unicast = u128::from(ip) >> 125 == 1; // 2000::/3
+    special(IpAddr::V6(ip)).or((!global_unicast).then_some("not global unicast (2000::/3)"))
+}
+
+/// The name of the most specific registry block holding `ip` when that block is not globally
+/// reachable.
+fn special(ip: IpAddr) -> Option<&'static str> {
+    let (_, global, name) = SPECIAL_NETS
+        .iter()
+        .filter(|(net, _, _)| net.contains(&ip))
+        .max_by_key(|(net, _, _)| net.prefix_len())?;
+    (!global).then_some(*name)
+}
+
+/// [`SPECIAL`], parsed.
+static SPECIAL_NETS: LazyLock<Vec<(IpNet, bool, &'static str)>> = LazyLock::new(|| {
+    SPECIAL
+        .iter()
+        .map(|&(block, global, name)| (block.parse().expect("a registry block"), global, name))
+        .collect()
+});
+
+/// The IANA IPv4 and IPv6 Special-Purpose Address Registries (RFC 6890 and its updates), every
+/// entry: its address block, whether the registry says it is "Globally Reachable" (only True
+/// is; False and N/A are not), and its name, shown in a refusal. The IPv4-mapped and NAT64
+/// blocks are here for completeness: [`not_public`] judges their addresses by the IPv4 address
+/// inside before it looks here.
+const SPECIAL: [(&str, bool, &str); 51] = [
+    ("0.0.0.0/8", false, "\"This network\""),
+    ("0.0.0.0/32", false, "\"This host on this network\""),
+    ("10.0.0.0/8", false, "Private-Use"),
+    ("100.64.0.0/10", false, "Shared Address Space"),
+    ("127.0.0.0/8", false, "Loopback"),
+    ("169.254.0.0/16", false, "Link Local"),
+    ("172.16.0.0/12", false, "Private-Use"),
+    ("192.0.0.0/24", false, "IETF Protocol Assignments"),
+    ("192.0.0.0/29", false, "IPv4 Service Continuity Prefix"),
+    ("192.0.0.8/32", false, "IPv4 dummy address"),
+    ("192.0.0.9/32", true, "Port Control Protocol Anycast"),
+    (
+        "192.0.0.10/32",
+        true,
+        "Traversal Using Relays around NAT Anycast",
+    ),
+    ("192.0.0.170/32", false, "NAT64/DNS64 Discovery"),
+    ("192.0.0.171/32", false, "NAT64/DNS64 Discovery"),
+    ("192.0.2.0/24", false, "Documentation (TEST-NET-1)"),
+    ("192.31.196.0/24", true, "AS112-v4"),
+    ("192.52.193.0/24", true, "AMT"),
+    // RFC 7526 removed this block's Boolean values: N/A.
+    ("192.88.99.0/24", false, "Deprecated (6to4 Relay Anycast)"),
+    ("192.88.99.2/32", false, "6a44-relay anycast address"),
+    ("192.168.0.0/16", false, "Private-Use"),
+    ("192.175.48.0/24", true, "Direct Delegation AS112 Service"),
+    ("198.18.0.0/15", false, "Benchmarking"),
+    ("198.51.100.0/24", false, "Documentation (TEST-NET-2)"),
+    ("203.0.113.0/24", false, "Documentation (TEST-NET-3)"),
+    ("240.0.0.0/4", false, "Reserved"),
+    ("255.255.255.255/32", false, "Limited Broadcast"),
+    ("::1/128", false, "Loopback Address"),
+    ("::/128", false, "Unspecified Address"),
+    ("::ffff:0:0/96", false, "IPv4-mapped Address"),
+    ("64:ff9b::/96", true, "IPv4-IPv6 Translat."),
+    ("64:ff9b:1::/48", false, "IPv4-IPv6 Translat."),
+    ("100::/64", false, "Discard-Only Address Block"),
+    ("100:0:0:1::/64", false, "Dummy IPv6 Prefix"),
+    ("2001::/23", false, "IETF Protocol Assignments"),
+    ("2001::/32", false, "TEREDO"),
+    ("2001:1::1/128", true, "Port Control Protocol Anycast"),
+    (
+        "2001:1::2/128",
+        true,
+        "Traversal Using Relays around NAT Anycast",
+    ),
+    (
+        "2001:1::3/128",
+        true,
+        "DNS-SD Service Registration Protocol Anycast",
+    ),
+    ("2001:2::/48", false, "Benchmarking"),
+    ("2001:3::/32", true, "AMT"),
+    ("2001:4:112::/48", true, "AS112-v6"),
+    ("2001:10::/28", false, "Deprecated (previously ORCHID)"),
+    ("2001:20::/28", true, "ORCHIDv2"),
+    (
+        "2001:30::/28",
+        true,
+        "Drone Remote ID Protocol Entity Tags (DETs) Prefix",
+    ),
+    ("2001:db8::/32", false, "Documentation"),
+    ("2002::/16", false, "6to4"),
+    ("2620:4f:8000::/48", true, "Direct Delegation AS112 Service"),
+    ("3fff::/20", false, "Documentation"),
+    ("5f00::/16", false, "Segment Routing (SRv6) SIDs"),
+    ("fc00::/7", false, "Unique-Local"),
+    ("fe80::/10", false, "Link-Local Unicast"),
+];
 
 #[cfg(test)]
 mod tests {
@@ -219,6 +348,92 @@ mod tests {
         // At call time a public name resolving to a private address is refused.
         assert!(!d.allows_resolved("evil.example", "169.254.169.254".parse().unwrap()));
         assert!(d.allows_resolved("ok.example", "93.184.215.14".parse().unwrap()));
+    }
+
+    /// The ranges an outside probe found accepted as public, each refused, and each special
+    /// IPv4 block reached through every IPv6 form that carries it.
+    #[test]
+    fn ipv6_special_purpose_and_ipv4_carrying_addresses_are_not_public() {
+        let d = AllowList::default();
+        for (range, host) in [
+            ("::/96 IPv4-compatible loopback", "[::127.0.0.1]"),
+            ("::/96 IPv4-compatible metadata", "[::a9fe:a9fe]"),
+            ("::/96 IPv4-compatible private", "[::10.0.0.1]"),
+            ("::ffff:0:0/96 IPv4-mapped loopback", "[::ffff:127.0.0.1]"),
+            (
+                "::ffff:0:0:0/96 IPv4-translated (SIIT)",
+                "[::ffff:0:7f00:1]",
+            ),
+            ("64:ff9b::/96 NAT64 of loopback", "[64:ff9b::127.0.0.1]"),
+            ("64:ff9b::/96 NAT64 of metadata", "[64:ff9b::a9fe:a9fe]"),
+            ("64:ff9b:1::/48 local-use NAT64", "[64:ff9b:1::808:808]"),
+            ("2001::/32 Teredo", "[2001:0:4136:e378:8000:63bf:3fff:fdd2]"),
+            ("2001::/23 IETF protocol assignments", "[2001:1ff::1]"),
+            ("100::/64 discard-only", "[100::1]"),
+            ("100:0:0:1::/64 dummy prefix", "[100:0:0:1::1]"),
+            ("fec0::/10 site-local (deprecated)", "[fec0::1]"),
+            ("3fff::/20 documentation", "[3fff::1]"),
+            ("5f00::/16 SRv6 SIDs", "[5f00::1]"),
+            ("2001:2::/48 benchmarking", "[2001:2::1]"),
+            ("2001:10::/28 deprecated ORCHID", "[2001:10::1]"),
+            ("2001:db8::/32 documentation", "[2001:db8::1]"),
+            ("2002::/16 6to4", "[2002:7f00:1::1]"),
+            ("fc00::/7 unique-local", "[fd00::1]"),
+            ("fe80::/10 link-local", "[fe80::1]"),
+            ("ff00::/8 multicast", "[ff02::1]"),
+            ("::/128 unspecified", "[::]"),
+            ("::1/128 loopback", "[::1]"),
+            ("4000::/3 reserved by the IETF", "[4000::1]"),
+        ] {
+            let url = format!("http://{host}:8080/hook");
+            let e = d.check_url(&url).expect_err(range);
+            assert!(e.contains("not a public address"), "{range}: {e}");
+            let ip: IpAddr = host.trim_matches(['[', ']']).parse().unwrap();
+            assert!(
+                !d.allows_resolved("public.example", ip),
+                "{range} at call time"
+            );
+        }
+        // The same forms carrying a public IPv4 address, and public IPv6 addresses, pass.
+        for host in [
+            "[::ffff:93.184.215.14]",
+            "[64:ff9b::93.184.215.14]",
+            "[2606:4700:4700::1111]",
+            "[2001:4860:4860::8888]",
+            "[2001:1::1]",
+            "[2001:20::1]",
+        ] {
+            assert!(
+                d.check_url(&format!("http://{host}/")).is_ok(),
+                "{host} refused"
+            );
+        }
+    }
+
+    /// Every entry of both registries: a block not globally reachable is refused at its first
+    /// and last addresses; a globally reachable block's first address is public. Blocks judged
+    /// by the IPv4 address inside (IPv4-mapped, NAT64) are left to the test above.
+    #[test]
+    fn every_special_purpose_block_is_judged_by_its_globally_reachable_entry() {
+        for (net, global, name) in SPECIAL_NETS.iter() {
+            let (first, last) = (net.network(), net.broadcast());
+            if let IpAddr::V6(v6) = first
+                && embedded_v4(v6).is_some()
+            {
+                continue;
+            }
+            if *global {
+                assert!(is_public(first), "{name} {net}: {first} refused");
+            } else {
+                assert!(!is_public(first), "{name} {net}: {first} allowed");
+                assert!(!is_public(last), "{name} {net}: {last} allowed");
+            }
+        }
+        // The refusal names the block.
+        let e = AllowList::default()
+            .check_url("http://[2001:2::5]/")
+            .unwrap_err();
+        assert!(e.contains("Benchmarking"), "{e}");
     }
 
     #[test]

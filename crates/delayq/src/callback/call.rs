@@ -1,7 +1,9 @@
 //! One callback request: `POST <url>` with the job's body and the Standard Webhooks headers
 //! (`webhook-id` = the job id, `webhook-timestamp`, `webhook-signature`), plus `delayq-topic`
-//! and `delayq-attempt`; redirects are not followed; every address a host name resolves to is
-//! checked against the allowed destinations before connecting.
+//! and `delayq-attempt`; the id and the topic as [`sign::header_value`] makes them (visible
+//! ASCII, percent-encoded past it), the signature over the id as sent; redirects are not
+//! followed; every address a host name resolves to is checked against the allowed destinations
+//! before connecting.
 //!
 //! Not here: what the outcome does to the job (callback/mod.rs), the outcome rules
 //! (outcome.rs).
@@ -99,7 +101,8 @@ impl Caller {
             took: started.elapsed(),
             retry_after_ms: None,
         };
-        let id = job.spec.id.as_str();
+        // Signed as sent.
+        let id = sign::header_value(job.spec.id.as_str());
         let body = job.spec.body.as_bytes();
         let timestamp = at.millis() / 1000;
         let mut req = self
@@ -107,12 +110,15 @@ impl Caller {
             .post(url)
             .timeout(Duration::from_millis(cb.timeout_ms))
             .header("content-type", content_type(&job.spec.body))
-            .header("webhook-id", id)
+            .header("webhook-id", id.as_ref())
             .header("webhook-timestamp", timestamp)
-            .header("delayq-topic", job.spec.topic.as_str())
+            .header(
+                "delayq-topic",
+                sign::header_value(job.spec.topic.as_str()).as_ref(),
+            )
             .header("delayq-attempt", job.attempts)
             .body(job.spec.body.clone());
-        if let Some(sig) = sign::signature(&self.secrets, id, timestamp, body) {
+        if let Some(sig) = sign::signature(&self.secrets, &id, timestamp, body) {
             req = req.header("webhook-signature", sig);
         }
         let resp = match req.send().await {

@@ -2,6 +2,8 @@
 //! `webhook-id`, `webhook-timestamp` (Unix seconds) and `webhook-signature`, which is
 //! `v1,<base64 of HMAC-SHA256(key, "{id}.{timestamp}.{body}")>`, once per configured secret,
 //! space-separated, so a receiver that knows any one of the keys verifies the call (rotation).
+//! The `{id}` signed is the header as sent: [`header_value`] of the job id, which a receiver
+//! sees unaltered whatever characters the id has.
 //!
 //! Not here: which headers a call carries besides these (callback/call.rs), the secrets'
 //! configuration (config/).
@@ -9,8 +11,23 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use hmac::{Hmac, Mac};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use sha2::Sha256;
+use std::borrow::Cow;
 use std::fmt;
+
+/// The bytes [`header_value`] percent-encodes: controls, space and `%` (non-ASCII bytes always
+/// are).
+const NOT_IN_HEADER: &AsciiSet = &CONTROLS.add(b' ').add(b'%');
+
+/// A job id or topic as a header value: every byte of its UTF-8 that is not visible ASCII
+/// (`!` to `~`), and `%` itself, percent-encoded (`café 1` is `caf%C3%A9%201`, `50%` is
+/// `50%25`); an id of visible ASCII without `%` is unchanged. Reversible (percent-decoding
+/// gives the id back), and safe in a header: receivers decode header bytes past ASCII as
+/// Latin-1 and strip spaces at either end, which would change what the signature covers.
+pub fn header_value(text: &str) -> Cow<'_, str> {
+    utf8_percent_encode(text, NOT_IN_HEADER).into()
+}
 
 /// The prefix of a Standard Webhooks secret; the rest is the key in base64.
 pub const SECRET_PREFIX: &str = "whsec_";
@@ -115,6 +132,31 @@ mod tests {
         assert_eq!(Some(parts[0].to_string()), signature(&[a], "id", 1, b"x"));
         assert_eq!(Some(parts[1].to_string()), signature(&[b], "id", 1, b"x"));
         assert_eq!(signature(&[], "id", 1, b"x"), None);
+    }
+
+    #[test]
+    fn ids_are_sent_as_visible_ascii_that_percent_decodes_to_the_id() {
+        for (id, sent) in [
+            ("order-42", "order-42"),
+            (
+                "a/b?c=d&e#f:g@h!'()*+,;=[]{}|^`~\"<>\\",
+                "a/b?c=d&e#f:g@h!'()*+,;=[]{}|^`~\"<>\\",
+            ),
+            ("café-ü-😀", "caf%C3%A9-%C3%BC-%F0%9F%98%80"),
+            ("  padded  ", "%20%20padded%20%20"),
+            ("order 42", "order%2042"),
+            ("50%off", "50%25off"),
+            ("%C3%A9", "%25C3%25A9"),
+            ("del\u{7f}", "del%7F"),
+        ] {
+            assert_eq!(header_value(id), sent, "{id:?}");
+            let back = percent_encoding::percent_decode_str(sent)
+                .decode_utf8()
+                .unwrap();
+            assert_eq!(back, id);
+            assert!(sent.bytes().all(|b| b.is_ascii_graphic()), "{sent}");
+        }
+        assert!(matches!(header_value("order-42"), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `GET /metrics` (docs/metrics.md), in-process, once per backend: each transition made through
+//! `GET /metrics` (docs/metrics.md), in OpenMetrics, in-process, once per backend: each transition made through
 //! either API or by the timer is counted once, refusals are not counted, the lateness histogram
 //! measures from the due time, and the job gauges are the store's counts. Also (memory store):
 //! a store that is down shows as `store_up 0` with its errors counted, a waiting long poll in
@@ -29,14 +29,25 @@ const FAR_FUTURE: u64 = 4_102_444_800_000;
 struct Scrape(HashMap<String, f64>);
 
 impl Scrape {
+    /// Asks for OpenMetrics, as Prometheus does (tests/http/metrics_format.rs checks both
+    /// formats).
     async fn of(app: &TestApp) -> Scrape {
-        let r = app.get("/metrics").await;
-        assert_eq!(r.status, StatusCode::OK);
+        let req = axum::http::Request::get("/metrics")
+            .header("accept", "application/openmetrics-text;version=1.0.0")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let r = tower::ServiceExt::oneshot(app.router.clone(), req)
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
         assert_eq!(
-            r.content_type.as_deref(),
-            Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+            r.headers()["content-type"],
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
         );
-        let text = String::from_utf8(r.raw).unwrap();
+        let raw = axum::body::to_bytes(r.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let text = String::from_utf8(raw.to_vec()).unwrap();
         assert!(text.ends_with("# EOF\n"), "{text}");
         let samples = text
             .lines()

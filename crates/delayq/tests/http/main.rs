@@ -7,13 +7,17 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod callback_ids;
+mod callback_targets;
 mod callbacks;
 mod client;
 mod http_auth;
 mod http_compat;
 mod http_connections;
 mod http_fuzz;
+mod http_input;
 mod http_limits;
 mod http_metrics;
 mod http_origin;
 mod http_v1;
+mod metrics_format;

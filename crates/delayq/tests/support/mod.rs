@@ -9,6 +9,7 @@ pub mod backends;
 pub mod failing;
 pub mod load;
 pub mod process;
+pub mod python;
 pub mod receiver;
 pub mod redis_cluster;
 pub mod redis_server;

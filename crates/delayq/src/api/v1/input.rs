@@ -2,13 +2,17 @@
 //! every mistake becomes a 400 naming the exact field (`jobs[2].ttr_ms`) instead of a serde
 //! message about a line and column.
 //!
-//! [`Fields`] checks one JSON object: unknown keys are refused (a typo such as `delay` for
+//! [`object`] refuses a key given twice in any object of the body, naming it. [`Fields`] checks
+//! one JSON object: unknown keys are refused (a typo such as `delay` for
 //! `delay_ms` would otherwise be silently ignored), `null` counts as absent, and each typed
 //! accessor names the field when the value has the wrong type. Range checks that belong to the
 //! domain stay in job.rs and in the handlers; this module only knows JSON types.
 
 use super::error::ApiError;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+use std::cell::RefCell;
+use std::fmt;
 
 /// What kind of JSON value this is, for error messages.
 fn kind(v: &Value) -> &'static str {
@@ -36,14 +40,144 @@ pub fn object(bytes: &[u8], empty_ok: bool) -> Result<Map<String, Value>, ApiErr
             ))
         };
     }
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::InvalidJson(format!("the request body is not valid JSON: {e}")))?;
-    match value {
+    match strict_json(bytes)? {
         Value::Object(map) => Ok(map),
         other => Err(ApiError::InvalidJson(format!(
             "the request body must be a JSON object, got {}",
             kind(&other)
         ))),
+    }
+}
+
+/// Parses JSON as `serde_json` does, but refuses an object that has the same key twice (JSON
+/// allows it, and parsers disagree on which one counts: `serde_json` keeps the last), as a 400
+/// naming the key where it is (`callback.url`, `jobs[2].topic`), as a repeated query parameter
+/// is refused. The depth limit is `serde_json`'s.
+fn strict_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    let repeated = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let parsed = NoRepeats {
+        path: Path::Root,
+        repeated: &repeated,
+    }
+    .deserialize(&mut de)
+    .and_then(|v| de.end().map(|()| v));
+    match (parsed, repeated.into_inner()) {
+        (Ok(v), _) => Ok(v),
+        (Err(_), Some(field)) => Err(ApiError::field(field, "is given more than once")),
+        (Err(e), None) => Err(ApiError::InvalidJson(format!(
+            "the request body is not valid JSON: {e}"
+        ))),
+    }
+}
+
+/// Where a value sits in the body, kept on the stack as the parser descends and written out
+/// only to name a repeated key.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root,
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl Path<'_> {
+    /// The API's name of this place: `jobs[2].callback.url`.
+    fn write(&self, out: &mut String) {
+        match self {
+            Path::Root => {}
+            Path::Key(parent, key) => {
+                parent.write(out);
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Path::Index(parent, i) => {
+                parent.write(out);
+                out.push_str(&format!("[{i}]"));
+            }
+        }
+    }
+}
+
+/// A JSON value at `path`; on a repeated key, its name goes to `repeated` and parsing stops.
+struct NoRepeats<'a> {
+    path: Path<'a>,
+    repeated: &'a RefCell<Option<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for NoRepeats<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NoRepeats<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        // Always finite: JSON has no NaN or infinity.
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(NoRepeats {
+            path: Path::Index(&self.path, items.len()),
+            repeated: self.repeated,
+        })? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        let mut map = Map::new();
+        while let Some(key) = access.next_key::<String>()? {
+            let path = Path::Key(&self.path, &key);
+            if map.contains_key(&key) {
+                let mut name = String::new();
+                path.write(&mut name);
+                *self.repeated.borrow_mut() = Some(name);
+                return Err(de::Error::custom("a key is given more than once"));
+            }
+            let value = access.next_value_seed(NoRepeats {
+                path,
+                repeated: self.repeated,
+            })?;
+            map.insert(key, value);
+        }
+        Ok(Value::Object(map))
     }
 }
 
@@ -294,6 +428,61 @@ mod tests {
 
     fn read(json: &str) -> Option<u64> {
         integer(&serde_json::from_str(json).unwrap())
+    }
+
+    fn repeated(json: &str) -> Option<String> {
+        match object(json.as_bytes(), false) {
+            Err(ApiError::InvalidField { field, .. }) => Some(field),
+            Ok(_) => None,
+            Err(e) => panic!("{json}: {e:?}"),
+        }
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_by_its_place_in_the_body() {
+        assert_eq!(
+            repeated(r#"{"topic":"a","topic":"b"}"#).as_deref(),
+            Some("topic")
+        );
+        assert_eq!(
+            repeated(r#"{"callback":{"url":"x","timeout_ms":1,"url":"y"}}"#).as_deref(),
+            Some("callback.url")
+        );
+        assert_eq!(
+            repeated(
+                r#"{"jobs":[{"topic":"a"},{"id":"1","publish":{"exchange":"","exchange":""}}]}"#
+            )
+            .as_deref(),
+            Some("jobs[1].publish.exchange")
+        );
+        assert_eq!(
+            repeated(r#"{"x":[[{"a":1,"a":1}]]}"#).as_deref(),
+            Some("x[0][0].a")
+        );
+        // Equal values in different objects, and keys differing in case, are not repeats.
+        assert_eq!(repeated(r#"{"a":{"k":1},"b":{"k":1},"K":2,"k":3}"#), None);
+    }
+
+    #[test]
+    fn bodies_without_repeats_parse_as_serde_json_parses_them() {
+        for json in [
+            r#"{"topic":"t","id":"é\u00e9","delay_ms":1.5e3,"n":-3,"big":18446744073709551615}"#,
+            r#"{"a":[1,2.5,null,true,"s",{"b":[]}],"c":{}}"#,
+        ] {
+            let ours = Value::Object(object(json.as_bytes(), false).unwrap());
+            assert_eq!(ours, serde_json::from_str::<Value>(json).unwrap(), "{json}");
+        }
+        for bad in ["{", r#"{"a":1} x"#, "[1]", r#"{"a":1,}"#] {
+            assert!(matches!(
+                object(bad.as_bytes(), false),
+                Err(ApiError::InvalidJson(_))
+            ));
+        }
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(matches!(
+            object(deep.as_bytes(), false),
+            Err(ApiError::InvalidJson(_))
+        ));
     }
 
     #[test]
