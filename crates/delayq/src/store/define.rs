@@ -36,10 +36,11 @@ pub enum CallKind {
     Timer,
 }
 
-/// What a hook sees of a call's argument, in [`Call`] and [`Reply`]: the argument itself when
-/// it is borrowed or copied. An argument moved into the store is gone once the call is made,
-/// so the hooks see what is left of it: a push's number of jobs, a reschedule's new due time.
-/// A call with an argument of a new type needs an impl here (the compiler says so).
+/// What a hook sees of a call's argument, in [`Call`](super::Call) and
+/// [`Reply`](super::Reply): the argument itself when it is borrowed or copied. An argument
+/// moved into the store is gone once the call is made, so the hooks see what is left of it: a
+/// push's number of jobs, a reschedule's new due time. A call with an argument of a new type
+/// needs an impl here (the compiler says so).
 pub trait Seen<'a> {
     type Seen: Copy;
 
@@ -160,7 +161,9 @@ impl<T> Answer<T> for StoreResult<T> {
     }
 }
 
-/// Declares the [`Store`] trait from one entry per call (`store/mod.rs` is its one caller):
+/// Declares the [`Store`](super::Store) trait from one entry per call (`store/mod.rs` is its
+/// one caller; the expansion names `define`, `hook`, `engine_store`, `redis` and the types of
+/// the signatures as `store/mod.rs` sees them):
 ///
 /// ```text
 /// /// The method's docs: what it does, what it refuses.
@@ -168,10 +171,10 @@ impl<T> Answer<T> for StoreResult<T> {
 /// ```
 ///
 /// - `Change` is its [`CallKind`]: `Read`, `Change` or `Timer`.
-/// - `Touch` names its variant of [`Call`] and of [`Reply`].
+/// - `Touch` names its variant of `Call` and of `Reply`.
 /// - Then the method's signature without `&self` and without the `StoreResult` around what it
 ///   returns. A borrowed argument is written `&'a T`: `'a` is the call's borrow, which
-///   [`Call`] and [`Reply`] hold.
+///   `Call` and `Reply` hold.
 ///
 /// From that entry:
 ///

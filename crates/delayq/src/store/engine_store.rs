@@ -13,7 +13,7 @@
 //! itself). Reads (`get`, `stats`, `list`, `schedule`, `ping`) see the engine.
 //!
 //! Its `Store` impl is derived from `store_calls!` (store/define.rs): each call is
-//! [`EngineStore::run`] of the [`Engine`] method of the call's name, with the call's arguments
+//! `EngineStore::run` of the [`Engine`] method of the call's name, with the call's arguments
 //! (and, unless it is a read, the transition's [`Effects`]). So a new call needs its `Engine`
 //! method and nothing here.
 //!

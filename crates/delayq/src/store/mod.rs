@@ -182,15 +182,16 @@ pub enum StoreEvent {
 /// dispatch treats as [`StoreEvent::Resync`].
 pub const EVENT_CHANNEL_CAPACITY: usize = 4096;
 
+// Each entry is one call: its kind (`Read`: changes no job; `Change`: changes jobs as asked,
+// journaled; `Timer`: the timer's pass, see `CallKind`), the name of its variant of the hooks'
+// `Call` and `Reply`, and its signature without `&self` and without the `StoreResult` around
+// what it returns (`'a` is the call's borrow, which `Call` and `Reply` hold). `define.rs`
+// derives from it the trait method, `Call`, `Reply` and the call's forwarding in the three
+// impls; the compiler then asks for the call's `Engine` method (engine.rs), its
+// `redis::Calls` function (store/redis/) and how metrics.rs and journal/mod.rs treat it.
 store_calls! {
     /// A backend for delayq's jobs. Every call is one atomic transition: concurrent callers
     /// (and, for Redis, other server instances) see each one happen entirely or not at all.
-    ///
-    /// Each call is declared once, below: its kind (`Read`, `Change` or `Timer`, see
-    /// [`CallKind`]), its variant of the hooks' [`Call`] and [`Reply`], and its signature
-    /// (without `&self` and the `StoreResult` around what it returns; `'a` is the call's
-    /// borrow). `define.rs` derives the method, the hooks' view of it and the three impls
-    /// (`Hooked`, `EngineStore`, `RedisStore`) from it.
     pub trait Store {
         /// Pushes a batch of jobs; each gets its own outcome (a conflict on one does not stop
         /// the others). The outer error means the store could not be asked at all.

@@ -9,7 +9,7 @@
 //! shards, batches them into pipelines, merges shards for `reserve`, and decodes replies. It
 //! does not decide transitions and never reads the clock.
 //!
-//! This file holds the store's type, `connect`, [`Calls`] (each `Store` call's function, in
+//! This file holds the store's type, `connect`, `Calls` (each `Store` call's function, in
 //! the module that owns it; the `Store` impl that calls them is derived, store/define.rs) and
 //! the helpers every module shares: the shard of an id, the FCALL of a function on a shard and
 //! the coalescers' wiring. Beside it: `layout.rs` (the start-up layout check), `push.rs`,
