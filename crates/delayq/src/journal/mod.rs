@@ -38,7 +38,7 @@ pub use writer::LagGauges;
 use crate::clock::Clock;
 use crate::job::{JobId, JobSpec, JobState, UnixMillis};
 use crate::store::hook::{Call, Hooked, Reply, StoreHook};
-use crate::store::{Cause, PushOutcome, StoreError, StoreResult};
+use crate::store::{CallKind, Cause, PushOutcome, StoreError, StoreResult};
 use connect::Db;
 use row::{JobRow, Moved, Op, RowState};
 use std::fmt;
@@ -216,22 +216,19 @@ impl Journal {
 }
 
 /// Whether a call changes jobs (and so is journaled, and refused while the journal is down in
-/// `sync` mode). The timer's `tick` changes jobs too, but only as job.rs's rules say from
-/// what is recorded, so it is neither journaled nor refused.
+/// `sync` mode), as its declaration says ([`CallKind`]). The timer's `tick` changes jobs too,
+/// but only as job.rs's rules say from what is recorded, so it is neither journaled nor
+/// refused.
 fn changes(call: &Call<'_>) -> bool {
-    !matches!(
-        call,
-        Call::Get { .. }
-            | Call::Stats
-            | Call::List { .. }
-            | Call::Schedule { .. }
-            | Call::Tick { .. }
-            | Call::Ping
-    )
+    match call.kind() {
+        CallKind::Change => true,
+        CallKind::Read | CallKind::Timer => false,
+    }
 }
 
-/// The ops of a call's successful answer, at `at` where the call gives no time.
-fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis) -> Vec<Op> {
+/// The ops of a call's successful answer, at `at` where the call gives no time. The `match`
+/// names every call, so a new one does not compile until it is decided here what it writes.
+fn ops_of(reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis) -> Vec<Op> {
     let moved = |job: &crate::job::Job, from: Option<JobState>| Op::Move {
         moved: Moved::of_job(job, at),
         from,
@@ -251,84 +248,72 @@ fn ops_of(call: &Call<'_>, reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis)
         }
     };
     match reply {
-        Reply::PushBatch(items) => {
-            let now = match call {
-                Call::PushBatch { now, .. } => *now,
-                _ => at,
-            };
-            pushed
-                .iter()
-                .zip(items)
-                .filter_map(|(spec, item)| {
-                    let from = match item {
-                        Ok(PushOutcome::Created) => None,
-                        Ok(PushOutcome::Replaced(s)) => Some(*s),
-                        Err(_) => return None,
-                    };
-                    Some(Op::Put {
-                        row: JobRow::of_push(spec, now),
-                        from,
-                    })
+        Reply::PushBatch { now, out, .. } => pushed
+            .iter()
+            .zip(out)
+            .filter_map(|(spec, item)| {
+                let from = match item {
+                    Ok(PushOutcome::Created) => None,
+                    Ok(PushOutcome::Replaced(s)) => Some(*s),
+                    Err(_) => return None,
+                };
+                Some(Op::Put {
+                    row: JobRow::of_push(spec, now),
+                    from,
                 })
-                .collect()
-        }
-        Reply::RestoreBatch(items) => match call {
-            // A restored job's row again, as it is back: its attempts, its due state.
-            Call::RestoreBatch { jobs, now } => jobs
-                .iter()
-                .zip(items)
-                .filter(|(_, item)| item.is_ok())
-                .map(|(job, _)| {
-                    let mut row = JobRow::of_push(&job.spec, *now);
-                    row.attempts = job.attempts;
-                    Op::Put { row, from: None }
-                })
-                .collect(),
-            _ => Vec::new(),
-        },
-        Reply::Reserve(jobs) => jobs
+            })
+            .collect(),
+        // A restored job's row again, as it is back: its attempts, its due state.
+        Reply::RestoreBatch { jobs, now, out } => jobs
+            .iter()
+            .zip(out)
+            .filter(|(_, item)| item.is_ok())
+            .map(|(job, _)| {
+                let mut row = JobRow::of_push(&job.spec, now);
+                row.attempts = job.attempts;
+                Op::Put { row, from: None }
+            })
+            .collect(),
+        Reply::Reserve { out, .. } => out
             .iter()
             .map(|j| moved(j, Some(JobState::Ready)))
             .collect(),
-        Reply::Finish(s) => match call {
-            Call::Finish { id } => vec![end(id, s, finish_end(s))],
-            _ => Vec::new(),
-        },
-        Reply::FinishBatch(items) => match call {
-            Call::FinishBatch { ids } => ids
-                .iter()
-                .zip(items)
-                .filter_map(|(id, r)| r.as_ref().ok().map(|s| end(id, *s, finish_end(*s))))
-                .collect(),
-            _ => Vec::new(),
-        },
-        Reply::Delete(s) => match call {
-            Call::Delete { id } => vec![end(id, s, RowState::Deleted)],
-            _ => Vec::new(),
-        },
-        Reply::Release(j) | Reply::Touch(j) => vec![moved(j, Some(JobState::Reserved))],
-        Reply::Bury(j) => vec![moved(j, None)],
-        Reply::Kick(j) => vec![moved(j, Some(JobState::Dead))],
+        Reply::Finish { id, out } => vec![end(id, *out, finish_end(*out))],
+        Reply::FinishBatch { ids, out } => ids
+            .iter()
+            .zip(out)
+            .filter_map(|(id, r)| r.as_ref().ok().map(|s| end(id, *s, finish_end(*s))))
+            .collect(),
+        Reply::Delete { id, out } => vec![end(id, *out, RowState::Deleted)],
+        Reply::Release { out, .. } | Reply::Touch { out, .. } => {
+            vec![moved(out, Some(JobState::Reserved))]
+        }
+        Reply::Bury { out, .. } => vec![moved(out, None)],
+        Reply::Kick { out, .. } => vec![moved(out, Some(JobState::Dead))],
         // A reschedule may change the body and priority: the whole row.
-        Reply::Reschedule { job, previous } => vec![Op::Put {
+        Reply::Reschedule {
+            out: (job, previous),
+            ..
+        } => vec![Op::Put {
             row: JobRow::of_job(job, at),
-            from: Some(previous),
+            from: Some(*previous),
         }],
-        Reply::KickTopic(n) => match call {
-            // The kicked jobs are ready from the kick's `now` on, as the store made them.
-            Call::KickTopic { topic, now, .. } if n > 0 => vec![Op::KickTopic {
-                queue: (*topic).clone(),
-                n,
-                at: *now,
-            }],
-            _ => Vec::new(),
-        },
-        Reply::Get(_)
-        | Reply::Stats(_)
-        | Reply::List(_)
-        | Reply::Schedule(_)
-        | Reply::Tick(_)
-        | Reply::Ping => Vec::new(),
+        // The kicked jobs are ready from the kick's `now` on, as the store made them.
+        Reply::KickTopic {
+            topic, now, out, ..
+        } if *out > 0 => vec![Op::KickTopic {
+            queue: topic.clone(),
+            n: *out,
+            at: now,
+        }],
+        Reply::KickTopic { .. } => Vec::new(),
+        // Not changes (see `changes`): never asked for.
+        Reply::Get { .. }
+        | Reply::Stats { .. }
+        | Reply::List { .. }
+        | Reply::Schedule { .. }
+        | Reply::Tick { .. }
+        | Reply::Ping { .. } => Vec::new(),
     }
 }
 
@@ -354,7 +339,7 @@ impl StoreHook for Journal {
         pushed: &[JobSpec],
     ) -> impl Future<Output = StoreResult<()>> + Send + 'static {
         let ops = match result {
-            Ok(reply) if changes(call) => ops_of(call, reply, pushed, self.inner.clock.now()),
+            Ok(reply) if changes(call) => ops_of(reply, pushed, self.inner.clock.now()),
             _ => Vec::new(),
         };
         let wait = self.inner.mode == JournalMode::Sync;

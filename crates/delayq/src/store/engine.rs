@@ -7,6 +7,12 @@
 //! nothing that job.rs does not say; it does not persist, publish or wait (the store around it
 //! does).
 //!
+//! Each `Store` call is the `Engine` method of the same name, with the call's arguments and,
+//! unless the call is a read, the `Effects` last; it returns what the call returns, or a
+//! `StoreResult` of it when it can refuse. `EngineStore` calls them without a line of its own
+//! (store/define.rs), so a call declared in `store_calls!` without its method here does not
+//! compile.
+//!
 //! Indexes: `timeline` orders delayed jobs by due time and reserved jobs by TTR deadline (the
 //! timer reads its head); `ready` orders each queue's ready jobs by (priority, run_at, seq);
 //! `dead` orders each queue's dead jobs by burial stamp; `delayed` and `reserved` order each
@@ -276,7 +282,19 @@ impl Engine {
         j
     }
 
-    pub fn push(
+    pub fn push_batch(
+        &mut self,
+        jobs: Vec<JobSpec>,
+        mode: PushMode,
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> Vec<StoreResult<PushOutcome>> {
+        jobs.into_iter()
+            .map(|j| self.push(j, mode, now, fx))
+            .collect()
+    }
+
+    fn push(
         &mut self,
         spec: JobSpec,
         mode: PushMode,
@@ -286,14 +304,15 @@ impl Engine {
         self.insert(spec, 0, mode, now, fx)
     }
 
-    /// [`crate::store::Store::restore_batch`] of one job.
-    pub fn restore(
+    pub fn restore_batch(
         &mut self,
-        job: Job,
+        jobs: &[Job],
         now: UnixMillis,
         fx: &mut Effects,
-    ) -> StoreResult<PushOutcome> {
-        self.insert(job.spec, job.attempts, PushMode::Reject, now, fx)
+    ) -> Vec<StoreResult<PushOutcome>> {
+        jobs.iter()
+            .map(|j| self.insert(j.spec.clone(), j.attempts, PushMode::Reject, now, fx))
+            .collect()
     }
 
     /// A new job in its initial state with `attempts` (a push's 0, a restore's recorded ones).
@@ -346,10 +365,19 @@ impl Engine {
     }
 
     /// Removes a job in any state (finish and delete are the same transition).
-    pub fn remove(&mut self, id: &JobId, fx: &mut Effects) -> StoreResult<JobState> {
+    pub fn delete(&mut self, id: &JobId, fx: &mut Effects) -> StoreResult<JobState> {
         let j = self.take(id)?;
         fx.changes.push(Change::Remove(id.clone()));
         Ok(j.state)
+    }
+
+    pub fn finish(&mut self, id: &JobId, fx: &mut Effects) -> StoreResult<JobState> {
+        self.delete(id, fx)
+    }
+
+    /// One pass for the whole batch (one commit).
+    pub fn finish_batch(&mut self, ids: &[JobId], fx: &mut Effects) -> Vec<StoreResult<JobState>> {
+        ids.iter().map(|id| self.delete(id, fx)).collect()
     }
 
     /// Takes a job only if it is in one of `allowed` states.
@@ -391,7 +419,8 @@ impl Engine {
         Ok(self.put(j, fx))
     }
 
-    pub fn bury(&mut self, id: &JobId, fx: &mut Effects) -> StoreResult<Job> {
+    /// `now` is not needed: the burial order is the engine's own stamp.
+    pub fn bury(&mut self, id: &JobId, _now: UnixMillis, fx: &mut Effects) -> StoreResult<Job> {
         let j = self.take_in(
             id,
             &[JobState::Delayed, JobState::Ready, JobState::Reserved],
@@ -448,6 +477,9 @@ impl Engine {
         j.state = j.spec.initial_state(now);
         Ok((self.put(j, fx), previous))
     }
+
+    /// The engine always answers (its store checks its durability before every call).
+    pub fn ping(&self) {}
 
     pub fn get(&self, id: &JobId) -> StoreResult<Job> {
         self.jobs

@@ -1,6 +1,7 @@
-//! The one [`Store`] over the [`Engine`]: [`EngineStore`], generic over how a transition's
-//! changes become durable ([`Durability`]). The memory store keeps nothing (`memory.rs`); the
-//! embedded store logs every change to disk before it answers (`embedded.rs`).
+//! The one [`Store`](crate::store::Store) over the [`Engine`]: [`EngineStore`], generic over
+//! how a transition's changes become durable ([`Durability`]). The memory store keeps nothing
+//! (`memory.rs`); the embedded store logs every change to disk before it answers
+//! (`embedded.rs`).
 //!
 //! Each call locks the engine, runs its transition, and, if the transition changed any job,
 //! hands the changes to the durability while still holding the lock, so they reach it in
@@ -11,23 +12,23 @@
 //! lazy commits, which nobody waits for (a restart redoes a lost promotion or expiry by
 //! itself). Reads (`get`, `stats`, `list`, `schedule`, `ping`) see the engine.
 //!
+//! Its `Store` impl is derived from `store_calls!` (store/define.rs): each call is
+//! `EngineStore::run` of the [`Engine`] method of the call's name, with the call's arguments
+//! (and, unless it is a read, the transition's [`Effects`]). So a new call needs its `Engine`
+//! method and nothing here.
+//!
 //! Not here: the rules (`engine.rs`, job.rs), and what durable means (each [`Durability`]).
 //! The durability is a type parameter, not a trait object: each store is compiled for its own.
 
-use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
 use crate::store::engine::{Effects, Engine};
-use crate::store::{
-    JobPage, ListKey, PushMode, PushOutcome, Reschedule, Stats, Store, StoreEvent, StoreResult,
-    TickOutcome,
-};
-use async_trait::async_trait;
+use crate::store::{CallKind, StoreEvent, StoreResult};
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
 /// How an [`EngineStore`]'s transitions become durable.
 pub trait Durability: Send + Sync + 'static {
-    /// The store's [`Store::kind`].
+    /// The store's [`Store::kind`](crate::store::Store::kind).
     const KIND: &'static str;
 
     /// What a caller holds, outside the engine lock, until its changes are durable.
@@ -47,7 +48,8 @@ pub trait Durability: Send + Sync + 'static {
     fn wait(ack: Self::Ack) -> impl Future<Output = StoreResult<()>> + Send;
 }
 
-/// A [`Store`] running the [`Engine`] in this process, made durable by `D`.
+/// A [`Store`](crate::store::Store) running the [`Engine`] in this process, made durable by
+/// `D`.
 pub struct EngineStore<D> {
     engine: Mutex<Engine>,
     events: broadcast::Sender<StoreEvent>,
@@ -100,147 +102,34 @@ impl<D: Durability> EngineStore<D> {
         Ok((out, ack))
     }
 
-    /// Runs one transition and waits until it is durable.
-    async fn apply<T>(&self, f: impl FnOnce(&mut Engine, &mut Effects) -> T) -> StoreResult<T> {
-        let (out, ack) = self.begin(false, f)?;
+    /// Runs one call on the engine (`f`, under the lock) as its kind says, and answers once
+    /// that is done: a [`CallKind::Change`] once its changes are durable; the timer's pass
+    /// ([`CallKind::Timer`]) at once, its changes a lazy commit; a [`CallKind::Read`] changes
+    /// nothing, so commits nothing. Every `Store` method of this store is one `run` (derived
+    /// from `store_calls!`, store/define.rs).
+    pub(super) async fn run<T>(
+        &self,
+        kind: CallKind,
+        f: impl FnOnce(&mut Engine, &mut Effects) -> T,
+    ) -> StoreResult<T> {
+        let (out, ack) = self.begin(kind == CallKind::Timer, f)?;
         if let Some(ack) = ack {
             D::wait(ack).await?;
         }
         Ok(out)
     }
 
-    /// Reads the engine without changing it.
-    fn read<T>(&self, f: impl FnOnce(&Engine) -> T) -> StoreResult<T> {
-        let engine = self.lock()?;
-        Ok(f(&engine))
-    }
-}
-
-#[async_trait]
-impl<D: Durability> Store for EngineStore<D> {
-    fn kind(&self) -> &'static str {
-        D::KIND
-    }
-
-    async fn push_batch(
-        &self,
-        jobs: Vec<JobSpec>,
-        mode: PushMode,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        self.apply(|e, fx| jobs.into_iter().map(|j| e.push(j, mode, now, fx)).collect())
-            .await
-    }
-
-    async fn restore_batch(
-        &self,
-        jobs: &[Job],
-        now: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        self.apply(|e, fx| jobs.iter().map(|j| e.restore(j.clone(), now, fx)).collect())
-            .await
-    }
-
-    async fn reserve(
-        &self,
-        topics: &[Topic],
-        max: usize,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<Job>> {
-        self.apply(|e, fx| e.reserve(topics, max, now, fx)).await
-    }
-
-    async fn delete(&self, id: &JobId) -> StoreResult<JobState> {
-        self.apply(|e, fx| e.remove(id, fx)).await?
-    }
-
-    /// One engine pass and one commit for the whole batch.
-    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
-        self.apply(|e, fx| ids.iter().map(|id| e.remove(id, fx)).collect())
-            .await
-    }
-
-    async fn release(
-        &self,
-        id: &JobId,
-        delay_ms: Option<u64>,
-        now: UnixMillis,
-    ) -> StoreResult<Job> {
-        self.apply(|e, fx| e.release(id, delay_ms, now, fx)).await?
-    }
-
-    async fn touch(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        self.apply(|e, fx| e.touch(id, now, fx)).await?
-    }
-
-    async fn bury(&self, id: &JobId, _now: UnixMillis) -> StoreResult<Job> {
-        self.apply(|e, fx| e.bury(id, fx)).await?
-    }
-
-    async fn kick(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        self.apply(|e, fx| e.kick(id, now, fx)).await?
-    }
-
-    async fn kick_topic(&self, topic: &Topic, max: u64, now: UnixMillis) -> StoreResult<u64> {
-        self.apply(|e, fx| e.kick_topic(topic, max, now, fx)).await
-    }
-
-    async fn reschedule(
-        &self,
-        id: &JobId,
-        change: Reschedule,
-        now: UnixMillis,
-    ) -> StoreResult<(Job, JobState)> {
-        self.apply(|e, fx| e.reschedule(id, change, now, fx))
-            .await?
-    }
-
-    async fn get(&self, id: &JobId) -> StoreResult<Job> {
-        self.read(|e| e.get(id))?
-    }
-
-    async fn stats(&self) -> StoreResult<Stats> {
-        self.read(Engine::stats)
-    }
-
-    async fn list(
-        &self,
-        queue: &Topic,
-        state: JobState,
-        after: Option<&ListKey>,
-        limit: usize,
-    ) -> StoreResult<JobPage> {
-        self.read(|e| e.list(queue, state, after, limit))
-    }
-
-    async fn schedule(
-        &self,
-        topic: Option<&Topic>,
-        from: UnixMillis,
-        to: UnixMillis,
-        step: u64,
-    ) -> StoreResult<Vec<u64>> {
-        self.read(|e| e.schedule(topic, from, to, step))
-    }
-
-    /// A lazy commit: answers without waiting for the durability (see the module docs).
-    async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
-        Ok(self.begin(true, |e, fx| e.tick(now, limit, fx))?.0)
-    }
-
-    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
-        self.events.subscribe()
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        self.read(|_| ())
+    /// The channel this store publishes its events on (`Store::subscribe` hands out receivers).
+    pub(super) fn events(&self) -> &broadcast::Sender<StoreEvent> {
+        &self.events
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::StoreError;
+    use crate::job::{JobId, JobSpec, JobState, Topic, UnixMillis};
+    use crate::store::{PushMode, Store, StoreError};
     use std::sync::Mutex;
 
     /// Records each commit (how many changes, whether lazy) and holds back the events of every

@@ -1,133 +1,21 @@
-//! One way to wrap a store: [`Hooked`] forwards every [`Store`] method to the store it wraps
-//! and calls a [`StoreHook`] around each call, with the call ([`Call`]) and its answer
-//! ([`Reply`]). A wrapper (the metrics, a test store that fails on demand) is a hook: it says
-//! what to do around a call and never forwards one itself, so a new transition is forwarded
-//! here, once, for every wrapper.
+//! One way to wrap a store: [`Hooked`] forwards every [`Store`] call to the store it wraps
+//! and calls a [`StoreHook`] around each, with the call ([`Call`]) and its answer ([`Reply`]).
+//! A wrapper (the metrics, the journal, a test store that fails on demand) is a hook: it says
+//! what to do around a call and never forwards one itself. The forwarding is derived with each
+//! call from its declaration (`store_calls!` in store/mod.rs, store/define.rs), so a new call
+//! is forwarded for every wrapper without a line here.
 //!
-//! Not here: what any hook does (metrics.rs counts; tests make calls fail). Hooks are generic
-//! parameters, not trait objects, so a hook that only looks (the metrics) costs a call per
-//! method and no allocation.
+//! Not here: what any hook does (metrics.rs counts; the journal writes; tests make calls
+//! fail). Hooks are generic parameters, not trait objects, so a hook that only looks (the
+//! metrics) costs a call per method and no allocation.
 
-use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
-use crate::store::{
-    JobPage, ListKey, PushMode, PushOutcome, Reschedule, Stats, Store, StoreError, StoreEvent,
-    StoreResult, TickOutcome,
-};
-use async_trait::async_trait;
+use crate::job::JobSpec;
+use crate::store::{Store, StoreError, StoreEvent, StoreResult};
 use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::broadcast;
 
-/// A [`Store`] call and its arguments, borrowed from the caller. One variant per method that
-/// [`Hooked`] forwards; [`Store::push`] arrives as a `PushBatch` of one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Call<'a> {
-    /// The jobs themselves are moved into the store, so only their number is given.
-    PushBatch {
-        count: usize,
-        mode: PushMode,
-        now: UnixMillis,
-    },
-    RestoreBatch {
-        jobs: &'a [Job],
-        now: UnixMillis,
-    },
-    Reserve {
-        topics: &'a [Topic],
-        max: usize,
-        now: UnixMillis,
-    },
-    Finish {
-        id: &'a JobId,
-    },
-    FinishBatch {
-        ids: &'a [JobId],
-    },
-    Delete {
-        id: &'a JobId,
-    },
-    Release {
-        id: &'a JobId,
-        delay_ms: Option<u64>,
-        now: UnixMillis,
-    },
-    Touch {
-        id: &'a JobId,
-        now: UnixMillis,
-    },
-    Bury {
-        id: &'a JobId,
-        now: UnixMillis,
-    },
-    Kick {
-        id: &'a JobId,
-        now: UnixMillis,
-    },
-    KickTopic {
-        topic: &'a Topic,
-        max: u64,
-        now: UnixMillis,
-    },
-    /// The change is moved into the store, so only its new due time is given (the new body
-    /// and priority are in the [`Reply`]).
-    Reschedule {
-        id: &'a JobId,
-        run_at: UnixMillis,
-        now: UnixMillis,
-    },
-    Get {
-        id: &'a JobId,
-    },
-    Stats,
-    List {
-        queue: &'a Topic,
-        state: JobState,
-        after: Option<&'a ListKey>,
-        limit: usize,
-    },
-    Schedule {
-        topic: Option<&'a Topic>,
-        from: UnixMillis,
-        to: UnixMillis,
-        step: u64,
-    },
-    Tick {
-        now: UnixMillis,
-        limit: usize,
-    },
-    Ping,
-}
-
-/// What a call answered when it succeeded, borrowed from the answer its caller gets: one
-/// variant per [`Call`] variant, of the same name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reply<'a> {
-    PushBatch(&'a [StoreResult<PushOutcome>]),
-    RestoreBatch(&'a [StoreResult<PushOutcome>]),
-    Reserve(&'a [Job]),
-    /// The state the job was in.
-    Finish(JobState),
-    FinishBatch(&'a [StoreResult<JobState>]),
-    /// The state the job was in.
-    Delete(JobState),
-    /// The job as it now is (dead when it was out of attempts).
-    Release(&'a Job),
-    Touch(&'a Job),
-    Bury(&'a Job),
-    Kick(&'a Job),
-    /// How many dead jobs were kicked.
-    KickTopic(u64),
-    Reschedule {
-        job: &'a Job,
-        previous: JobState,
-    },
-    Get(&'a Job),
-    Stats(&'a Stats),
-    List(&'a JobPage),
-    Schedule(&'a [u64]),
-    Tick(&'a TickOutcome),
-    Ping,
-}
+pub use crate::store::{Call, Reply};
 
 /// What a wrapper does around each call of the store it wraps (see [`Hooked`]). Every method
 /// has a default that changes nothing.
@@ -219,228 +107,22 @@ impl<H: StoreHook> Hooked<H> {
         &self.hook
     }
 
-    /// Runs `call` on the wrapped store (`run`) between the hook's `before` and `after`,
-    /// then awaits its `settle`; `reply` describes a success for both.
-    async fn around<T, F>(
-        &self,
-        call: Call<'_>,
-        run: impl FnOnce() -> F,
-        reply: impl for<'r> FnOnce(&'r T) -> Reply<'r>,
-    ) -> StoreResult<T>
-    where
-        F: Future<Output = StoreResult<T>>,
-    {
-        self.around_pushed(call, run, reply, &[]).await
-    }
-
-    /// [`Hooked::around`] with the jobs of a push for the hook's `settle`.
-    async fn around_pushed<T, F>(
-        &self,
-        call: Call<'_>,
-        run: impl FnOnce() -> F,
-        reply: impl for<'r> FnOnce(&'r T) -> Reply<'r>,
-        pushed: &[JobSpec],
-    ) -> StoreResult<T>
-    where
-        F: Future<Output = StoreResult<T>>,
-    {
-        self.hook.before(&call)?;
-        let result = run().await;
-        let settled = {
-            let answer = result.as_ref().map(reply);
-            self.hook.after(&call, answer);
-            self.hook.settle(&call, answer, pushed)
-        };
-        settled.await?;
-        result
+    /// The wrapped store.
+    pub(super) fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
 }
 
-#[async_trait]
-impl<H: StoreHook> Store for Hooked<H> {
-    fn kind(&self) -> &'static str {
-        self.hook.kind(&*self.inner)
-    }
-
-    async fn push_batch(
-        &self,
-        jobs: Vec<JobSpec>,
-        mode: PushMode,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        let call = Call::PushBatch {
-            count: jobs.len(),
-            mode,
-            now,
-        };
-        // Known at compile time: a hook that does not want the jobs costs no copy.
-        let kept = if H::SEES_PUSHED_JOBS {
-            jobs.clone()
-        } else {
-            Vec::new()
-        };
-        let run = || self.inner.push_batch(jobs, mode, now);
-        self.around_pushed(call, run, |r| Reply::PushBatch(r), &kept)
-            .await
-    }
-
-    async fn restore_batch(
-        &self,
-        jobs: &[Job],
-        now: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        let call = Call::RestoreBatch { jobs, now };
-        let run = || self.inner.restore_batch(jobs, now);
-        self.around(call, run, |r| Reply::RestoreBatch(r)).await
-    }
-
-    async fn reserve(
-        &self,
-        topics: &[Topic],
-        max: usize,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<Job>> {
-        let call = Call::Reserve { topics, max, now };
-        let run = || self.inner.reserve(topics, max, now);
-        self.around(call, run, |jobs| Reply::Reserve(jobs)).await
-    }
-
-    async fn finish(&self, id: &JobId) -> StoreResult<JobState> {
-        let run = || self.inner.finish(id);
-        self.around(Call::Finish { id }, run, |s| Reply::Finish(*s))
-            .await
-    }
-
-    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
-        let run = || self.inner.finish_batch(ids);
-        self.around(Call::FinishBatch { ids }, run, |r| Reply::FinishBatch(r))
-            .await
-    }
-
-    async fn delete(&self, id: &JobId) -> StoreResult<JobState> {
-        let run = || self.inner.delete(id);
-        self.around(Call::Delete { id }, run, |s| Reply::Delete(*s))
-            .await
-    }
-
-    async fn release(
-        &self,
-        id: &JobId,
-        delay_ms: Option<u64>,
-        now: UnixMillis,
-    ) -> StoreResult<Job> {
-        let call = Call::Release { id, delay_ms, now };
-        let run = || self.inner.release(id, delay_ms, now);
-        self.around(call, run, |r| Reply::Release(r)).await
-    }
-
-    async fn touch(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        let run = || self.inner.touch(id, now);
-        self.around(Call::Touch { id, now }, run, |r| Reply::Touch(r))
-            .await
-    }
-
-    async fn bury(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        let run = || self.inner.bury(id, now);
-        self.around(Call::Bury { id, now }, run, |r| Reply::Bury(r))
-            .await
-    }
-
-    async fn kick(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        let run = || self.inner.kick(id, now);
-        self.around(Call::Kick { id, now }, run, |r| Reply::Kick(r))
-            .await
-    }
-
-    async fn kick_topic(&self, topic: &Topic, max: u64, now: UnixMillis) -> StoreResult<u64> {
-        let call = Call::KickTopic { topic, max, now };
-        let run = || self.inner.kick_topic(topic, max, now);
-        self.around(call, run, |n| Reply::KickTopic(*n)).await
-    }
-
-    async fn reschedule(
-        &self,
-        id: &JobId,
-        change: Reschedule,
-        now: UnixMillis,
-    ) -> StoreResult<(Job, JobState)> {
-        let call = Call::Reschedule {
-            id,
-            run_at: change.run_at,
-            now,
-        };
-        let run = || self.inner.reschedule(id, change, now);
-        self.around(call, run, |(job, previous)| Reply::Reschedule {
-            job,
-            previous: *previous,
-        })
-        .await
-    }
-
-    async fn get(&self, id: &JobId) -> StoreResult<Job> {
-        let run = || self.inner.get(id);
-        self.around(Call::Get { id }, run, |r| Reply::Get(r)).await
-    }
-
-    async fn stats(&self) -> StoreResult<Stats> {
-        let run = || self.inner.stats();
-        self.around(Call::Stats, run, |r| Reply::Stats(r)).await
-    }
-
-    async fn list(
-        &self,
-        queue: &Topic,
-        state: JobState,
-        after: Option<&ListKey>,
-        limit: usize,
-    ) -> StoreResult<JobPage> {
-        let call = Call::List {
-            queue,
-            state,
-            after,
-            limit,
-        };
-        let run = || self.inner.list(queue, state, after, limit);
-        self.around(call, run, |r| Reply::List(r)).await
-    }
-
-    async fn schedule(
-        &self,
-        topic: Option<&Topic>,
-        from: UnixMillis,
-        to: UnixMillis,
-        step: u64,
-    ) -> StoreResult<Vec<u64>> {
-        let call = Call::Schedule {
-            topic,
-            from,
-            to,
-            step,
-        };
-        let run = || self.inner.schedule(topic, from, to, step);
-        self.around(call, run, |r| Reply::Schedule(r)).await
-    }
-
-    async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
-        let run = || self.inner.tick(now, limit);
-        self.around(Call::Tick { now, limit }, run, |r| Reply::Tick(r))
-            .await
-    }
-
-    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
-        self.hook.subscribe(&*self.inner)
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        let run = || self.inner.ping();
-        self.around(Call::Ping, run, |()| Reply::Ping).await
-    }
-}
+// `impl Store for Hooked<H>` is derived from `store_calls!` (store/define.rs): each call is the
+// hook's `before`, then the wrapped store's call (unless `before` refused it), then the hook's
+// `after` and `settle` with its answer.
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::{JobId, JobState, Topic, UnixMillis};
     use crate::store::memory::MemoryStore;
+    use crate::store::{PushMode, PushOutcome, Reschedule, Stats};
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -495,21 +177,34 @@ mod tests {
             .push_batch(vec![spec("a", 0), spec("b", 50)], PushMode::Reject, 10)
             .await
             .unwrap();
+        // The jobs are moved into the store: the hook sees how many.
         let call = Call::PushBatch {
-            count: 2,
+            jobs: 2,
             mode: PushMode::Reject,
             now: 10,
         };
-        rec.saw(call, Ok(Reply::PushBatch(&pushed)));
+        let reply = Reply::PushBatch {
+            jobs: 2,
+            mode: PushMode::Reject,
+            now: 10,
+            out: &pushed,
+        };
+        rec.saw(call, Ok(reply));
         // `push` is a batch of one.
         let again = store.push(spec("a", 0), PushMode::Reject, 11).await;
         assert_eq!(again, Err(StoreError::Exists));
         let call = Call::PushBatch {
-            count: 1,
+            jobs: 1,
             mode: PushMode::Reject,
             now: 11,
         };
-        rec.saw(call, Ok(Reply::PushBatch(&[Err(StoreError::Exists)])));
+        let reply = Reply::PushBatch {
+            jobs: 1,
+            mode: PushMode::Reject,
+            now: 11,
+            out: &vec![Err(StoreError::Exists)],
+        };
+        rec.saw(call, Ok(reply));
 
         let topics = [t.clone()];
         let jobs = store.reserve(&topics, 5, 20).await.unwrap();
@@ -519,37 +214,65 @@ mod tests {
             max: 5,
             now: 20,
         };
-        rec.saw(call, Ok(Reply::Reserve(&jobs)));
+        let reply = Reply::Reserve {
+            topics: &topics,
+            max: 5,
+            now: 20,
+            out: &jobs,
+        };
+        rec.saw(call, Ok(reply));
         let job = store.touch(&a, 30).await.unwrap();
-        rec.saw(Call::Touch { id: &a, now: 30 }, Ok(Reply::Touch(&job)));
+        let reply = Reply::Touch {
+            id: &a,
+            now: 30,
+            out: &job,
+        };
+        rec.saw(Call::Touch { id: &a, now: 30 }, Ok(reply));
         let job = store.release(&a, Some(1_000), 40).await.unwrap();
         let call = Call::Release {
             id: &a,
             delay_ms: Some(1_000),
             now: 40,
         };
-        rec.saw(call, Ok(Reply::Release(&job)));
+        let reply = Reply::Release {
+            id: &a,
+            delay_ms: Some(1_000),
+            now: 40,
+            out: &job,
+        };
+        rec.saw(call, Ok(reply));
         let change = Reschedule {
             run_at: 60,
             ..Reschedule::default()
         };
-        let (job, previous) = store.reschedule(&a, change, 45).await.unwrap();
+        let rescheduled = store.reschedule(&a, change, 45).await.unwrap();
+        // The change is moved into the store: the hook sees its new due time.
         let call = Call::Reschedule {
             id: &a,
-            run_at: 60,
+            change: 60,
             now: 45,
         };
-        rec.saw(
-            call,
-            Ok(Reply::Reschedule {
-                job: &job,
-                previous,
-            }),
-        );
+        let reply = Reply::Reschedule {
+            id: &a,
+            change: 60,
+            now: 45,
+            out: &rescheduled,
+        };
+        rec.saw(call, Ok(reply));
         let job = store.bury(&a, 50).await.unwrap();
-        rec.saw(Call::Bury { id: &a, now: 50 }, Ok(Reply::Bury(&job)));
+        let reply = Reply::Bury {
+            id: &a,
+            now: 50,
+            out: &job,
+        };
+        rec.saw(Call::Bury { id: &a, now: 50 }, Ok(reply));
         let job = store.kick(&a, 55).await.unwrap();
-        rec.saw(Call::Kick { id: &a, now: 55 }, Ok(Reply::Kick(&job)));
+        let reply = Reply::Kick {
+            id: &a,
+            now: 55,
+            out: &job,
+        };
+        rec.saw(Call::Kick { id: &a, now: 55 }, Ok(reply));
         store.bury(&a, 56).await.unwrap();
         rec.0.lock().unwrap().clear();
         assert_eq!(store.kick_topic(&t, 10, 57).await, Ok(1));
@@ -558,33 +281,48 @@ mod tests {
             max: 10,
             now: 57,
         };
-        rec.saw(call, Ok(Reply::KickTopic(1)));
+        let reply = Reply::KickTopic {
+            topic: &t,
+            max: 10,
+            now: 57,
+            out: &1,
+        };
+        rec.saw(call, Ok(reply));
         let job = store.get(&a).await.unwrap();
-        rec.saw(Call::Get { id: &a }, Ok(Reply::Get(&job)));
+        let reply = Reply::Get { id: &a, out: &job };
+        rec.saw(Call::Get { id: &a }, Ok(reply));
         let stats = store.stats().await.unwrap();
-        rec.saw(Call::Stats, Ok(Reply::Stats(&stats)));
+        rec.saw(Call::Stats {}, Ok(Reply::Stats { out: &stats }));
         let tick = store.tick(100, 10).await.unwrap();
         assert_eq!(tick.promoted, 1);
-        rec.saw(
-            Call::Tick {
-                now: 100,
-                limit: 10,
-            },
-            Ok(Reply::Tick(&tick)),
-        );
+        let call = Call::Tick {
+            now: 100,
+            limit: 10,
+        };
+        let reply = Reply::Tick {
+            now: 100,
+            limit: 10,
+            out: &tick,
+        };
+        rec.saw(call, Ok(reply));
         store.ping().await.unwrap();
-        rec.saw(Call::Ping, Ok(Reply::Ping));
+        rec.saw(Call::Ping {}, Ok(Reply::Ping { out: &() }));
 
         let state = store.finish(&a).await.unwrap();
-        rec.saw(Call::Finish { id: &a }, Ok(Reply::Finish(state)));
+        let reply = Reply::Finish {
+            id: &a,
+            out: &state,
+        };
+        rec.saw(Call::Finish { id: &a }, Ok(reply));
         // One call for the batch: the wrapped store's own, not one finish per id.
         let ids = [b.clone(), a.clone()];
         let out = store.finish_batch(&ids).await.unwrap();
         assert_eq!(out, [Ok(JobState::Ready), Err(StoreError::NotFound)]);
-        rec.saw(
-            Call::FinishBatch { ids: &ids },
-            Ok(Reply::FinishBatch(&out)),
-        );
+        let reply = Reply::FinishBatch {
+            ids: &ids,
+            out: &out,
+        };
+        rec.saw(Call::FinishBatch { ids: &ids }, Ok(reply));
         let err = store.delete(&a).await.unwrap_err();
         assert_eq!(err, StoreError::NotFound);
         rec.saw(Call::Delete { id: &a }, Err(&err));

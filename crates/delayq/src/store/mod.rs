@@ -1,15 +1,21 @@
-//! The storage interface: one method per state transition of job.rs, implemented by each backend
-//! (`redis` for the production store, `embedded` for the zero-setup default, `memory` for tests).
-//! The memory and embedded stores are one [`engine_store::EngineStore`] over
-//! [`engine::Engine`]'s rules, differing only in how a commit becomes durable; the Redis store
-//! runs the same rules in Lua. Wrappers around a store (metrics, test stores that fail) are
-//! [`hook::Hooked`]: one forwarding of every method, with a hook around each call.
+//! The storage interface: one call per state transition of job.rs (and the reads), implemented
+//! by each backend (`redis` for the production store, `embedded` for the zero-setup default,
+//! `memory` for tests). The memory and embedded stores are one [`engine_store::EngineStore`]
+//! over [`engine::Engine`]'s rules, differing only in how a commit becomes durable; the Redis
+//! store runs the same rules in Lua. Wrappers around a store (metrics, the journal, test stores
+//! that fail) are [`hook::Hooked`]: one forwarding of every call, with a hook around each.
+//!
+//! Each call is declared once, in `store_calls!` at the end of this file; `define.rs` derives
+//! from it the [`Store`] method, the hooks' [`Call`] and [`Reply`], the call's [`CallKind`] and
+//! the forwarding of the three `Store` impls (to the hook's wrapped store, to the engine, to
+//! `redis::Calls`). What each store does for a call is written where that store's rules are.
 //!
 //! Stores never read the clock: every method that depends on time takes `now`, so the
 //! conformance suite drives time explicitly and the server injects a [`crate::clock::Clock`].
 //! Stores never wait: long polls and the timer's sleeping live in `dispatch/`, woken by the
 //! store's [`StoreEvent`]s.
 
+mod define;
 pub mod embedded;
 pub mod engine;
 pub mod engine_store;
@@ -18,12 +24,12 @@ pub mod hook;
 pub mod memory;
 pub mod redis;
 
+pub use define::CallKind;
 pub use error::{Cause, StoreError, StoreResult};
 
 use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
-use async_trait::async_trait;
+use define::store_calls;
 use std::collections::BTreeMap;
-use tokio::sync::broadcast;
 
 /// What to do when a pushed id already exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,145 +182,109 @@ pub enum StoreEvent {
 /// dispatch treats as [`StoreEvent::Resync`].
 pub const EVENT_CHANNEL_CAPACITY: usize = 4096;
 
-/// A backend for delayq's jobs. Every method is one atomic transition: concurrent callers (and,
-/// for Redis, other server instances) see each one happen entirely or not at all.
-#[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// A short name for logs and `/readyz`: `redis`, `embedded`, `memory`.
-    fn kind(&self) -> &'static str;
+// Each entry is one call: its kind (`Read`: changes no job; `Change`: changes jobs as asked,
+// journaled; `Timer`: the timer's pass, see `CallKind`), the name of its variant of the hooks'
+// `Call` and `Reply`, and its signature without `&self` and without the `StoreResult` around
+// what it returns (`'a` is the call's borrow, which `Call` and `Reply` hold). `define.rs`
+// derives from it the trait method, `Call`, `Reply` and the call's forwarding in the three
+// impls; the compiler then asks for the call's `Engine` method (engine.rs), its
+// `redis::Calls` function (store/redis/) and how metrics.rs and journal/mod.rs treat it.
+store_calls! {
+    /// A backend for delayq's jobs. Every call is one atomic transition: concurrent callers
+    /// (and, for Redis, other server instances) see each one happen entirely or not at all.
+    pub trait Store {
+        /// Pushes a batch of jobs; each gets its own outcome (a conflict on one does not stop
+        /// the others). The outer error means the store could not be asked at all.
+        Change PushBatch fn push_batch(jobs: Vec<JobSpec>, mode: PushMode, now: UnixMillis)
+            -> Vec<StoreResult<PushOutcome>>;
 
-    /// Pushes a batch of jobs; each gets its own outcome (a conflict on one does not stop the
-    /// others). The outer error means the store could not be asked at all.
-    async fn push_batch(
-        &self,
-        jobs: Vec<JobSpec>,
-        mode: PushMode,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>>;
+        /// Puts back jobs a store lost (a restore from the journal): each is stored only if its
+        /// id is absent (else `Exists`, and nothing changes), delayed or ready by its `run_at`,
+        /// with its `attempts` kept; its state, reservation and push stamp are the store's, as
+        /// for a push. The outer error means the store could not be asked at all.
+        Change RestoreBatch fn restore_batch(jobs: &'a [Job], now: UnixMillis)
+            -> Vec<StoreResult<PushOutcome>>;
 
-    /// Puts back jobs a store lost (a restore from the journal): each is stored only if its id
-    /// is absent (else `Exists`, and nothing changes), delayed or ready by its `run_at`, with
-    /// its `attempts` kept; its state, reservation and push stamp are the store's, as for a
-    /// push. The outer error means the store could not be asked at all.
-    async fn restore_batch(
-        &self,
-        jobs: &[Job],
-        now: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>>;
+        /// Hands out up to `max` ready jobs, preferring `topics` in the order given and, within
+        /// a topic, (priority, run_at, push order). Each is `Reserved` until `now + ttr` with
+        /// `attempts` incremented. Never waits.
+        Change Reserve fn reserve(topics: &'a [Topic], max: usize, now: UnixMillis) -> Vec<Job>;
 
-    /// Hands out up to `max` ready jobs, preferring `topics` in the order given and, within a
-    /// topic, (priority, run_at, push order). Each is `Reserved` until `now + ttr` with
-    /// `attempts` incremented. Never waits.
-    async fn reserve(&self, topics: &[Topic], max: usize, now: UnixMillis)
-    -> StoreResult<Vec<Job>>;
+        /// Removes a job (whatever its state: the compat API's `/finish` is `/delete`).
+        /// Returns the state it was in.
+        Change Finish fn finish(id: &'a JobId) -> JobState;
 
-    /// Removes a job (whatever its state: the compat API's `/finish` is `/delete`). Returns the
-    /// state it was in.
-    async fn finish(&self, id: &JobId) -> StoreResult<JobState> {
-        self.delete(id).await
-    }
+        /// [`Store::finish`] of several ids at once, in order (an id given twice is `NotFound`
+        /// the second time): one answer per id, `Err` as a whole only when the store could not
+        /// be asked. Each store does it in one round trip or commit, with the same answers as
+        /// one `finish` after another.
+        Change FinishBatch fn finish_batch(ids: &'a [JobId]) -> Vec<StoreResult<JobState>>;
 
-    /// [`Store::finish`] of several ids at once, in order (an id given twice is `NotFound`
-    /// the second time): one answer per id, `Err` as a whole only when the store could not be
-    /// asked. The stores do it in one round trip or commit; this default, one call after
-    /// another, is the reference.
-    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            match self.finish(id).await {
-                Err(e @ StoreError::Unavailable(_)) => return Err(e),
-                r => out.push(r),
-            }
-        }
-        Ok(out)
-    }
+        /// Removes a job in any state. Returns the state it was in.
+        Change Delete fn delete(id: &'a JobId) -> JobState;
 
-    /// Removes a job in any state. Returns the state it was in.
-    async fn delete(&self, id: &JobId) -> StoreResult<JobState>;
+        /// Returns a reserved job early (a negative acknowledgement): ready now, delayed by
+        /// `delay_ms` (or by the backoff schedule when `None`), or dead when out of attempts.
+        /// Returns the job as it now is. Only for `Reserved` jobs.
+        Change Release fn release(id: &'a JobId, delay_ms: Option<u64>, now: UnixMillis) -> Job;
 
-    /// Returns a reserved job early (a negative acknowledgement): ready now, delayed by
-    /// `delay_ms` (or by the backoff schedule when `None`), or dead when out of attempts.
-    /// Returns the job as it now is. Only for `Reserved` jobs.
-    async fn release(&self, id: &JobId, delay_ms: Option<u64>, now: UnixMillis)
-    -> StoreResult<Job>;
+        /// Extends a reservation to `now + ttr`. Only for `Reserved` jobs.
+        Change Touch fn touch(id: &'a JobId, now: UnixMillis) -> Job;
 
-    /// Extends a reservation to `now + ttr`. Only for `Reserved` jobs.
-    async fn touch(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job>;
+        /// Moves a delayed, ready or reserved job to `Dead`.
+        Change Bury fn bury(id: &'a JobId, now: UnixMillis) -> Job;
 
-    /// Moves a delayed, ready or reserved job to `Dead`.
-    async fn bury(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job>;
+        /// Returns one dead job to `Ready` (attempts reset to 0).
+        Change Kick fn kick(id: &'a JobId, now: UnixMillis) -> Job;
 
-    /// Returns one dead job to `Ready` (attempts reset to 0).
-    async fn kick(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job>;
+        /// Returns up to `max` dead jobs of a topic, oldest burial first, to `Ready`. Returns
+        /// how many.
+        Change KickTopic fn kick_topic(topic: &'a Topic, max: u64, now: UnixMillis) -> u64;
 
-    /// Returns up to `max` dead jobs of a topic, oldest burial first, to `Ready`. Returns how
-    /// many.
-    async fn kick_topic(&self, topic: &Topic, max: u64, now: UnixMillis) -> StoreResult<u64>;
+        /// Atomically changes the due time (and optionally body and priority) of a delayed or
+        /// ready job. Returns the job as it is now and the state it was in before. A job that
+        /// is reserved or dead is refused with `WrongState`, so a caller that lost the race
+        /// against delivery learns it.
+        Change Reschedule fn reschedule(id: &'a JobId, change: Reschedule, now: UnixMillis)
+            -> (Job, JobState);
 
-    /// Atomically changes the due time (and optionally body and priority) of a delayed or
-    /// ready job. Returns the job as it is now and the state it was in before. A job that is
-    /// reserved or dead is refused with `WrongState`, so a caller that lost the race against
-    /// delivery learns it.
-    async fn reschedule(
-        &self,
-        id: &JobId,
-        change: Reschedule,
-        now: UnixMillis,
-    ) -> StoreResult<(Job, JobState)>;
+        /// Every field of a job, or `NotFound`.
+        Read Get fn get(id: &'a JobId) -> Job;
 
-    /// Every field of a job, or `NotFound`.
-    async fn get(&self, id: &JobId) -> StoreResult<Job>;
+        /// Per-topic counts and the next timer deadline; cheap (no scan of jobs).
+        Read Stats fn stats() -> Stats;
 
-    /// Per-topic counts and the next timer deadline; cheap (no scan of jobs).
-    async fn stats(&self) -> StoreResult<Stats>;
+        /// One page of the jobs of `queue` (a topic, or a topic's callback queue) in `state`,
+        /// in the order of [`ListKey`], starting after `after` (from the start when `None`): at
+        /// most `limit` (at least 1) jobs. A job that stays in `state` (with the same key)
+        /// during a walk over the pages is listed exactly once, whatever else changes
+        /// meanwhile. Costs O(page + log n) on the engine; on Redis see docs/api.md.
+        Read List fn list(
+            queue: &'a Topic,
+            state: JobState,
+            after: Option<&'a ListKey>,
+            limit: usize,
+        ) -> JobPage;
 
-    /// One page of the jobs of `queue` (a topic, or a topic's callback queue) in `state`, in
-    /// the order of [`ListKey`], starting after `after` (from the start when `None`): at most
-    /// `limit` (at least 1) jobs. A job that stays in `state` (with the same key) during a walk
-    /// over the pages is listed exactly once, whatever else changes meanwhile. Costs
-    /// O(page + log n) on the engine; on Redis see docs/api.md.
-    async fn list(
-        &self,
-        queue: &Topic,
-        state: JobState,
-        after: Option<&ListKey>,
-        limit: usize,
-    ) -> StoreResult<JobPage>;
+        /// How many delayed jobs (pull and callback) of `topic` (of every topic when `None`)
+        /// fall due in each step of `step` ms from `from` to `to`: `counts[i]` counts the jobs
+        /// whose run_at's minute ([`SCHEDULE_BUCKET_MS`]) starts in `[from + i·step, min(from +
+        /// (i+1)·step, to))`, which is run_at itself in that range when `from`, `to` and `step`
+        /// are whole minutes. [`schedule_steps`] steps; the caller bounds their number. Costs
+        /// the number of minutes with delayed jobs in the range, never a scan of jobs.
+        Read Schedule fn schedule(
+            topic: Option<&'a Topic>,
+            from: UnixMillis,
+            to: UnixMillis,
+            step: u64,
+        ) -> Vec<u64>;
 
-    /// How many delayed jobs (pull and callback) of `topic` (of every topic when `None`) fall
-    /// due in each step of `step` ms from `from` to `to`: `counts[i]` counts the jobs whose
-    /// run_at's minute ([`SCHEDULE_BUCKET_MS`]) starts in `[from + i·step, min(from + (i+1)·step,
-    /// to))`, which is run_at itself in that range when `from`, `to` and `step` are whole
-    /// minutes. [`schedule_steps`] steps; the caller bounds their number. Costs the number of
-    /// minutes with delayed jobs in the range, never a scan of jobs.
-    async fn schedule(
-        &self,
-        topic: Option<&Topic>,
-        from: UnixMillis,
-        to: UnixMillis,
-        step: u64,
-    ) -> StoreResult<Vec<u64>>;
+        /// One timer pass: handles up to `limit` due timer entries in all (delayed jobs become
+        /// ready; expired reservations move on to ready, delayed or dead), and emits `Ready`
+        /// events for the topics that gained ready jobs.
+        Timer Tick fn tick(now: UnixMillis, limit: usize) -> TickOutcome;
 
-    /// One timer pass: handles up to `limit` due timer entries in all (delayed jobs become
-    /// ready; expired reservations move on to ready, delayed or dead), and emits `Ready` events
-    /// for the topics that gained ready jobs.
-    async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome>;
-
-    /// A receiver of this store's events (from every instance sharing it).
-    fn subscribe(&self) -> broadcast::Receiver<StoreEvent>;
-
-    /// Checks that the store answers (for `/readyz`).
-    async fn ping(&self) -> StoreResult<()>;
-
-    /// Pushes one job.
-    async fn push(
-        &self,
-        job: JobSpec,
-        mode: PushMode,
-        now: UnixMillis,
-    ) -> StoreResult<PushOutcome> {
-        let mut out = self.push_batch(vec![job], mode, now).await?;
-        out.pop()
-            .unwrap_or_else(|| Err(StoreError::Unavailable("empty push reply".into())))
+        /// Checks that the store answers (for `/readyz`).
+        Read Ping fn ping() -> ();
     }
 }

@@ -15,16 +15,35 @@
 //! its `dueidx` index) into the steps: a bounded number of minutes per call, as many calls as
 //! the range has minutes with delayed jobs divided by [`DUE_CHUNK`].
 
-use super::RedisStore;
 use super::conn::Call;
 use super::keys::{self, ShardKeys};
 use super::record::{array, bytes, decode_job, int, score_ms, string, unexpected};
-use super::scripts::LIBRARY;
+use super::scripts::{Function, Memory};
+use super::{Calls, RedisStore};
 use crate::job::{Job, JobState, MAX_RUN_AT, Topic, UnixMillis};
 use crate::store::{
     JobPage, ListKey, SCHEDULE_BUCKET_MS, StoreError, StoreResult, schedule_step_of, schedule_steps,
 };
 use redis::Value;
+
+// The listings' reads, registered `no-writes`.
+static LIST_LEX: Function = Function::new("list_lex", include_str!("list_lex.lua"), Memory::Reads);
+static LIST_DELAYED: Function = Function::new(
+    "list_delayed",
+    include_str!("list_delayed.lua"),
+    Memory::Reads,
+);
+static LIST_RESERVED: Function = Function::new(
+    "list_reserved",
+    include_str!("list_reserved.lua"),
+    Memory::Reads,
+);
+static DUE_RANGE: Function =
+    Function::new("due_range", include_str!("due_range.lua"), Memory::Reads);
+
+/// The functions this file calls, for the library (`scripts.rs`).
+pub(super) static FUNCTIONS: [&Function; 4] =
+    [&LIST_LEX, &LIST_DELAYED, &LIST_RESERVED, &DUE_RANGE];
 
 /// Most minutes one `due_range` call reads.
 const DUE_CHUNK: usize = 2_000;
@@ -40,20 +59,72 @@ struct ShardPage {
     full: bool,
 }
 
-pub(super) async fn list(
-    store: &RedisStore,
-    queue: &Topic,
-    state: JobState,
-    after: Option<&ListKey>,
-    limit: usize,
-) -> StoreResult<JobPage> {
-    let limit = limit.max(1);
-    let pages = match state {
-        JobState::Ready | JobState::Dead => list_lex(store, queue, state, after, limit).await?,
-        JobState::Reserved => list_reserved(store, queue, after, limit).await?,
-        JobState::Delayed => list_delayed(store, queue, after, limit).await?,
-    };
-    Ok(merge(pages, limit))
+impl Calls {
+    pub(in crate::store) async fn list(
+        store: &RedisStore,
+        queue: &Topic,
+        state: JobState,
+        after: Option<&ListKey>,
+        limit: usize,
+    ) -> StoreResult<JobPage> {
+        let limit = limit.max(1);
+        let pages = match state {
+            JobState::Ready | JobState::Dead => list_lex(store, queue, state, after, limit).await?,
+            JobState::Reserved => list_reserved(store, queue, after, limit).await?,
+            JobState::Delayed => list_delayed(store, queue, after, limit).await?,
+        };
+        Ok(merge(pages, limit))
+    }
+
+    pub(in crate::store) async fn schedule(
+        store: &RedisStore,
+        topic: Option<&Topic>,
+        from: UnixMillis,
+        to: UnixMillis,
+        step: u64,
+    ) -> StoreResult<Vec<u64>> {
+        let steps = schedule_steps(from, to, step);
+        let mut counts = vec![0u64; usize::try_from(steps).unwrap_or(0)];
+        if counts.is_empty() {
+            return Ok(counts);
+        }
+        let topic = topic.map_or("", |t| t.as_str());
+        let first = from.div_ceil(SCHEDULE_BUCKET_MS);
+        let end = to.div_ceil(SCHEDULE_BUCKET_MS).min(END_MINUTE);
+        let shards = &store.inner.shards;
+        // Per shard: the last field read (none at first).
+        until_every_shard_is_done(
+            store,
+            &mut counts,
+            Vec::new(),
+            |_, s, after: &Vec<u8>| {
+                due_call_after(store, &shards[s], topic, first, end, after, DUE_CHUNK)
+            },
+            |counts, _, reply| {
+                let a = array(reply)?;
+                for pair in a.chunks(2) {
+                    let [field, n] = pair else {
+                        return Err(unexpected(reply));
+                    };
+                    let start = minute_of(bytes(field)?)?.saturating_mul(SCHEDULE_BUCKET_MS);
+                    if let Some(c) =
+                        schedule_step_of(start, from, to, step).and_then(|i| counts.get_mut(i))
+                    {
+                        *c += int(n)?.max(0) as u64;
+                    }
+                }
+                match a.len() / 2 >= DUE_CHUNK {
+                    true => a
+                        .get(a.len() - 2)
+                        .map(|f| bytes(f).map(<[u8]>::to_vec))
+                        .transpose(),
+                    false => Ok(None),
+                }
+            },
+        )
+        .await?;
+        Ok(counts)
+    }
 }
 
 /// The first `limit` jobs of all shards' pages that no shard can have missed: those up to the
@@ -124,7 +195,7 @@ async fn list_lex(
         .iter()
         .map(|k| {
             store
-                .shard_fcall(&LIBRARY.list_lex, k, 0)
+                .shard_fcall(&LIST_LEX, k, 0)
                 .arg(code)
                 .arg(queue.as_str())
                 .arg(start.as_slice())
@@ -169,7 +240,7 @@ async fn list_reserved(
         |pages, s, resume: &Option<(String, String)>| {
             let (a, id) = resume.clone().unwrap_or_default();
             store
-                .shard_fcall(&LIBRARY.list_reserved, &shards[s], 0)
+                .shard_fcall(&LIST_RESERVED, &shards[s], 0)
                 .arg(queue.as_str())
                 .arg(a)
                 .arg(id)
@@ -301,7 +372,7 @@ async fn list_delayed(
             .iter()
             .map(|(s, minutes, _)| {
                 let mut call = store
-                    .shard_fcall_windows(&LIBRARY.list_delayed, &shards[*s], minutes, 0)
+                    .shard_fcall_windows(&LIST_DELAYED, &shards[*s], minutes, 0)
                     .arg(queue.as_str())
                     .arg(&after_at)
                     .arg(&after_id)
@@ -351,7 +422,7 @@ fn due_call_after(
     limit: usize,
 ) -> Call {
     store
-        .shard_fcall(&LIBRARY.due_range, keys, 0)
+        .shard_fcall(&DUE_RANGE, keys, 0)
         .arg(topic)
         .arg(first)
         .arg(end)
@@ -378,54 +449,4 @@ fn minute_of(field: &[u8]) -> StoreResult<u64> {
         .map(|at| &field[at..])
         .ok_or_else(|| StoreError::Corrupt("short due field".into()))?;
     Ok(tail.iter().fold(0u64, |m, &b| (m << 8) | u64::from(b)))
-}
-
-pub(super) async fn schedule(
-    store: &RedisStore,
-    topic: Option<&Topic>,
-    from: UnixMillis,
-    to: UnixMillis,
-    step: u64,
-) -> StoreResult<Vec<u64>> {
-    let steps = schedule_steps(from, to, step);
-    let mut counts = vec![0u64; usize::try_from(steps).unwrap_or(0)];
-    if counts.is_empty() {
-        return Ok(counts);
-    }
-    let topic = topic.map_or("", |t| t.as_str());
-    let first = from.div_ceil(SCHEDULE_BUCKET_MS);
-    let end = to.div_ceil(SCHEDULE_BUCKET_MS).min(END_MINUTE);
-    let shards = &store.inner.shards;
-    // Per shard: the last field read (none at first).
-    until_every_shard_is_done(
-        store,
-        &mut counts,
-        Vec::new(),
-        |_, s, after: &Vec<u8>| {
-            due_call_after(store, &shards[s], topic, first, end, after, DUE_CHUNK)
-        },
-        |counts, _, reply| {
-            let a = array(reply)?;
-            for pair in a.chunks(2) {
-                let [field, n] = pair else {
-                    return Err(unexpected(reply));
-                };
-                let start = minute_of(bytes(field)?)?.saturating_mul(SCHEDULE_BUCKET_MS);
-                if let Some(c) =
-                    schedule_step_of(start, from, to, step).and_then(|i| counts.get_mut(i))
-                {
-                    *c += int(n)?.max(0) as u64;
-                }
-            }
-            match a.len() / 2 >= DUE_CHUNK {
-                true => a
-                    .get(a.len() - 2)
-                    .map(|f| bytes(f).map(<[u8]>::to_vec))
-                    .transpose(),
-                false => Ok(None),
-            }
-        },
-    )
-    .await?;
-    Ok(counts)
 }

@@ -9,14 +9,15 @@
 //! shards, batches them into pipelines, merges shards for `reserve`, and decodes replies. It
 //! does not decide transitions and never reads the clock.
 //!
-//! This file holds the store's type, `connect`, the [`Store`] impl (each method one line into
-//! the module that owns it) and the helpers every module shares: the shard of an id, the
-//! FCALL of a function on a shard and the coalescers' wiring. Beside it: `layout.rs` (the
-//! start-up layout check), `push.rs`, `reserve.rs`, `remove.rs` (finish and delete),
-//! `by_id.rs` (the other one-job transitions and `get`), `kick_topic.rs`, `stats.rs`,
-//! `tick.rs` (the timer pass, planned by `tick/plan.rs`), `seq.rs` (seq stamps), `record.rs`
-//! (records and reply decoding), `keys.rs`, `scripts.rs`, `conn.rs`, `events.rs`,
-//! `coalesce.rs`.
+//! This file holds the store's type, `connect`, `Calls` (each `Store` call's function, in
+//! the module that owns it; the `Store` impl that calls them is derived, store/define.rs) and
+//! the helpers every module shares: the shard of an id, the FCALL of a function on a shard and
+//! the coalescers' wiring. Beside it: `layout.rs` (the start-up layout check), `push.rs`,
+//! `reserve.rs`, `remove.rs` (finish and delete), `by_id.rs` (the other one-job transitions and
+//! `get`), `kick_topic.rs`, `stats.rs`, `list.rs` (the listings), `tick.rs` (the timer pass,
+//! planned by `tick/plan.rs`), `seq.rs` (seq stamps), `record.rs` (records and reply
+//! decoding), `keys.rs`, `scripts.rs` (the function library, gathered from each module's
+//! `FUNCTIONS`), `conn.rs`, `events.rs`, `coalesce.rs`.
 //!
 //! Layout (`keys.rs`): jobs are spread over `shards` shards by FNV-1a of the id; each shard is
 //! one hash tag `{<prefix>:<s>}` (one Redis Cluster slot) holding a jobs HASH (one field per
@@ -63,18 +64,15 @@ mod tick;
 
 pub use keys::{MAX_SHARDS, ShardKeys, key_slot, shard_of, validate_prefix};
 
-use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
-use crate::store::{
-    EVENT_CHANNEL_CAPACITY, JobPage, ListKey, PushMode, PushOutcome, Reschedule, Stats, Store,
-    StoreError, StoreEvent, StoreResult, TickOutcome,
-};
-use async_trait::async_trait;
+use crate::job::{Job, JobId, JobState, UnixMillis};
+use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreEvent, StoreResult};
 use coalesce::Coalescer;
 use conn::{Call, Conn};
 use push::{PushReply, PushRequest};
 use record::unexpected;
 use redis::Value;
 use reserve::ReserveRequest;
+use scripts::Function;
 use seq::Stamps;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Weak};
@@ -111,7 +109,8 @@ pub struct RedisOptions {
 const COALESCE_MAX_JOBS: usize = 1000;
 const COALESCE_IN_FLIGHT: usize = 2;
 
-/// The Redis-backed [`Store`]. Cheap to clone; clones share connections and event channel.
+/// The Redis-backed [`Store`](crate::store::Store). Cheap to clone; clones share connections
+/// and event channel.
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
@@ -311,9 +310,9 @@ impl RedisStore {
         self.inner.shards.len() as u16
     }
 
-    /// An FCALL of `function` (a name from [`scripts::LIBRARY`]) on one shard, not yet sent:
-    /// its KEYS and the common ARGV (channel, now).
-    fn shard_fcall(&self, function: &str, keys: &ShardKeys, now: UnixMillis) -> Call {
+    /// An FCALL of `function` on one shard, not yet sent: its KEYS and the common ARGV
+    /// (channel, now).
+    fn shard_fcall(&self, function: &Function, keys: &ShardKeys, now: UnixMillis) -> Call {
         self.shard_fcall_windows(function, keys, &[], now)
     }
 
@@ -321,7 +320,7 @@ impl RedisStore {
     /// (push, tick: KEYS[9..]).
     fn shard_fcall_windows(
         &self,
-        function: &str,
+        function: &Function,
         keys: &ShardKeys,
         windows: &[u64],
         now: UnixMillis,
@@ -329,7 +328,7 @@ impl RedisStore {
         let window_keys: Vec<String> = windows.iter().map(|&w| keys.window(w)).collect();
         let mut all_keys: Vec<&str> = keys.all().to_vec();
         all_keys.extend(window_keys.iter().map(String::as_str));
-        Call::new(function, &all_keys)
+        Call::new(function.registered(), &all_keys)
             .arg(&self.inner.channel)
             .arg(now)
     }
@@ -341,119 +340,26 @@ impl RedisStore {
     }
 }
 
-#[async_trait]
-impl Store for RedisStore {
-    fn kind(&self) -> &'static str {
+/// The Redis side of each [`Store`](crate::store::Store) call: one associated function per
+/// call, of the call's name, taking the store and the call's arguments, in the module that owns
+/// that kind of call (`impl Calls` blocks in `push.rs`, `by_id.rs`, ...). `RedisStore`'s `Store`
+/// impl is derived from `store_calls!` and calls these (store/define.rs). They are on a type of
+/// their own, not `RedisStore`'s methods, so that a call without its function does not compile
+/// (a `RedisStore` method missing would resolve to the trait's own, which would call itself).
+pub(in crate::store) struct Calls;
+
+impl Calls {
+    pub(in crate::store) fn kind(_: &RedisStore) -> &'static str {
         "redis"
     }
 
-    async fn push_batch(
-        &self,
-        jobs: Vec<JobSpec>,
-        mode: PushMode,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        push::push_batch(self, jobs, mode, now).await
+    pub(in crate::store) fn subscribe(store: &RedisStore) -> broadcast::Receiver<StoreEvent> {
+        store.inner.events.subscribe()
     }
 
-    async fn restore_batch(
-        &self,
-        jobs: &[Job],
-        now: UnixMillis,
-    ) -> StoreResult<Vec<StoreResult<PushOutcome>>> {
-        push::restore_batch(self, jobs, now).await
-    }
-
-    async fn reserve(
-        &self,
-        topics: &[Topic],
-        max: usize,
-        now: UnixMillis,
-    ) -> StoreResult<Vec<Job>> {
-        reserve::reserve(self, topics, max, now).await
-    }
-
-    async fn delete(&self, id: &JobId) -> StoreResult<JobState> {
-        remove::remove(self, id).await
-    }
-
-    async fn finish_batch(&self, ids: &[JobId]) -> StoreResult<Vec<StoreResult<JobState>>> {
-        remove::finish_batch(self, ids).await
-    }
-
-    async fn release(
-        &self,
-        id: &JobId,
-        delay_ms: Option<u64>,
-        now: UnixMillis,
-    ) -> StoreResult<Job> {
-        by_id::release(self, id, delay_ms, now).await
-    }
-
-    async fn touch(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        by_id::touch(self, id, now).await
-    }
-
-    async fn bury(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        by_id::bury(self, id, now).await
-    }
-
-    async fn kick(&self, id: &JobId, now: UnixMillis) -> StoreResult<Job> {
-        by_id::kick(self, id, now).await
-    }
-
-    async fn kick_topic(&self, topic: &Topic, max: u64, now: UnixMillis) -> StoreResult<u64> {
-        kick_topic::kick_topic(self, topic, max, now).await
-    }
-
-    async fn reschedule(
-        &self,
-        id: &JobId,
-        change: Reschedule,
-        now: UnixMillis,
-    ) -> StoreResult<(Job, JobState)> {
-        by_id::reschedule(self, id, change, now).await
-    }
-
-    async fn get(&self, id: &JobId) -> StoreResult<Job> {
-        by_id::get(self, id).await
-    }
-
-    async fn stats(&self) -> StoreResult<Stats> {
-        stats::stats(self).await
-    }
-
-    async fn list(
-        &self,
-        queue: &Topic,
-        state: JobState,
-        after: Option<&ListKey>,
-        limit: usize,
-    ) -> StoreResult<JobPage> {
-        list::list(self, queue, state, after, limit).await
-    }
-
-    async fn schedule(
-        &self,
-        topic: Option<&Topic>,
-        from: UnixMillis,
-        to: UnixMillis,
-        step: u64,
-    ) -> StoreResult<Vec<u64>> {
-        list::schedule(self, topic, from, to, step).await
-    }
-
-    async fn tick(&self, now: UnixMillis, limit: usize) -> StoreResult<TickOutcome> {
-        tick::tick(self, now, limit).await
-    }
-
-    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
-        self.inner.events.subscribe()
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
+    pub(in crate::store) async fn ping(store: &RedisStore) -> StoreResult<()> {
         let mut pipe = redis::pipe();
         pipe.cmd("PING");
-        self.inner.conn.query(&pipe).await.map(|_| ())
+        store.inner.conn.query(&pipe).await.map(|_| ())
     }
 }

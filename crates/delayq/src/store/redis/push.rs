@@ -8,12 +8,18 @@
 use super::conn::Call;
 use super::keys::{far_window, shard_of};
 use super::record::{corrupt_record, encode_new, per_item, state_from_code, string};
-use super::scripts::LIBRARY;
-use super::{RedisStore, gone};
+use super::scripts::{Function, Memory};
+use super::{Calls, RedisStore, gone};
 use crate::job::{Job, JobSpec, MAX_RUN_AT, UnixMillis};
 use crate::store::{PushMode, PushOutcome, StoreError, StoreResult};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+
+/// The function that creates or replaces jobs (`push.lua`).
+static PUSH: Function = Function::new("push", include_str!("push.lua"), Memory::Adds);
+
+/// The functions this file calls, for the library (`scripts.rs`).
+pub(super) static FUNCTIONS: [&Function; 1] = [&PUSH];
 
 /// Most jobs one push function call carries: bounds how long one call blocks Redis.
 const PUSH_CHUNK: usize = 256;
@@ -30,22 +36,28 @@ pub(super) struct PushRequest {
 
 pub(super) type PushReply = StoreResult<Vec<StoreResult<PushOutcome>>>;
 
-/// Joined with concurrent pushes into shared round trips ([`run_batch`]). Jobs keep their
-/// batch order within a shard, so a repeated id behaves as if pushed one after the other.
-pub(super) async fn push_batch(
-    store: &RedisStore,
-    jobs: Vec<JobSpec>,
-    mode: PushMode,
-    now: UnixMillis,
-) -> PushReply {
-    submit(store, jobs, Vec::new(), mode, now).await
-}
+impl Calls {
+    /// Joined with concurrent pushes into shared round trips ([`run_batch`]). Jobs keep their
+    /// batch order within a shard, so a repeated id behaves as if pushed one after the other.
+    pub(in crate::store) async fn push_batch(
+        store: &RedisStore,
+        jobs: Vec<JobSpec>,
+        mode: PushMode,
+        now: UnixMillis,
+    ) -> PushReply {
+        submit(store, jobs, Vec::new(), mode, now).await
+    }
 
-/// `Store::restore_batch`: a push that refuses present ids and keeps each job's attempts,
-/// joined with concurrent pushes like any other.
-pub(super) async fn restore_batch(store: &RedisStore, jobs: &[Job], now: UnixMillis) -> PushReply {
-    let (jobs, attempts) = jobs.iter().map(|j| (j.spec.clone(), j.attempts)).unzip();
-    submit(store, jobs, attempts, PushMode::Reject, now).await
+    /// A push that refuses present ids and keeps each job's attempts, joined with concurrent
+    /// pushes like any other.
+    pub(in crate::store) async fn restore_batch(
+        store: &RedisStore,
+        jobs: &[Job],
+        now: UnixMillis,
+    ) -> PushReply {
+        let (jobs, attempts) = jobs.iter().map(|j| (j.spec.clone(), j.attempts)).unzip();
+        submit(store, jobs, attempts, PushMode::Reject, now).await
+    }
 }
 
 /// Stamps the jobs and hands them to the push coalescer.
@@ -158,7 +170,7 @@ fn push_call(
         })
         .collect();
     let mut call = store
-        .shard_fcall_windows(&LIBRARY.push, keys, &windows, now)
+        .shard_fcall_windows(&PUSH, keys, &windows, now)
         .arg(if replace { "replace" } else { "reject" })
         .arg(windows.len());
     for w in &windows {

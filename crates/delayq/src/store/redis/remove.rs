@@ -1,5 +1,5 @@
-//! `finish_batch` and `delete` on Redis: both remove jobs whatever their state, through the
-//! `remove` function. Concurrent calls are joined (`coalesce.rs`) and each batch is one
+//! `finish`, `finish_batch` and `delete` on Redis: all remove jobs whatever their state,
+//! through the `remove` function. Concurrent calls are joined (`coalesce.rs`) and each batch is one
 //! pipeline with one call per shard, its ids in order.
 //!
 //! It decides nothing about the jobs: `remove.lua` reports each one's state (or that it is
@@ -8,26 +8,42 @@
 use super::conn::Call;
 use super::keys::shard_of;
 use super::record::{corrupt_record, per_item, state_from_code, string, unexpected};
-use super::scripts::LIBRARY;
-use super::{RedisStore, gone};
+use super::scripts::{Function, Memory};
+use super::{Calls, RedisStore, gone};
 use crate::job::{JobId, JobState};
 use crate::store::{StoreError, StoreResult};
 use redis::Value;
 use std::collections::BTreeMap;
 
+/// The function that removes jobs (`remove.lua`): it only frees memory.
+static REMOVE: Function = Function::new("remove", include_str!("remove.lua"), Memory::Neutral);
+
+/// The functions this file calls, for the library (`scripts.rs`).
+pub(super) static FUNCTIONS: [&Function; 1] = [&REMOVE];
+
 type Removed = StoreResult<Vec<StoreResult<JobState>>>;
 
-/// Removes one job (`delete`).
-pub(super) async fn remove(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
-    let mut out = remove_many(store, vec![id.clone()]).await?;
-    out.pop().ok_or_else(|| unexpected(&Value::Nil))?
+impl Calls {
+    pub(in crate::store) async fn finish(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
+        remove(store, id).await
+    }
+
+    pub(in crate::store) async fn delete(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
+        remove(store, id).await
+    }
+
+    pub(in crate::store) async fn finish_batch(store: &RedisStore, ids: &[JobId]) -> Removed {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        remove_many(store, ids.to_vec()).await
+    }
 }
 
-pub(super) async fn finish_batch(store: &RedisStore, ids: &[JobId]) -> Removed {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    remove_many(store, ids.to_vec()).await
+/// Removes one job.
+async fn remove(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
+    let mut out = remove_many(store, vec![id.clone()]).await?;
+    out.pop().ok_or_else(|| unexpected(&Value::Nil))?
 }
 
 /// Removes ids in order, joined with concurrent removes (`coalesce.rs`).
@@ -75,7 +91,7 @@ async fn remove_flat(store: &RedisStore, ids: &[&JobId]) -> Vec<StoreResult<JobS
         .iter()
         .map(|(&shard, idxs)| {
             let keys = &store.inner.shards[usize::from(shard)];
-            let mut call = store.shard_fcall(&LIBRARY.remove, keys, 0);
+            let mut call = store.shard_fcall(&REMOVE, keys, 0);
             for &i in idxs {
                 call = call.arg(ids[i].as_str());
             }

@@ -10,12 +10,19 @@
 use super::conn::Call;
 use super::keys::{self, ShardKeys};
 use super::record::{array, bytes, decode_job, string, unexpected};
-use super::scripts::LIBRARY;
-use super::{RedisStore, gone};
+use super::scripts::{Function, Memory};
+use super::{Calls, RedisStore, gone};
 use crate::job::{Job, Topic, UnixMillis};
 use crate::store::StoreResult;
 use redis::Value;
 use std::collections::BTreeMap;
+
+/// The function that reserves a shard's best ready jobs (`reserve.lua`): it moves jobs, so
+/// it runs when Redis is full.
+static RESERVE: Function = Function::new("reserve", include_str!("reserve.lua"), Memory::Neutral);
+
+/// The functions this file calls, for the library (`scripts.rs`).
+pub(super) static FUNCTIONS: [&Function; 1] = [&RESERVE];
 
 /// `reserve` gives up after this many rounds that found jobs in a peek but reserved none
 /// (every one lost to a concurrent consumer).
@@ -28,76 +35,78 @@ pub(super) struct ReserveRequest {
     pub now: UnixMillis,
 }
 
-/// With one shard: one function call, shared with the reserves running at the same moment
-/// ([`run_batch`]). With several: a pipelined peek at every shard's first ready entries
-/// (read-only), a merge into the global order, then one pipelined reserve call per shard that
-/// holds some of the best `max` (each takes its own shard's best, so a race lost to another
-/// consumer just leaves a gap that the next round fills); repeated until `max` jobs or nothing
-/// is ready. Two round trips in the common case.
-///
-/// Ordering caveat with several shards: the order is exact as of the peek; a job that becomes
-/// ready on another shard between the peek and the reserve (a few hundred µs) may be passed
-/// over by this call, never lost.
-pub(super) async fn reserve(
-    store: &RedisStore,
-    topics: &[Topic],
-    max: usize,
-    now: UnixMillis,
-) -> StoreResult<Vec<Job>> {
-    if topics.is_empty() || max == 0 {
-        return Ok(Vec::new());
-    }
-    if store.inner.shards.len() == 1 {
-        // Joined with the reserves running at the same moment (group commit); a lone one
-        // (e.g. the dispatcher serving its waiters, which batches by itself) runs at once.
-        let request = ReserveRequest {
-            topics: topics.to_vec(),
-            max,
-            now,
-        };
-        return store
-            .inner
-            .reserves
-            .call(request)
-            .await
-            .unwrap_or_else(|| Err(gone()));
-    }
-    let mut out: Vec<Job> = Vec::new();
-    let mut idle = 0;
-    while out.len() < max {
-        let want = max - out.len();
-        let heads = peek(store, |k| &k.ready, topics, want).await?;
-        if heads.is_empty() {
-            break;
+impl Calls {
+    /// With one shard: one function call, shared with the reserves running at the same moment
+    /// ([`run_batch`]). With several: a pipelined peek at every shard's first ready entries
+    /// (read-only), a merge into the global order, then one pipelined reserve call per shard that
+    /// holds some of the best `max` (each takes its own shard's best, so a race lost to another
+    /// consumer just leaves a gap that the next round fills); repeated until `max` jobs or nothing
+    /// is ready. Two round trips in the common case.
+    ///
+    /// Ordering caveat with several shards: the order is exact as of the peek; a job that becomes
+    /// ready on another shard between the peek and the reserve (a few hundred µs) may be passed
+    /// over by this call, never lost.
+    pub(in crate::store) async fn reserve(
+        store: &RedisStore,
+        topics: &[Topic],
+        max: usize,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<Job>> {
+        if topics.is_empty() || max == 0 {
+            return Ok(Vec::new());
         }
-        let mut per_shard: BTreeMap<usize, usize> = BTreeMap::new();
-        for (_, _, shard) in &heads {
-            *per_shard.entry(*shard).or_default() += 1;
+        if store.inner.shards.len() == 1 {
+            // Joined with the reserves running at the same moment (group commit); a lone one
+            // (e.g. the dispatcher serving its waiters, which batches by itself) runs at once.
+            let request = ReserveRequest {
+                topics: topics.to_vec(),
+                max,
+                now,
+            };
+            return store
+                .inner
+                .reserves
+                .call(request)
+                .await
+                .unwrap_or_else(|| Err(gone()));
         }
-        let calls: Vec<Call> = per_shard
-            .iter()
-            .map(|(&shard, &n)| reserve_call(store, shard, topics, n, now))
-            .collect();
-        let mut got = 0;
-        for reply in store.inner.conn.fcall(&calls).await? {
-            let jobs = decode_reserved(&reply)?;
-            got += jobs.len();
-            out.extend(jobs);
-        }
-        if heads.len() < want && got == heads.len() {
-            // The peek saw everything that was ready, and we got all of it.
-            break;
-        }
-        if got == 0 {
-            idle += 1;
-            if idle >= RESERVE_IDLE_ROUNDS {
+        let mut out: Vec<Job> = Vec::new();
+        let mut idle = 0;
+        while out.len() < max {
+            let want = max - out.len();
+            let heads = peek(store, |k| &k.ready, topics, want).await?;
+            if heads.is_empty() {
                 break;
             }
+            let mut per_shard: BTreeMap<usize, usize> = BTreeMap::new();
+            for (_, _, shard) in &heads {
+                *per_shard.entry(*shard).or_default() += 1;
+            }
+            let calls: Vec<Call> = per_shard
+                .iter()
+                .map(|(&shard, &n)| reserve_call(store, shard, topics, n, now))
+                .collect();
+            let mut got = 0;
+            for reply in store.inner.conn.fcall(&calls).await? {
+                let jobs = decode_reserved(&reply)?;
+                got += jobs.len();
+                out.extend(jobs);
+            }
+            if heads.len() < want && got == heads.len() {
+                // The peek saw everything that was ready, and we got all of it.
+                break;
+            }
+            if got == 0 {
+                idle += 1;
+                if idle >= RESERVE_IDLE_ROUNDS {
+                    break;
+                }
+            }
         }
+        let position = |t: &Topic| topics.iter().position(|x| x == t).unwrap_or(usize::MAX);
+        out.sort_by_key(|j| (position(&j.spec.topic), j.ready_key()));
+        Ok(out)
     }
-    let position = |t: &Topic| topics.iter().position(|x| x == t).unwrap_or(usize::MAX);
-    out.sort_by_key(|j| (position(&j.spec.topic), j.ready_key()));
-    Ok(out)
 }
 
 /// Reserves for a batch of requests (from concurrent callers) on a one-shard server, in one
@@ -195,7 +204,7 @@ fn reserve_call(
     now: UnixMillis,
 ) -> Call {
     let mut call = store
-        .shard_fcall(&LIBRARY.reserve, &store.inner.shards[shard], now)
+        .shard_fcall(&RESERVE, &store.inner.shards[shard], now)
         .arg(max);
     for t in topics {
         call = call.arg(t.as_str());

@@ -1,7 +1,9 @@
 //! The Lua transitions (`*.lua` beside this file, each headed by its KEYS/ARGV/returns
 //! contract), compiled into the binary with `include_str!` and loaded into Redis as one
 //! function library: `lib.lua` (record format, index upkeep, events) first, then each
-//! transition's file as the body of one registered function. This file builds that library;
+//! transition's file as the body of one registered function. Each function is a [`Function`]
+//! declared in the module that calls it (its name, its file and what it does to memory) and
+//! listed in that module's `FUNCTIONS`. This file builds the library from those lists;
 //! `conn.rs` loads it and calls its functions (FCALL).
 //!
 //! **Why a function library, not scripts.** Redis runs a script's whole text on every
@@ -33,13 +35,14 @@
 //! `after_refusal`; `redis_store.rs`
 //! `a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds`).
 
-use std::sync::LazyLock;
+use super::{by_id, kick_topic, list, push, remove, reserve, tick};
+use std::sync::{LazyLock, OnceLock};
 
 const LIB: &str = include_str!("lib.lua");
 
 /// Whether Redis runs a function even at its `maxmemory` (see the module docs).
 #[derive(Clone, Copy)]
-enum Memory {
+pub(super) enum Memory {
     /// May add memory: refused when Redis is full.
     Adds,
     /// Frees memory or leaves it about the same: registered `allow-oom`.
@@ -48,55 +51,68 @@ enum Memory {
     Reads,
 }
 
-/// Every transition: its name, its source (`<name>.lua`) and what it does to memory.
-const SOURCES: [(&str, &str, Memory); 15] = [
-    ("push", include_str!("push.lua"), Memory::Adds),
-    ("reserve", include_str!("reserve.lua"), Memory::Neutral),
-    ("remove", include_str!("remove.lua"), Memory::Neutral),
-    ("release", include_str!("release.lua"), Memory::Neutral),
-    ("touch", include_str!("touch.lua"), Memory::Neutral),
-    ("bury", include_str!("bury.lua"), Memory::Neutral),
-    ("kick", include_str!("kick.lua"), Memory::Neutral),
-    (
-        "kick_topic",
-        include_str!("kick_topic.lua"),
-        Memory::Neutral,
-    ),
-    ("reschedule", include_str!("reschedule.lua"), Memory::Adds),
-    ("tick", include_str!("tick.lua"), Memory::Neutral),
-    // The same pass registered again for the calls that drain far windows (see the module
-    // docs).
-    ("tick_drain", include_str!("tick.lua"), Memory::Adds),
-    ("list_lex", include_str!("list_lex.lua"), Memory::Reads),
-    (
-        "list_delayed",
-        include_str!("list_delayed.lua"),
-        Memory::Reads,
-    ),
-    (
-        "list_reserved",
-        include_str!("list_reserved.lua"),
-        Memory::Reads,
-    ),
-    ("due_range", include_str!("due_range.lua"), Memory::Reads),
-];
+/// One function of the library: its name, its body (`<name>.lua` beside this file) and what
+/// it does to memory. Each is a `static` in the module that calls it, listed in that module's
+/// `FUNCTIONS`; [`all`] gathers those lists into the library. A `.lua` file no module lists
+/// fails this file's tests.
+pub(super) struct Function {
+    name: &'static str,
+    body: &'static str,
+    memory: Memory,
+    /// `<library>_<name>`, what FCALL takes: made once, at the first call.
+    registered: OnceLock<String>,
+}
+
+impl Function {
+    pub(super) const fn new(name: &'static str, body: &'static str, memory: Memory) -> Function {
+        Function {
+            name,
+            body,
+            memory,
+            registered: OnceLock::new(),
+        }
+    }
+
+    /// The name this build registers the function under (`delayq_<hash>_<name>`).
+    pub(super) fn registered(&self) -> &str {
+        self.registered
+            .get_or_init(|| format!("{}_{}", LIBRARY.name, self.name))
+    }
+}
+
+/// Every function, from the modules that call them.
+fn all() -> impl Iterator<Item = &'static Function> {
+    [
+        &push::FUNCTIONS[..],
+        &reserve::FUNCTIONS[..],
+        &remove::FUNCTIONS[..],
+        &by_id::FUNCTIONS[..],
+        &kick_topic::FUNCTIONS[..],
+        &tick::FUNCTIONS[..],
+        &list::FUNCTIONS[..],
+    ]
+    .into_iter()
+    .flatten()
+    .copied()
+}
 
 /// The library's Lua after its `#!lua` header line: lib, then one `register_function` per
-/// transition, named `<prefix>_<name>`, with its flags (`allow-oom` or none). Each body starts
+/// function, named `<prefix>_<name>`, with its flags (`allow-oom` or none). Each body starts
 /// with `begin`, which binds the call's keys and arguments to the names lib and the bodies use
 /// (`KEYS`, `ARGV`, `JOBS`, `NOW`...).
 fn functions(prefix: &str) -> String {
     let mut out = String::with_capacity(LIB.len() + 16_384);
     out.push_str(LIB);
-    for (name, body, memory) in SOURCES {
-        let flags = match memory {
+    for f in all() {
+        let flags = match f.memory {
             Memory::Neutral => "{'allow-oom'}",
             Memory::Adds => "{}",
             Memory::Reads => "{'no-writes'}",
         };
         out.push_str(&format!(
-            "\nredis.register_function{{function_name = '{prefix}_{name}', flags = {flags}, \
-             callback = function(keys, args)\nbegin(keys, args)\n{body}\nend}}\n"
+            "\nredis.register_function{{function_name = '{prefix}_{}', flags = {flags}, \
+             callback = function(keys, args)\nbegin(keys, args)\n{}\nend}}\n",
+            f.name, f.body
         ));
     }
     out
@@ -120,22 +136,6 @@ pub struct Library {
     pub name: String,
     /// `#!lua name=delayq_<hash>` and the code: what `FUNCTION LOAD` takes.
     pub text: String,
-    /// Each transition's function name, by transition.
-    pub push: String,
-    pub reserve: String,
-    pub remove: String,
-    pub release: String,
-    pub touch: String,
-    pub bury: String,
-    pub kick: String,
-    pub kick_topic: String,
-    pub reschedule: String,
-    pub tick: String,
-    pub tick_drain: String,
-    pub list_lex: String,
-    pub list_delayed: String,
-    pub list_reserved: String,
-    pub due_range: String,
 }
 
 impl Library {
@@ -145,25 +145,9 @@ impl Library {
             .digest()
             .to_string();
         let prefix = format!("{LIBRARY_PREFIX}{}", &hash[..16]);
-        let name = |t: &str| format!("{prefix}_{t}");
         Library {
-            name: prefix.clone(),
             text: format!("#!lua name={prefix}\n{}", functions(&prefix)),
-            push: name("push"),
-            reserve: name("reserve"),
-            remove: name("remove"),
-            release: name("release"),
-            touch: name("touch"),
-            bury: name("bury"),
-            kick: name("kick"),
-            kick_topic: name("kick_topic"),
-            reschedule: name("reschedule"),
-            tick: name("tick"),
-            tick_drain: name("tick_drain"),
-            list_lex: name("list_lex"),
-            list_delayed: name("list_delayed"),
-            list_reserved: name("list_reserved"),
-            due_range: name("due_range"),
+            name: prefix,
         }
     }
 }
@@ -201,20 +185,13 @@ mod tests {
             .unwrap();
         assert_eq!(prefix, lib.name);
         assert!(is_delayq_library(&lib.name), "{}", lib.name);
-        for (name, _, _) in SOURCES {
-            let registered = format!("function_name = '{prefix}_{name}',");
-            assert_eq!(lib.text.matches(&registered).count(), 1, "{name}");
-        }
-        for f in [
-            &lib.push,
-            &lib.reserve,
-            &lib.remove,
-            &lib.tick,
-            &lib.kick_topic,
-        ] {
+        for f in all() {
+            let registered = format!("function_name = '{prefix}_{}',", f.name);
+            assert_eq!(lib.text.matches(&registered).count(), 1, "{}", f.name);
+            let called = f.registered();
             assert!(
-                f.starts_with(prefix) && lib.text.contains(&format!("'{f}'")),
-                "{f}"
+                called.starts_with(prefix) && lib.text.contains(&format!("'{called}'")),
+                "{called}"
             );
         }
     }
@@ -228,21 +205,44 @@ mod tests {
             .digest()
             .to_string();
         assert_ne!(a, b);
-        assert!(LIBRARY.push.contains(&a[..16]));
+        assert!(LIBRARY.name.contains(&a[..16]));
     }
 
     #[test]
     fn every_transition_that_changes_jobs_writes_its_counts_and_events() {
-        for (name, text, _) in SOURCES {
+        for f in all() {
             if ["put(", "unindex(", "add_index("]
                 .iter()
-                .any(|f| text.contains(f))
+                .any(|call| f.body.contains(call))
             {
                 assert!(
-                    text.contains("flush_events()"),
-                    "{name} never writes its counts"
+                    f.body.contains("flush_events()"),
+                    "{} never writes its counts",
+                    f.name
                 );
             }
         }
+    }
+
+    /// A function's module lists it in its `FUNCTIONS`; one it forgot would be missing from
+    /// the library, and its calls would fail.
+    #[test]
+    fn every_lua_file_beside_this_one_is_in_the_library() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/redis");
+        let mut files = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap().to_string();
+            if !name.ends_with(".lua") || name == "lib.lua" {
+                continue;
+            }
+            files += 1;
+            let body = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                all().any(|f| f.body == body && name == format!("{}.lua", f.name)),
+                "{name} is in no module's FUNCTIONS"
+            );
+        }
+        assert!(files > 0, "no .lua file in {dir}");
     }
 }

@@ -7,14 +7,23 @@
 
 mod plan;
 
-use super::RedisStore;
 use super::conn::Call;
 use super::record::{array, int, score_ms, string, unexpected};
-use super::scripts::LIBRARY;
+use super::scripts::{Function, Memory};
+use super::{Calls, RedisStore};
 use crate::job::{Topic, UnixMillis};
 use crate::store::{StoreError, StoreEvent, StoreResult, TickOutcome};
 use plan::{Look, Pass, Window};
 use std::sync::atomic::Ordering;
+
+/// The timer's pass (`tick.lua`), registered twice (scripts.rs): as `tick`, which promotes and
+/// expires (moves jobs) and so runs when Redis is full, and as `tick_drain`, for the passes
+/// that also drain far windows, which add memory.
+static TICK: Function = Function::new("tick", include_str!("tick.lua"), Memory::Neutral);
+static TICK_DRAIN: Function = Function::new("tick_drain", include_str!("tick.lua"), Memory::Adds);
+
+/// The functions this file calls, for the library (`scripts.rs`).
+pub(super) static FUNCTIONS: [&Function; 2] = [&TICK, &TICK_DRAIN];
 
 /// Most far windows per shard one tick looks at (and drains, if due); more due windows just
 /// make the tick report `next_due = now` and the timer go again.
@@ -25,78 +34,80 @@ const WINDOW_CHECK_MS: u64 = 1000;
 /// promoting and expiring, before they try to drain again.
 const DRAIN_RETRY_MS: u64 = 1000;
 
-/// `limit` bounds the whole pass, across shards (promotions and expiries; and separately the
-/// ids drained from far window lists). Two round trips when work is due: a pipelined look at
-/// every shard's due count, timeline head and first far windows, then the tick functions of
-/// the shards the plan calls, in one pipeline. An idle pass is one round trip. Ready events
-/// are published by the functions themselves.
-///
-/// On one shard the look is made at most every [`WINDOW_CHECK_MS`] (and at once when a pass
-/// reports due work it did not do); the passes in between are the function alone, one round
-/// trip.
-///
-/// `next_due` is the earliest timeline deadline or window drain time (a window's score minus
-/// `WINDOW_MS`): the timer wakes a window ahead of a far job, drains it into the timeline,
-/// then wakes at its exact run_at.
-pub(super) async fn tick(
-    store: &RedisStore,
-    now: UnixMillis,
-    mut limit: usize,
-) -> StoreResult<TickOutcome> {
-    let inner = &store.inner;
-    let mut done = TickOutcome::default();
-    let check_at = inner.window_check_at.load(Ordering::Relaxed);
-    if plan::skips_look(inner.shards.len(), now, check_at) {
-        let call = tick_call(store, &plan::direct(limit), now, store.stamp(now, 1));
-        done = run_ticks(store, &[call], done).await?;
-        match plan::left_after_direct(&done, now, limit) {
-            None => return Ok(done),
-            Some(left) => {
-                limit = left;
-                done.next_due = None;
+impl Calls {
+    /// `limit` bounds the whole pass, across shards (promotions and expiries; and separately the
+    /// ids drained from far window lists). Two round trips when work is due: a pipelined look at
+    /// every shard's due count, timeline head and first far windows, then the tick functions of
+    /// the shards the plan calls, in one pipeline. An idle pass is one round trip. Ready events
+    /// are published by the functions themselves.
+    ///
+    /// On one shard the look is made at most every [`WINDOW_CHECK_MS`] (and at once when a pass
+    /// reports due work it did not do); the passes in between are the function alone, one round
+    /// trip.
+    ///
+    /// `next_due` is the earliest timeline deadline or window drain time (a window's score minus
+    /// `WINDOW_MS`): the timer wakes a window ahead of a far job, drains it into the timeline,
+    /// then wakes at its exact run_at.
+    pub(in crate::store) async fn tick(
+        store: &RedisStore,
+        now: UnixMillis,
+        mut limit: usize,
+    ) -> StoreResult<TickOutcome> {
+        let inner = &store.inner;
+        let mut done = TickOutcome::default();
+        let check_at = inner.window_check_at.load(Ordering::Relaxed);
+        if plan::skips_look(inner.shards.len(), now, check_at) {
+            let call = tick_call(store, &plan::direct(limit), now, store.stamp(now, 1));
+            done = run_ticks(store, &[call], done).await?;
+            match plan::left_after_direct(&done, now, limit) {
+                None => return Ok(done),
+                Some(left) => {
+                    limit = left;
+                    done.next_due = None;
+                }
             }
         }
+        let looks = look(store, now).await?;
+        let refused_until = inner.drains_refused_until.load(Ordering::Relaxed);
+        let start = inner.tick_rotation.fetch_add(1, Ordering::Relaxed);
+        let planned = plan::plan(&looks, now, limit, refused_until, start)?;
+        let mut out = done;
+        if let Some(t) = planned.next_due {
+            out.next_due = Some(out.next_due.map_or(t, |d| d.min(t)));
+        }
+        inner
+            .window_check_at
+            .store(now.saturating_add(WINDOW_CHECK_MS), Ordering::Relaxed);
+        if planned.passes.is_empty() {
+            return Ok(out);
+        }
+        let seq = store.stamp(now, 1);
+        let calls: Vec<Call> = planned
+            .passes
+            .iter()
+            .map(|p| tick_call(store, p, now, seq))
+            .collect();
+        let (out, failed) = run_ticks_each(store, &calls, out).await?;
+        let Some((again, refused)) = plan::after_refusal(&planned.passes, failed)? else {
+            return Ok(out);
+        };
+        let retry_at = now.saturating_add(DRAIN_RETRY_MS);
+        inner
+            .drains_refused_until
+            .store(retry_at, Ordering::Relaxed);
+        tracing::warn!(
+            error = %refused,
+            retry_in_ms = DRAIN_RETRY_MS,
+            "far-future jobs cannot be moved to the timeline now; due jobs are still promoted"
+        );
+        let calls: Vec<Call> = again
+            .iter()
+            .map(|p| tick_call(store, p, now, seq))
+            .collect();
+        let mut out = run_ticks(store, &calls, out).await?;
+        out.next_due = Some(out.next_due.map_or(retry_at, |d| d.min(retry_at)));
+        Ok(out)
     }
-    let looks = look(store, now).await?;
-    let refused_until = inner.drains_refused_until.load(Ordering::Relaxed);
-    let start = inner.tick_rotation.fetch_add(1, Ordering::Relaxed);
-    let planned = plan::plan(&looks, now, limit, refused_until, start)?;
-    let mut out = done;
-    if let Some(t) = planned.next_due {
-        out.next_due = Some(out.next_due.map_or(t, |d| d.min(t)));
-    }
-    inner
-        .window_check_at
-        .store(now.saturating_add(WINDOW_CHECK_MS), Ordering::Relaxed);
-    if planned.passes.is_empty() {
-        return Ok(out);
-    }
-    let seq = store.stamp(now, 1);
-    let calls: Vec<Call> = planned
-        .passes
-        .iter()
-        .map(|p| tick_call(store, p, now, seq))
-        .collect();
-    let (out, failed) = run_ticks_each(store, &calls, out).await?;
-    let Some((again, refused)) = plan::after_refusal(&planned.passes, failed)? else {
-        return Ok(out);
-    };
-    let retry_at = now.saturating_add(DRAIN_RETRY_MS);
-    inner
-        .drains_refused_until
-        .store(retry_at, Ordering::Relaxed);
-    tracing::warn!(
-        error = %refused,
-        retry_in_ms = DRAIN_RETRY_MS,
-        "far-future jobs cannot be moved to the timeline now; due jobs are still promoted"
-    );
-    let calls: Vec<Call> = again
-        .iter()
-        .map(|p| tick_call(store, p, now, seq))
-        .collect();
-    let mut out = run_ticks(store, &calls, out).await?;
-    out.next_due = Some(out.next_due.map_or(retry_at, |d| d.min(retry_at)));
-    Ok(out)
 }
 
 /// One pipeline: every shard's count of due timeline entries, timeline head and first
@@ -152,9 +163,9 @@ fn tick_call(store: &RedisStore, pass: &Pass, now: UnixMillis, seq: u64) -> Call
     // A pass that drains windows may add memory; one that does not is run even when Redis is
     // full (scripts.rs).
     let function = if pass.drains.is_empty() {
-        &LIBRARY.tick
+        &TICK
     } else {
-        &LIBRARY.tick_drain
+        &TICK_DRAIN
     };
     let mut call = store
         .shard_fcall_windows(function, &inner.shards[pass.shard], &pass.drains, now)
