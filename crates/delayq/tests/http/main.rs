@@ -1,7 +1,8 @@
 //! The HTTP tests, one binary: the /v1 API, the compat API, generated bad requests,
 //! timeouts, bearer tokens and `/metrics` (in-process or on a loopback socket, per backend
 //! where it matters), and the Rust client and CLI verbs against a real server. Run one file's
-//! tests with `cargo test -p delayq --test http http_v1::`.
+//! tests with `cargo test -p delayq --test http http_v1::push::`. The route table the route-wide
+//! tests share is `routes.rs`, derived from the OpenAPI document and the router.
 
 #[macro_use]
 #[path = "../support/mod.rs"]
@@ -15,3 +16,4 @@ mod http_fuzz;
 mod http_limits;
 mod http_metrics;
 mod http_v1;
+mod routes;
