@@ -151,7 +151,7 @@ async fn pushed_records_are_what_the_scripts_would_write() {
     // script's, so the record is taken before it.
     let repack = format!(
         "local record = ARGV[1]\n{}\nreturn encode(decode(cmsgpack.unpack(record)))",
-        include_str!("../../src/store/redis/lib.lua")
+        include_str!("../../../src/store/redis/lib.lua")
     );
     let mut specs = Vec::new();
     for (n, len) in [0usize, 31, 32, 255, 256, 65_535, 65_536]
