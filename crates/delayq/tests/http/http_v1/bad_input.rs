@@ -222,9 +222,8 @@ static ROUTES: std::sync::LazyLock<Vec<crate::routes::Route>> =
 fn fuzz_paths() -> Vec<(String, String)> {
     ROUTES
         .iter()
-        .cloned()
         .filter(|r| !r.body.is_empty())
-        .map(|r| (r.path("t", "t"), r.body))
+        .map(|r| (r.path("t", "t"), r.body.clone()))
         .collect()
 }
 
