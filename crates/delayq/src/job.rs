@@ -4,7 +4,7 @@
 //!
 //! This module does no I/O and knows nothing of HTTP or storage. The stores *perform* the
 //! transitions decided here: the embedded store calls these functions through `store::engine::Engine`, the Redis store's
-//! Lua scripts implement the same rules, and the conformance suite (tests/store/conformance.rs) checks
+//! Lua scripts implement the same rules, and the conformance suite (tests/store/conformance/) checks
 //! that both agree with this file.
 
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@
 //! It is a description, not a source of truth: docs/api.md is the contract, v1.rs implements it,
 //! and this file follows both. It is not generated from the handlers (that would pull in a
 //! schema-derive dependency and still miss the hand-written validation); instead
-//! tests/http_v1.rs checks that every route of the router appears here, and `.ci/schemathesis`
+//! tests/http/http_v1/openapi.rs checks that every route of the router appears here, and `.ci/schemathesis`
 //! sends the server requests generated from this document and fails on any request the
 //! document allows and the server refuses, or the reverse. So every limit the handlers enforce
 //! is written here: lengths and character sets (`pattern`), ranges, the limits taken from the

@@ -16,7 +16,7 @@
 //! on one Redis, with a real HTTP receiver.
 //!
 //! Not here: the embedded store's crash test (embedded_crash.rs), several instances on one
-//! Redis (multi_instance.rs), the store-level outage test (redis_store.rs).
+//! Redis (multi_instance.rs), the store-level outage test (redis_store/outages.rs).
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -21,54 +21,19 @@ use tower::ServiceExt;
 const TOKEN: &str = "s3cret-token-0123456789";
 const OTHER_TOKEN: &str = "another-token-abcdefgh";
 
-/// Every endpoint but `/healthz`: method, path, a body it accepts.
-const ENDPOINTS: &[(&str, &str, &str)] = &[
-    ("POST", "/v1/jobs", r#"{"topic":"t","id":"j1"}"#),
-    ("POST", "/v1/jobs/batch", r#"{"jobs":[{"topic":"t"}]}"#),
-    ("GET", "/v1/jobs/j1", ""),
-    ("DELETE", "/v1/jobs/j1", ""),
-    ("POST", "/v1/jobs/j1/finish", ""),
-    ("POST", "/v1/jobs/j1/release", ""),
-    ("POST", "/v1/jobs/j1/touch", ""),
-    ("POST", "/v1/jobs/j1/bury", ""),
-    ("POST", "/v1/jobs/j1/kick", ""),
-    ("POST", "/v1/jobs/j1/reschedule", r#"{"delay_ms":1000}"#),
-    ("POST", "/v1/reserve", r#"{"topics":["t"]}"#),
-    ("POST", "/v1/finish", r#"{"ids":["j1"]}"#),
-    ("POST", "/v1/topics/t/kick", r#"{"max":1}"#),
-    ("GET", "/v1/stats", ""),
-    ("GET", "/v1/topics", ""),
-    ("GET", "/v1/topics/t/jobs?state=ready", ""),
-    (
-        "GET",
-        "/v1/topics/t/schedule?from=0&to=3600000&step=60000",
-        "",
-    ),
-    ("GET", "/v1/schedule?from=0&to=3600000&step=60000", ""),
-    ("GET", "/v1/openapi.json", ""),
-    ("GET", "/readyz", ""),
-    ("GET", "/metrics", ""),
-    (
-        "POST",
-        "/push",
-        r#"{"topic":"t","id":"s1","delay":0,"ttr":10,"body":"b"}"#,
-    ),
-    ("POST", "/pop", r#"{"topic":"t","timeout":0}"#),
-    ("POST", "/finish", r#"{"id":"s1"}"#),
-    ("POST", "/delete", r#"{"id":"s1"}"#),
-    ("POST", "/get", r#"{"id":"s1"}"#),
-    ("POST", "/v1/restore", r#"{"overdue":"fire"}"#),
-    ("GET", "/v1/jobs/s1/history", ""),
-    ("GET", "/reStore?expire=true", ""),
-    ("GET", "/reStore/s1", ""),
+/// Every endpoint but `/healthz`: method, path, a body it accepts (tests/http/routes.rs: each
+/// documented operation and each compat route), and a path that is no route at all.
+async fn endpoints() -> Vec<(String, String, String)> {
+    let mut endpoints = crate::routes::authenticated().await;
     // No such route: still a 401 first, so an unauthenticated client learns nothing.
-    ("GET", "/no/such/route", ""),
-];
+    endpoints.push(("GET".into(), "/no/such/route".into(), String::new()));
+    endpoints
+}
 
 fn is_compat_path(path: &str) -> bool {
-    let path = path.split('?').next().unwrap_or(path);
-    ["/push", "/pop", "/finish", "/delete", "/get", "/reStore"].contains(&path)
-        || path.starts_with("/reStore/")
+    crate::routes::UNDOCUMENTED
+        .iter()
+        .any(|u| u.compat && u.path == path)
 }
 
 fn with_tokens(tokens: &[&str]) -> Config {
@@ -133,7 +98,7 @@ fn assert_unauthorized(
 async fn every_endpoint_refuses_a_missing_token() {
     let b = Backend::memory().await;
     let app = TestApp::with_config(&b, with_tokens(&[TOKEN]));
-    for (method, path, body) in ENDPOINTS {
+    for (method, path, body) in &endpoints().await {
         let what = format!("{method} {path}");
         assert_unauthorized(&call(&app, method, path, body, None).await, &what);
     }
@@ -149,7 +114,7 @@ async fn every_endpoint_refuses_a_wrong_token() {
         format!("Bearer {}", &TOKEN[..TOKEN.len() - 1]),
         "Bearer ".to_string(),
     ];
-    for (method, path, body) in ENDPOINTS {
+    for (method, path, body) in &endpoints().await {
         for auth in &wrong {
             let what = format!("{method} {path} with {auth:?}");
             assert_unauthorized(&call(&app, method, path, body, Some(auth)).await, &what);
@@ -166,7 +131,7 @@ async fn every_endpoint_refuses_the_right_token_under_another_scheme() {
         format!("Token {TOKEN}"),
         TOKEN.to_string(),
     ];
-    for (method, path, body) in ENDPOINTS {
+    for (method, path, body) in &endpoints().await {
         for auth in &wrong_scheme {
             let what = format!("{method} {path} with {auth:?}");
             assert_unauthorized(&call(&app, method, path, body, Some(auth)).await, &what);
@@ -179,7 +144,7 @@ async fn every_endpoint_serves_a_right_token() {
     let b = Backend::memory().await;
     let app = TestApp::with_config(&b, with_tokens(&[OTHER_TOKEN, TOKEN]));
     for auth in [format!("Bearer {TOKEN}"), format!("bearer {OTHER_TOKEN}")] {
-        for (method, path, body) in ENDPOINTS {
+        for (method, path, body) in &endpoints().await {
             let (status, _, json) = call(&app, method, path, body, Some(&auth)).await;
             let what = format!("{method} {path}");
             assert_ne!(status, StatusCode::UNAUTHORIZED, "{what}: {json}");
@@ -207,7 +172,7 @@ async fn healthz_needs_no_token() {
 }
 
 /// The dashboard's static assets hold no data: served without a token (GET and HEAD only), with
-/// their content type and ETag; the data the page shows needs the token (`ENDPOINTS`).
+/// their content type and ETag; the data the page shows needs the token (`endpoints`).
 #[tokio::test]
 async fn dashboard_assets_need_no_token() {
     let b = Backend::memory().await;
@@ -238,7 +203,7 @@ async fn dashboard_assets_need_no_token() {
 async fn without_tokens_nothing_needs_a_token() {
     let b = Backend::memory().await;
     let app = TestApp::new(&b);
-    for (method, path, body) in ENDPOINTS {
+    for (method, path, body) in &endpoints().await {
         let (status, headers, json) = call(&app, method, path, body, None).await;
         let what = format!("{method} {path}");
         assert_ne!(status, StatusCode::UNAUTHORIZED, "{what}: {json}");

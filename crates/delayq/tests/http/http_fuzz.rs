@@ -41,20 +41,34 @@ const FIELDS: &[&str] = &[
     "unknown",
 ];
 
-const COMPAT_PATHS: &[&str] = &["/push", "/pop", "/finish", "/delete", "/get"];
-const V1_POSTS: &[&str] = &[
-    "/v1/jobs",
-    "/v1/jobs/batch",
-    "/v1/reserve",
-    "/v1/finish",
-    "/v1/jobs/fz/release",
-    "/v1/jobs/fz/touch",
-    "/v1/jobs/fz/bury",
-    "/v1/jobs/fz/kick",
-    "/v1/jobs/fz/reschedule",
-    "/v1/jobs/fz/finish",
-    "/v1/topics/fz/kick",
-];
+/// The compat API's routes that take a JSON body (tests/http/routes.rs).
+fn compat_paths() -> Vec<&'static str> {
+    crate::routes::UNDOCUMENTED
+        .iter()
+        .filter(|u| u.compat && !u.body.is_empty())
+        .map(|u| u.path)
+        .collect()
+}
+
+/// Every documented `POST` (tests/http/routes.rs), on the job and topic `fz`.
+async fn v1_posts() -> Vec<String> {
+    crate::routes::v1()
+        .await
+        .into_iter()
+        .filter(|r| r.method == Method::POST)
+        .map(|r| r.path("fz", "fz"))
+        .collect()
+}
+
+/// What follows `/v1/jobs/{id}` in the documented operations on one job (`""`, `/finish`, ...).
+async fn job_suffixes() -> Vec<String> {
+    let suffixes: std::collections::BTreeSet<String> = crate::routes::v1()
+        .await
+        .iter()
+        .filter_map(|r| r.job_suffix().map(str::to_string))
+        .collect();
+    suffixes.into_iter().collect()
+}
 
 fn scalar() -> impl Strategy<Value = Value> {
     prop_oneof![
@@ -149,7 +163,7 @@ fn run<S: Strategy>(
 async fn compat_api_answers_code_1_never_5xx(b: &Backend) {
     let app = fuzz_app(b);
     let handle = tokio::runtime::Handle::current();
-    let strategy = (prop::sample::select(COMPAT_PATHS), raw_body());
+    let strategy = (prop::sample::select(compat_paths()), raw_body());
     let result = run(strategy, |(path, body)| {
         let reply = handle.block_on(app.send(Method::POST, path, body.clone(), None));
         let shown = String::from_utf8_lossy(&body)
@@ -181,9 +195,9 @@ async fn compat_api_answers_code_1_never_5xx(b: &Backend) {
 async fn v1_answers_4xx_naming_the_problem_never_5xx(b: &Backend) {
     let app = fuzz_app(b);
     let handle = tokio::runtime::Handle::current();
-    let strategy = (prop::sample::select(V1_POSTS), raw_body());
+    let strategy = (prop::sample::select(v1_posts().await), raw_body());
     let result = run(strategy, |(path, body)| {
-        let reply = handle.block_on(app.send(Method::POST, path, body.clone(), None));
+        let reply = handle.block_on(app.send(Method::POST, &path, body.clone(), None));
         let shown = String::from_utf8_lossy(&body)
             .chars()
             .take(200)
@@ -222,7 +236,7 @@ async fn odd_paths_never_5xx(b: &Backend) {
         "\\PC{1,10}".prop_map(|s| s.bytes().map(|b| format!("%{b:02X}")).collect()),
     ];
     let method = prop::sample::select(vec![Method::GET, Method::POST, Method::DELETE, Method::PUT]);
-    let suffix = prop::sample::select(vec!["", "/finish", "/release", "/kick", "/touch"]);
+    let suffix = prop::sample::select(job_suffixes().await);
     let result = run((method, seg, suffix), |(method, seg, suffix)| {
         let path = format!("/v1/jobs/{seg}{suffix}");
         let reply = handle.block_on(app.send(method.clone(), &path, "{}", None));

@@ -1,7 +1,9 @@
 //! The HTTP tests, one binary: the /v1 API, the compat API, generated bad requests,
 //! timeouts, silent connections, bearer tokens, the host and cross-site checks and `/metrics`
-//! (in-process or on a loopback socket, per backend where it matters), and the Rust client and CLI verbs against a real server. Run one file's
-//! tests with `cargo test -p delayq --test http http_v1::`.
+//! (in-process or on a loopback socket, per backend where it matters), and the Rust client and
+//! CLI verbs against a real server. Run one file's tests with `cargo test -p delayq --test http
+//! http_v1::push::`. The route table the route-wide tests share is `routes.rs`, derived from the
+//! OpenAPI document and the router.
 
 #[macro_use]
 #[path = "../support/mod.rs"]
@@ -21,3 +23,4 @@ mod http_metrics;
 mod http_origin;
 mod http_v1;
 mod metrics_format;
+mod routes;

@@ -2,7 +2,7 @@
 //! reopen, exclusive use of a data directory, clear errors for damaged data, the failure mode
 //! after a failed commit, and disk space that stays flat under churn.
 //!
-//! Not here: the state machine's rules (conformance.rs runs them on every backend) and crashes
+//! Not here: the state machine's rules (conformance/ runs them on every backend) and crashes
 //! of a real server (embedded_crash.rs).
 
 use delayq::job::{Job, JobId, JobSpec, JobState, Topic};

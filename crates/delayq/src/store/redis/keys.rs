@@ -25,7 +25,7 @@
 //! Memory: a pending far job costs its jobs HASH field (dict entry, its share of the bucket
 //! array, the id's sds, the packed record) plus a window list entry (the id's length + 2); a
 //! job within two windows of its time costs a timeline entry more. Deleted or rescheduled far
-//! jobs leave their id in the old list until that window is drained. `tests/store/redis_store.rs`
+//! jobs leave their id in the old list until that window is drained. `tests/store/redis_store/memory.rs`
 //! `memory_per_pending_job_is_at_most_200_bytes` holds the total to its bound. Going lower
 //! would take listpack-sized buckets for the jobs HASH (the dict entry and sds headers are
 //! most of what is left).

@@ -5,7 +5,7 @@
 //! Writers: the scripts write every record, except a new job's, which [`encode_new`] packs
 //! here so `push.lua` only stores it (packing in Lua would cost the push function a table,
 //! number parsing and the pack per job). [`encode_new`] writes byte for byte what lib.lua's
-//! `encode` writes for the same job: `tests/store/redis_store.rs`
+//! `encode` writes for the same job: `tests/store/redis_store/layout.rs`
 //! `pushed_records_are_what_the_scripts_would_write` has Redis's own `encode` re-pack
 //! records pushed this way and compares.
 

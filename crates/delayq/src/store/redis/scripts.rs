@@ -32,7 +32,7 @@
 //! push, reschedule (a job moved out of a far window gains a timeline entry) and window
 //! drains, so the far-future jobs of a window due meanwhile wait: a pass whose drain is
 //! refused is run again as `tick` and the drain retried a second later (`tick/plan.rs`
-//! `after_refusal`; `redis_store.rs`
+//! `after_refusal`; `redis_store/outages.rs`
 //! `a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds`).
 
 use super::{by_id, kick_topic, list, push, remove, reserve, tick};

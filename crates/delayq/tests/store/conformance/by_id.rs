@@ -1,0 +1,153 @@
+//! The transitions of one job by its id: `release` (now or later), `touch`, `bury` and `kick`
+//! (and `kick_topic`) through dead, and `reschedule` of a pending job.
+
+use super::*;
+
+async fn release_returns_a_reserved_job_now_or_later(b: &Backend) {
+    push(b, job("t", "j", "", T0), T0).await;
+    assert_eq!(
+        b.store.release(&id("j"), None, T0).await.unwrap_err(),
+        StoreError::WrongState(JobState::Ready)
+    );
+    reserve_ids(b, &["t"], 1, T0).await;
+    let j = b.store.release(&id("j"), None, T0 + 5).await.unwrap();
+    assert_eq!(j.state, JobState::Ready);
+    assert_eq!(j.reserved_until, None);
+    assert_eq!(reserve_ids(b, &["t"], 1, T0 + 5).await, vec!["j"]);
+
+    let j = b
+        .store
+        .release(&id("j"), Some(30 * SEC), T0 + 10)
+        .await
+        .unwrap();
+    assert_eq!(j.state, JobState::Delayed);
+    assert_eq!(j.spec.run_at, T0 + 10 + 30 * SEC);
+    assert_eq!(j.attempts, 2);
+    assert!(
+        reserve_ids(b, &["t"], 1, T0 + 10 + 30 * SEC - 1)
+            .await
+            .is_empty()
+    );
+    b.store.tick(T0 + 10 + 30 * SEC, 100).await.unwrap();
+    assert_eq!(
+        reserve_ids(b, &["t"], 1, T0 + 10 + 30 * SEC).await,
+        vec!["j"]
+    );
+}
+
+async fn touch_extends_a_reservation_by_its_ttr(b: &Backend) {
+    let mut spec = job("t", "j", "", T0);
+    spec.ttr_ms = 10 * SEC;
+    push(b, spec, T0).await;
+    reserve_ids(b, &["t"], 1, T0).await;
+    let j = b.store.touch(&id("j"), T0 + 8 * SEC).await.unwrap();
+    assert_eq!(j.reserved_until, Some(T0 + 18 * SEC));
+    // The old deadline passes without a redelivery.
+    assert_eq!(b.store.tick(T0 + 12 * SEC, 100).await.unwrap().expired, 0);
+    assert_eq!(state(b, "j").await, Ok(JobState::Reserved));
+    assert_eq!(b.store.tick(T0 + 18 * SEC, 100).await.unwrap().expired, 1);
+    assert_eq!(state(b, "j").await, Ok(JobState::Ready));
+    assert_eq!(
+        b.store.touch(&id("j"), T0).await.unwrap_err(),
+        StoreError::WrongState(JobState::Ready)
+    );
+}
+
+async fn bury_and_kick_move_jobs_through_dead(b: &Backend) {
+    push(b, job("t", "d", "", T0 + 60 * SEC), T0).await;
+    push(b, job("t", "r", "", T0), T0).await;
+    push(b, job("t", "x", "", T0), T0).await;
+    assert_eq!(reserve_ids(b, &["t"], 1, T0).await, vec!["r"]);
+    for i in ["d", "r", "x"] {
+        let j = b.store.bury(&id(i), T0).await.unwrap();
+        assert_eq!(j.state, JobState::Dead, "{i}");
+    }
+    assert_eq!(
+        b.store.bury(&id("d"), T0).await.unwrap_err(),
+        StoreError::WrongState(JobState::Dead)
+    );
+    b.store.tick(T0 + 120 * SEC, 100).await.unwrap();
+    assert!(reserve_ids(b, &["t"], 10, T0 + 120 * SEC).await.is_empty());
+
+    let j = b.store.kick(&id("r"), T0 + 1).await.unwrap();
+    assert_eq!(j.state, JobState::Ready);
+    assert_eq!(j.attempts, 0);
+    assert_eq!(
+        b.store.kick(&id("r"), T0).await.unwrap_err(),
+        StoreError::WrongState(JobState::Ready)
+    );
+    // kick_topic takes the oldest burials first: d, then x.
+    assert_eq!(b.store.kick_topic(&topic("t"), 1, T0 + 2).await, Ok(1));
+    assert_eq!(state(b, "d").await, Ok(JobState::Ready));
+    assert_eq!(state(b, "x").await, Ok(JobState::Dead));
+    assert_eq!(b.store.kick_topic(&topic("t"), 10, T0 + 3).await, Ok(1));
+    assert_eq!(b.store.kick_topic(&topic("t"), 10, T0 + 4).await, Ok(0));
+    assert_eq!(reserve_ids(b, &["t"], 10, T0 + 5).await.len(), 3);
+}
+
+async fn reschedule_changes_a_pending_job_atomically(b: &Backend) {
+    let mut spec = job("t", "j", "old", T0 + 60 * SEC);
+    spec.priority = 9;
+    push(b, spec, T0).await;
+    let (j, prev) = b
+        .store
+        .reschedule(
+            &id("j"),
+            Reschedule {
+                run_at: T0 + 10 * SEC,
+                body: Some("new".into()),
+                priority: Some(1),
+            },
+            T0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(prev, JobState::Delayed);
+    assert_eq!(j.state, JobState::Delayed);
+    assert_eq!(
+        (j.spec.run_at, j.spec.body.as_str(), j.spec.priority),
+        (T0 + 10 * SEC, "new", 1)
+    );
+    assert_eq!(b.store.stats().await.unwrap().next_due, Some(T0 + 10 * SEC));
+
+    // To a past time: ready at once. From ready back to the future: delayed again.
+    let change = |run_at| Reschedule {
+        run_at,
+        ..Reschedule::default()
+    };
+    let (j, prev) = b.store.reschedule(&id("j"), change(T0), T0).await.unwrap();
+    assert_eq!((prev, j.state), (JobState::Delayed, JobState::Ready));
+    let (j, prev) = b
+        .store
+        .reschedule(&id("j"), change(T0 + 5 * SEC), T0)
+        .await
+        .unwrap();
+    assert_eq!((prev, j.state), (JobState::Ready, JobState::Delayed));
+    assert!(reserve_ids(b, &["t"], 1, T0).await.is_empty());
+    b.store.tick(T0 + 5 * SEC, 100).await.unwrap();
+    assert_eq!(reserve_ids(b, &["t"], 1, T0 + 5 * SEC).await, vec!["j"]);
+
+    // Lost the race against delivery: refused, nothing changed.
+    let err = b
+        .store
+        .reschedule(&id("j"), change(T0 + 99 * SEC), T0 + 5 * SEC)
+        .await
+        .unwrap_err();
+    assert_eq!(err, StoreError::WrongState(JobState::Reserved));
+    let j = b.store.get(&id("j")).await.unwrap();
+    assert_eq!((j.state, j.spec.run_at), (JobState::Reserved, T0 + 5 * SEC));
+    assert_eq!(
+        b.store
+            .reschedule(&id("missing"), change(T0), T0)
+            .await
+            .unwrap_err(),
+        StoreError::NotFound
+    );
+}
+
+backend_tests!(
+    release_returns_a_reserved_job_now_or_later,
+    touch_extends_a_reservation_by_its_ttr,
+    bury_and_kick_move_jobs_through_dead,
+    reschedule_changes_a_pending_job_atomically,
+);
