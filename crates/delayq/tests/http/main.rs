@@ -14,4 +14,5 @@ mod http_compat;
 mod http_fuzz;
 mod http_limits;
 mod http_metrics;
+mod http_openapi_server;
 mod http_v1;
