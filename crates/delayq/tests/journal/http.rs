@@ -205,7 +205,8 @@ async fn without_a_journal_the_document_has_no_history_or_restore() {
     let ops = operations(&plain).await;
     assert!(ops.iter().any(|o| o == "post /v1/jobs"), "{ops:?}");
     assert!(
-        !ops.iter().any(|o| o.contains("history") || o.contains("restore")),
+        !ops.iter()
+            .any(|o| o.contains("history") || o.contains("restore")),
         "{ops:?}"
     );
 }
