@@ -469,7 +469,7 @@ fn journal_schemas() -> serde_json::Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{self, JobId, Topic};
+    use crate::job::{JobId, Topic};
 
     fn excluded(ranges: &[(char, char)], c: char) -> bool {
         ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
