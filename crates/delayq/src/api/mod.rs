@@ -1,5 +1,5 @@
 //! The HTTP layer: the compat API (`compat.rs`), the /v1 API (`v1.rs`, described by
-//! `openapi.rs`), the web dashboard's assets (`ui.rs`), health checks and Prometheus metrics
+//! `openapi/`), the web dashboard's assets (`ui.rs`), health checks and Prometheus metrics
 //! (here). Only this module knows HTTP; it
 //! validates input, calls the store or the dispatcher, and maps results to responses.
 //!

@@ -5,9 +5,11 @@
 //! server's store, behind the same authentication as every route.
 //!
 //! Answers: the counts (`restored`, `already_present`, `skipped_overdue`,
-//! `skipped_finished`); 409 `restore_running` while another restore runs, 409 `no_journal`
-//! when the server runs without `--journal`, 404 when `id` is not in the journal, 503 when
-//! the journal or the store cannot be read or written (`store_unavailable`).
+//! `skipped_finished`); 409 `restore_running` while another restore runs, 404 when `id` is not
+//! in the journal, 503 when the journal or the store cannot be read or written
+//! (`store_unavailable`). On a server without `--journal` every route here answers 404
+//! `journal_disabled` (the compat routes: code 1 with the same message). Refusals are
+//! [`ApiError`]s; the compat routes put their message in the envelope.
 
 use super::AppState;
 use super::v1::ApiError;
@@ -41,46 +43,37 @@ struct HistoryEntry {
     instance: String,
 }
 
-/// `GET /v1/jobs/{id}/history`: 200 with the job's journaled state changes, oldest first; 404
-/// `journal_disabled` without a journal, 404 `not_found` when the journal has none for it.
-async fn history(State(state): State<AppState>, Path(id): Path<String>) -> Response {
-    let path = "/v1/jobs/{id}/history";
-    let id = match JobId::parse(id) {
-        Ok(id) => id,
-        Err(e) => return ApiError::from_invalid("id", e).into_response(),
-    };
-    let Some(journal) = &state.journal else {
-        return super::refusal(
-            path,
-            StatusCode::NOT_FOUND,
-            "journal_disabled",
-            "this server runs without a journal (--journal): jobs have no recorded history",
-        );
-    };
-    match journal.history(&id).await {
-        Ok(events) if events.is_empty() => ApiError::NotFound.into_response(),
-        Ok(events) => {
-            let history: Vec<HistoryEntry> = events
-                .into_iter()
-                .map(|e| HistoryEntry {
-                    from: e.from.map(|s| s.as_str()),
-                    to: e.to.as_str(),
-                    at_ms: e.at,
-                    instance: e.instance,
-                })
-                .collect();
-            Json(serde_json::json!({ "history": history })).into_response()
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "journal: cannot read a job's history");
-            ApiError::StoreUnavailable(e.to_string()).into_response()
-        }
-    }
+/// `GET /v1/jobs/{id}/history`.
+#[derive(serde::Serialize)]
+struct History {
+    history: Vec<HistoryEntry>,
 }
 
-/// A refusal of the restore itself, in the /v1 error shape.
-fn refused(status: StatusCode, code: &str, message: &str) -> Response {
-    super::refusal("/v1/restore", status, code, message)
+/// `GET /v1/jobs/{id}/history`: 200 with the job's journaled state changes, oldest first; 404
+/// `journal_disabled` without a journal, 404 `not_found` when the journal has none for it.
+async fn history(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<History>, ApiError> {
+    let id = JobId::parse(id).map_err(|e| ApiError::from_invalid("id", e))?;
+    let journal = state.journal.as_ref().ok_or(ApiError::JournalDisabled)?;
+    let events = journal
+        .history(&id)
+        .await
+        .map_err(|e| ApiError::JournalUnavailable(format!("a job's history: {e}")))?;
+    if events.is_empty() {
+        return Err(ApiError::NotFound);
+    }
+    let history = events
+        .into_iter()
+        .map(|e| HistoryEntry {
+            from: e.from.map(|s| s.as_str()),
+            to: e.to.as_str(),
+            at_ms: e.at,
+            instance: e.instance,
+        })
+        .collect();
+    Ok(Json(History { history }))
 }
 
 /// The options of `POST /v1/restore`'s body: `overdue` (`fire`, the default, or `skip`) and
@@ -114,19 +107,9 @@ fn options_v1(body: &[u8]) -> Result<RestoreOptions, ApiError> {
     Ok(options)
 }
 
-/// Runs a restore; `Err` is the refusal as an error code, status and message.
-async fn run(
-    state: &AppState,
-    options: RestoreOptions,
-) -> Result<RestoreCounts, (StatusCode, &'static str, String)> {
-    let Some(journal) = &state.journal else {
-        return Err((
-            StatusCode::CONFLICT,
-            "no_journal",
-            "this server runs without a journal (--journal): there is nothing to restore from"
-                .into(),
-        ));
-    };
+/// Runs a restore.
+async fn run(state: &AppState, options: RestoreOptions) -> Result<RestoreCounts, ApiError> {
+    let journal = state.journal.as_ref().ok_or(ApiError::JournalDisabled)?;
     let now = state.clock.now();
     // Its own task: a restore that outlasts the request's deadline still runs to its end
     // (and holds off other restores until then).
@@ -136,24 +119,10 @@ async fn run(
         .await
         .unwrap_or_else(|e| Err(RestoreError::Stopped(e.to_string())));
     result.map_err(|e| match e {
-        RestoreError::Running => (
-            StatusCode::CONFLICT,
-            "restore_running",
-            "a restore is already running; try again when it has finished".into(),
-        ),
-        RestoreError::NotFound => (
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "the journal has no job with that id".into(),
-        ),
-        e => {
-            tracing::warn!(error = %e, "restore failed");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
-                e.to_string(),
-            )
-        }
+        RestoreError::Running => ApiError::RestoreRunning,
+        RestoreError::NotFound => ApiError::NotFound,
+        RestoreError::Store(e) => ApiError::from(e),
+        e => ApiError::JournalUnavailable(format!("restore: {e}")),
     })
 }
 
@@ -161,15 +130,9 @@ async fn run(
 async fn restore_v1(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let options = match body.map_err(ApiError::from).and_then(|b| options_v1(&b)) {
-        Ok(o) => o,
-        Err(e) => return e.into_response(),
-    };
-    match run(&state, options).await {
-        Ok(counts) => Json(counts).into_response(),
-        Err((status, code, message)) => refused(status, code, &message),
-    }
+) -> Result<Json<RestoreCounts>, ApiError> {
+    let options = options_v1(&body?)?;
+    Ok(Json(run(&state, options).await?))
 }
 
 /// The compat envelope, HTTP 200: code 0 and the counts, or code 1 and why not.
@@ -209,7 +172,10 @@ async fn restore_compat(
         Err(e) => return envelope(Err(e.to_string())),
     };
     let result = run(&state, RestoreOptions { overdue, id }).await;
-    envelope(result.map_err(|(_, _, message)| message))
+    envelope(result.map_err(|e| {
+        e.log();
+        e.message()
+    }))
 }
 
 /// `GET /reStore?expire=true|false`: every job.

@@ -1,25 +1,29 @@
-//! The /v1 API: JSON in, JSON out, as specified by docs/api.md (and described for machines by
-//! `openapi.rs`, served at `/v1/openapi.json`).
+//! The /v1 API's routes and handlers: JSON in, JSON out, as specified by docs/api.md (and
+//! described for machines by `openapi/`, served at `/v1/openapi.json`). The journal's /v1 routes
+//! are in `restore.rs`.
 //!
-//! Each handler reads its input by hand (input.rs), validates it completely before touching the
-//! store, calls the store (or the dispatcher, for the long-poll of `reserve`), and renders the
-//! result (model.rs) or an [`ApiError`]. Handlers never wait themselves, never read the clock
+//! Each handler reads its input by hand (input.rs; a pushed job: new_job.rs, due times: due.rs,
+//! listing cursors: cursor.rs), validates it completely before touching the store, calls the
+//! store (or the dispatcher, for the long-poll of `reserve`), and renders the result (model.rs)
+//! or an [`ApiError`] (error.rs). Handlers never wait themselves, never read the clock
 //! other than through `AppState::clock`, and never log job bodies. Health checks are not here.
 //!
 //! Ids travel in paths percent-encoded: axum decodes path parameters, so an id with a space is
 //! `/v1/jobs/a%20b` and one with a slash is `/v1/jobs/a%2Fb` (a raw `/` would end the segment).
 
+mod cursor;
+mod due;
 mod error;
 pub(super) mod input;
 mod model;
+mod new_job;
 
+pub use due::MAX_DELAY_MS;
 pub use error::ApiError;
 
 use super::AppState;
-use crate::callback::allow::AllowList;
-use crate::clock::Reading;
-use crate::job::{self, Callback, JobId, JobSpec, JobState, Publish, Topic, UnixMillis};
-use crate::store::{ListKey, PushMode, Reschedule, StoreError, schedule_steps};
+use crate::job::{self, JobId, JobState, Topic, UnixMillis};
+use crate::store::{PushMode, Reschedule, StoreError, schedule_steps};
 use axum::Json;
 use axum::Router;
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -27,13 +31,15 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use base64::Engine as _;
 use bytes::Bytes;
+use cursor::{decode_cursor, encode_cursor};
+use due::{after_delay, due_time};
 use input::{Fields, Query};
 use model::{
     BatchPushReply, FinishBatchReply, JobView, JobsPage, KickTopicReply, PushResult,
     RescheduleReply, ReserveReply, ScheduleView, StatsView, TopicsView,
 };
+use new_job::{NEW_JOB_FIELDS, NewJob, new_job};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -70,28 +76,6 @@ type ApiResult<T> = Result<T, ApiError>;
 type Body = Result<Bytes, BytesRejection>;
 /// A path parameter (`{id}` or `{topic}`), percent-decoded.
 type IdPath = Result<Path<String>, PathRejection>;
-
-/// The longest `delay_ms` /v1 accepts: 1000 years of 365 days. A fixed bound, so that the
-/// OpenAPI document can state it: the bound that "not after the year 9999"
-/// ([`job::MAX_RUN_AT`]) puts on a delay shrinks as the clock moves. `now + MAX_DELAY_MS` stays
-/// within `MAX_RUN_AT` until the year 8999.
-pub const MAX_DELAY_MS: u64 = 1000 * 365 * 86_400_000;
-
-/// The fields of `NewJob` (docs/api.md).
-const NEW_JOB_FIELDS: &[&str] = &[
-    "topic",
-    "id",
-    "body",
-    "delay_ms",
-    "run_at_ms",
-    "ttr_ms",
-    "priority",
-    "max_attempts",
-    "backoff_ms",
-    "callback",
-    "publish",
-    "replace",
-];
 
 /// The path of a job: `/v1/jobs/` and its id, percent-encoded.
 pub fn job_path(id: &JobId) -> String {
@@ -151,184 +135,6 @@ fn batch_max(max: u64, max_batch: usize) -> ApiResult<()> {
         ));
     }
     Ok(())
-}
-
-/// The due time `delay_ms` after the instant `now`, never before it (clock.rs
-/// `Reading::due_after`); `field` names the delay in errors.
-fn after_delay(field: String, delay_ms: u64, now: Reading) -> ApiResult<UnixMillis> {
-    if delay_ms > MAX_DELAY_MS {
-        return Err(ApiError::field(
-            field,
-            format!("must be at most {MAX_DELAY_MS} (1000 years), got {delay_ms}"),
-        ));
-    }
-    match now.due_after(delay_ms) {
-        t if t <= job::MAX_RUN_AT => Ok(t),
-        _ => Err(ApiError::field(
-            field,
-            format!("{delay_ms} ms puts the due time after the year 9999"),
-        )),
-    }
-}
-
-/// Reads `delay_ms` / `run_at_ms` (at most one of them) as an absolute due time.
-fn due_time(f: &mut Fields, now: Reading) -> ApiResult<Option<UnixMillis>> {
-    let delay = f.u64("delay_ms")?;
-    let run_at = f.u64("run_at_ms")?;
-    match (delay, run_at) {
-        (Some(_), Some(_)) => Err(ApiError::field(
-            f.name("run_at_ms"),
-            "give either delay_ms or run_at_ms, not both",
-        )),
-        (Some(d), None) => after_delay(f.name("delay_ms"), d, now).map(Some),
-        (None, Some(t)) if t > job::MAX_RUN_AT => Err(ApiError::field(
-            f.name("run_at_ms"),
-            format!(
-                "must be at most {} (the end of the year 9999)",
-                job::MAX_RUN_AT
-            ),
-        )),
-        (None, t) => Ok(t),
-    }
-}
-
-/// The `NewJob` field that sets a field of `JobSpec` (as job.rs's validation errors name it).
-fn field_of_spec(spec_field: &'static str) -> &'static str {
-    match spec_field {
-        "run_at" => "run_at_ms",
-        // `topic`, `id`, `body`, `ttr_ms`, `backoff_ms`: the same word.
-        other => other,
-    }
-}
-
-/// Reads a `NewJob`'s `callback` object: its URL checked against the allowed destinations,
-/// its timeout within limits.
-fn callback(f: &mut Fields, allow: &AllowList) -> ApiResult<Option<Callback>> {
-    let Some(value) = f.take("callback") else {
-        return Ok(None);
-    };
-    if value.is_null() {
-        return Ok(None);
-    }
-    let name = f.name("callback");
-    let mut cf = Fields::from_value(value, &name, &["url", "timeout_ms"])?;
-    let url = cf.string("url")?;
-    let url = required(&cf, "url", url)?;
-    allow
-        .check_url(&url)
-        .map_err(|e| ApiError::field(cf.name("url"), e))?;
-    let timeout_ms = cf
-        .u64("timeout_ms")?
-        .unwrap_or(job::DEFAULT_CALLBACK_TIMEOUT_MS);
-    job::validate_callback_timeout_ms(timeout_ms)
-        .map_err(|e| ApiError::from_invalid(cf.name("timeout_ms"), e))?;
-    Ok(Some(Callback { url, timeout_ms }))
-}
-
-/// Reads a `NewJob`'s `publish` object (RabbitMQ, docs/rabbitmq.md): refused on a server
-/// without `--amqp`.
-fn publish(f: &mut Fields, st: &AppState) -> ApiResult<Option<Publish>> {
-    let Some(value) = f.take("publish") else {
-        return Ok(None);
-    };
-    if value.is_null() {
-        return Ok(None);
-    }
-    let name = f.name("publish");
-    if st.config.amqp.is_none() {
-        return Err(ApiError::field(
-            name,
-            "needs a server started with --amqp (RabbitMQ)",
-        ));
-    }
-    let mut pf = Fields::from_value(value, &name, &["exchange", "routing_key"])?;
-    let exchange = pf.string("exchange")?.unwrap_or_default();
-    let routing_key = pf.string("routing_key")?;
-    let routing_key = required(&pf, "routing_key", routing_key)?;
-    let p = Publish {
-        exchange,
-        routing_key,
-        content_type: None,
-        headers: None,
-        body_base64: false,
-    };
-    p.validate().map_err(|e| {
-        let field = e.field.strip_prefix("publish.").unwrap_or(e.field);
-        ApiError::from_invalid(pf.name(field), e)
-    })?;
-    Ok(Some(p))
-}
-
-/// A validated `NewJob` and its own `replace` flag, if it gave one.
-struct NewJob {
-    spec: JobSpec,
-    replace: Option<bool>,
-}
-
-fn new_job(mut f: Fields, now: Reading, st: &AppState) -> ApiResult<NewJob> {
-    let max_body_bytes = st.config.max_body_bytes;
-    let topic = f.string("topic")?;
-    let topic = required(&f, "topic", topic)?;
-    let topic = Topic::parse(topic).map_err(|e| ApiError::from_invalid(f.name("topic"), e))?;
-    let id = match f.string("id")? {
-        Some(s) => JobId::parse(s).map_err(|e| ApiError::from_invalid(f.name("id"), e))?,
-        None => JobId::generate(),
-    };
-    let body = f.string("body")?.unwrap_or_default();
-    if body.len() > max_body_bytes {
-        return Err(ApiError::body_too_large(
-            f.name("body"),
-            body.len(),
-            max_body_bytes,
-        ));
-    }
-    let run_at = due_time(&mut f, now)?.unwrap_or(now.millis());
-    let mut spec = JobSpec::new(topic, id, body, run_at);
-    spec.callback = callback(&mut f, &st.config.callback_allow)?;
-    let publish = publish(&mut f, st)?;
-    if publish.is_some() && spec.callback.is_some() {
-        return Err(ApiError::field(
-            f.name("publish"),
-            "a job has a callback or a publish, not both",
-        ));
-    }
-    let ttr = f.u64("ttr_ms")?;
-    if let Some(ttr) = ttr {
-        job::validate_ttr_ms(ttr).map_err(|e| ApiError::from_invalid(f.name("ttr_ms"), e))?;
-        spec.ttr_ms = ttr;
-    }
-    if let Some(p) = f.u32("priority")? {
-        spec.priority = p;
-    }
-    let max_attempts = f.u32("max_attempts")?;
-    let backoff = f.u64s("backoff_ms")?;
-    if let Some(steps) = &backoff {
-        job::validate_backoff(steps)
-            .map_err(|e| ApiError::from_invalid(f.name("backoff_ms"), e))?;
-    }
-    if let Some(cb) = spec.callback.take() {
-        spec.with_callback_defaults(cb, ttr, max_attempts, backoff);
-    } else if let Some(p) = publish {
-        if spec.id.as_str().len() > job::MAX_AMQP_NAME_BYTES {
-            return Err(ApiError::field(
-                f.name("id"),
-                format!(
-                    "of a publish job (its message_id) must be at most {} bytes",
-                    job::MAX_AMQP_NAME_BYTES
-                ),
-            ));
-        }
-        let attempt_ms = st.config.amqp_publish_timeout_secs.saturating_mul(1000);
-        spec.with_publish_defaults(p, attempt_ms, ttr, max_attempts, backoff);
-    } else {
-        spec.max_attempts = max_attempts.unwrap_or(spec.max_attempts);
-        spec.backoff_ms = backoff.unwrap_or_default();
-    }
-    let replace = f.bool("replace")?;
-    // Everything was checked above; this is the domain's own word on it, kept as a backstop.
-    spec.validate(max_body_bytes)
-        .map_err(|e| ApiError::from_invalid(f.name(field_of_spec(e.field)), e))?;
-    Ok(NewJob { spec, replace })
 }
 
 /// `POST /v1/jobs`: 201 and the job, with its `Location`.
@@ -659,32 +465,6 @@ fn path_topic(path: IdPath) -> ApiResult<Topic> {
     Ok(topic)
 }
 
-/// A listing's cursor: the [`ListKey`] of the page's last job as `a.b.c.id`, base64url.
-fn encode_cursor(k: &ListKey) -> String {
-    let text = format!("{}.{}.{}.{}", k.a, k.b, k.c, k.id);
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
-}
-
-fn decode_cursor(s: &str) -> ApiResult<ListKey> {
-    let bad = || ApiError::field("cursor", "is not a cursor this server gave out");
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(s)
-        .map_err(|_| bad())?;
-    let text = String::from_utf8(raw).map_err(|_| bad())?;
-    let mut parts = text.splitn(4, '.');
-    let mut num = || -> ApiResult<u64> {
-        let p = parts.next().ok_or_else(bad)?;
-        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad());
-        }
-        p.parse().map_err(|_| bad())
-    };
-    let (a, b, c) = (num()?, num()?, num()?);
-    let id = parts.next().ok_or_else(bad)?;
-    let id = JobId::parse(id).map_err(|_| bad())?;
-    Ok(ListKey { a, b, c, id })
-}
-
 /// `GET /v1/topics/{topic}/jobs?state=&limit=&cursor=&callback=`: one page of the topic's pull
 /// (or callback) jobs in one state.
 #[tracing::instrument(skip_all, fields(topic = tracing::field::Empty))]
@@ -810,52 +590,6 @@ async fn schedule(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spec_validation_errors_name_the_new_job_fields() {
-        let topic = Topic::parse("t").unwrap();
-        let mut spec = JobSpec::new(topic, JobId::parse("j").unwrap(), "b", job::MAX_RUN_AT + 1);
-        let field = |spec: &JobSpec| field_of_spec(spec.validate(1).unwrap_err().field);
-        assert_eq!(field(&spec), "run_at_ms");
-        spec.run_at = 0;
-        spec.ttr_ms = 0;
-        assert_eq!(field(&spec), "ttr_ms");
-        spec.ttr_ms = 1;
-        spec.backoff_ms = vec![0; job::MAX_BACKOFF_STEPS + 1];
-        assert_eq!(field(&spec), "backoff_ms");
-        spec.backoff_ms.clear();
-        spec.body = "two".into();
-        assert_eq!(field(&spec), "body");
-    }
-
-    #[test]
-    fn a_delay_counts_from_the_reading_rounded_up_and_is_bounded_after_rounding() {
-        let field = || "delay_ms".to_string();
-        let at = Reading::at_micros(1_700_000_000_000_001);
-        assert_eq!(after_delay(field(), 250, at).unwrap(), 1_700_000_000_251);
-        assert_eq!(after_delay(field(), 0, at).unwrap(), 1_700_000_000_000);
-        // 1 µs past MAX_RUN_AT - 10 ms: 10 ms more lands past MAX_RUN_AT once rounded up.
-        let near_end = Reading::at_micros((job::MAX_RUN_AT - 10) * 1000 + 1);
-        assert!(after_delay(field(), 9, near_end).is_ok());
-        assert!(after_delay(field(), 10, near_end).is_err());
-    }
-
-    #[test]
-    fn cursors_read_back_and_anything_else_is_refused_naming_the_cursor() {
-        let k = ListKey {
-            a: 1,
-            b: 2,
-            c: u64::MAX,
-            id: JobId::parse("a.b/c d").unwrap(),
-        };
-        assert_eq!(decode_cursor(&encode_cursor(&k)), Ok(k));
-        for bad in ["", "x", "MS4yLjM", "!!", "MS4yLjMu"] {
-            match decode_cursor(bad) {
-                Err(ApiError::InvalidField { field, .. }) => assert_eq!(field, "cursor"),
-                other => panic!("{bad}: {other:?}"),
-            }
-        }
-    }
 
     #[test]
     fn job_paths_percent_encode_everything_but_unreserved_characters() {

@@ -20,6 +20,7 @@ mod http_fuzz;
 mod http_input;
 mod http_limits;
 mod http_metrics;
+mod http_openapi_server;
 mod http_origin;
 mod http_v1;
 mod metrics_format;

@@ -72,11 +72,15 @@ pub struct Undocumented {
     pub body: &'static str,
     /// Refusals have the compat API's body (`{"code":1,...}`), and a token is wanted.
     pub compat: bool,
+    /// A /v1 route the document describes only on a server with a journal (`--journal`): a
+    /// token is wanted; without a journal it answers 404 `journal_disabled`.
+    pub journal: bool,
 }
 
 /// Every route the router serves that the OpenAPI document of /v1 does not describe: the compat
-/// API (docs/compat.md: any method, JSON bodies; `/reStore` with a journal) and the dashboard's
-/// static assets (public).
+/// API (docs/compat.md: any method, JSON bodies; `/reStore` with a journal), the journal's /v1
+/// routes (described only by a server with a journal; tests/journal/http.rs reads that
+/// document) and the dashboard's static assets (public).
 pub const UNDOCUMENTED: &[Undocumented] = &[
     compat(
         "/push",
@@ -93,6 +97,7 @@ pub const UNDOCUMENTED: &[Undocumented] = &[
         path: "/reStore?expire=true",
         body: "",
         compat: true,
+        journal: false,
     },
     Undocumented {
         template: "/reStore/{id}",
@@ -100,6 +105,23 @@ pub const UNDOCUMENTED: &[Undocumented] = &[
         path: "/reStore/s1",
         body: "",
         compat: true,
+        journal: false,
+    },
+    Undocumented {
+        template: "/v1/jobs/{id}/history",
+        method: "GET",
+        path: "/v1/jobs/j1/history",
+        body: "",
+        compat: false,
+        journal: true,
+    },
+    Undocumented {
+        template: "/v1/restore",
+        method: "POST",
+        path: "/v1/restore",
+        body: r#"{"overdue":"fire"}"#,
+        compat: false,
+        journal: true,
     },
     dashboard("/ui"),
     dashboard("/ui/"),
@@ -114,6 +136,7 @@ const fn compat(path: &'static str, method: &'static str, body: &'static str) ->
         path,
         body,
         compat: true,
+        journal: false,
     }
 }
 
@@ -124,6 +147,7 @@ const fn dashboard(path: &'static str) -> Undocumented {
         path,
         body: "",
         compat: false,
+        journal: false,
     }
 }
 
@@ -266,7 +290,7 @@ pub fn example(doc: &Value, schema: &Value) -> Value {
 
 /// Every request that must carry a bearer token when tokens are configured: each documented
 /// operation but the public ones (`/healthz`), ids `j1` and topics `t`, then each compat route
-/// (ids `s1`). As (method, path, body).
+/// (ids `s1`) and the journal's routes. As (method, path, body).
 pub async fn authenticated() -> Vec<(String, String, String)> {
     let mut requests: Vec<(String, String, String)> = v1()
         .await
@@ -277,7 +301,7 @@ pub async fn authenticated() -> Vec<(String, String, String)> {
     requests.extend(
         UNDOCUMENTED
             .iter()
-            .filter(|u| u.compat)
+            .filter(|u| u.compat || u.journal)
             .map(|u| (u.method.into(), u.path.into(), u.body.into())),
     );
     requests

@@ -1,7 +1,8 @@
 //! The journal's routes over a journaled server: `POST /v1/restore`, the compat `GET /reStore`
 //! and `GET /reStore/{id}`, a restore while another runs (409), a server without a journal
-//! (409 `no_journal`) and bad input (400 naming the field); a job's history,
-//! `GET /v1/jobs/{id}/history`.
+//! (404 `journal_disabled`) and bad input (400 naming the field); a job's history,
+//! `GET /v1/jobs/{id}/history`; the OpenAPI document, which lists these routes only with a
+//! journal.
 
 use crate::db::TestDb;
 use crate::restore::open_journal;
@@ -28,6 +29,7 @@ journal_tests!(
     a_restore_while_another_runs_is_refused_with_409,
     the_cli_restores_what_redis_lost,
     a_jobs_history_lists_its_state_changes_oldest_first,
+    the_document_of_a_journaled_server_lists_history_and_restore,
 );
 
 /// A server over `store` with `journal`.
@@ -110,11 +112,11 @@ async fn restore_answers_counts_on_v1_and_in_the_compat_envelope(db: &TestDb) {
 }
 
 #[tokio::test]
-async fn without_a_journal_restore_is_refused_with_409() {
+async fn without_a_journal_restore_is_404_journal_disabled() {
     let plain = app(Arc::new(MemoryStore::new()), None);
     let r = plain.post("/v1/restore", json!({"overdue": "skip"})).await;
-    assert_eq!(r.status, StatusCode::CONFLICT);
-    assert_eq!(r.json["error"]["code"], "no_journal");
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.json["error"]["code"], "journal_disabled");
     let r = plain.get("/reStore?expire=false").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json["code"], 1);
@@ -197,6 +199,43 @@ async fn a_jobs_history_lists_its_state_changes_oldest_first(db: &TestDb) {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.json["error"]["code"], "not_found");
     journal.close().await;
+}
+
+/// The `method path` operations of the server's OpenAPI document.
+async fn operations(server: &TestApp) -> Vec<String> {
+    let r = server.get("/v1/openapi.json").await;
+    assert_eq!(r.status, StatusCode::OK);
+    let mut ops = Vec::new();
+    for (path, item) in r.json["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            if method != "parameters" {
+                ops.push(format!("{method} {path}"));
+            }
+        }
+    }
+    ops
+}
+
+async fn the_document_of_a_journaled_server_lists_history_and_restore(db: &TestDb) {
+    let journal = open_journal(db, JournalMode::Sync).await;
+    let server = app(Arc::new(MemoryStore::new()), Some(journal.clone()));
+    let ops = operations(&server).await;
+    for op in ["get /v1/jobs/{id}/history", "post /v1/restore"] {
+        assert!(ops.iter().any(|o| o == op), "{op} missing from {ops:?}");
+    }
+    journal.close().await;
+}
+
+#[tokio::test]
+async fn without_a_journal_the_document_has_no_history_or_restore() {
+    let plain = app(Arc::new(MemoryStore::new()), None);
+    let ops = operations(&plain).await;
+    assert!(ops.iter().any(|o| o == "post /v1/jobs"), "{ops:?}");
+    assert!(
+        !ops.iter()
+            .any(|o| o.contains("history") || o.contains("restore")),
+        "{ops:?}"
+    );
 }
 
 #[tokio::test]

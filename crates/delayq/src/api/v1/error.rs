@@ -24,6 +24,9 @@ pub enum ApiError {
     InvalidJson(String),
     /// 404 `not_found`: no job with that id.
     NotFound,
+    /// 404 `journal_disabled`: a journal route (a job's history, the restore) on a server
+    /// without a journal (`--journal`).
+    JournalDisabled,
     /// 409 `exists`: a push without `replace` named an id that exists.
     Exists,
     /// 409 `wrong_state`: the job's state does not allow the operation; the body also has
@@ -35,8 +38,13 @@ pub enum ApiError {
         field: Option<String>,
         message: String,
     },
+    /// 409 `restore_running`: another restore runs (here or on a server sharing the journal).
+    RestoreRunning,
     /// 503 `store_unavailable`: the store could not be reached. The detail is logged only.
     StoreUnavailable(String),
+    /// 503 `store_unavailable`: the journal could not be read or written (a history, a
+    /// restore). The detail is logged only.
+    JournalUnavailable(String),
     /// 503 `too_many_waiters`: the request would wait, and `max_waiters` requests already
     /// are. Nothing was reserved; retry later or reserve without waiting.
     TooManyWaiters(String),
@@ -70,12 +78,14 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidField { .. } | ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotFound => StatusCode::NOT_FOUND,
-            ApiError::Exists | ApiError::WrongState(_) => StatusCode::CONFLICT,
-            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::StoreUnavailable(_) | ApiError::TooManyWaiters(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
+            ApiError::NotFound | ApiError::JournalDisabled => StatusCode::NOT_FOUND,
+            ApiError::Exists | ApiError::WrongState(_) | ApiError::RestoreRunning => {
+                StatusCode::CONFLICT
             }
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::StoreUnavailable(_)
+            | ApiError::JournalUnavailable(_)
+            | ApiError::TooManyWaiters(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -85,10 +95,12 @@ impl ApiError {
             ApiError::InvalidField { .. } => "invalid_field",
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::NotFound => "not_found",
+            ApiError::JournalDisabled => "journal_disabled",
+            ApiError::RestoreRunning => "restore_running",
             ApiError::Exists => "exists",
             ApiError::WrongState(_) => "wrong_state",
             ApiError::TooLarge { .. } => "too_large",
-            ApiError::StoreUnavailable(_) => "store_unavailable",
+            ApiError::StoreUnavailable(_) | ApiError::JournalUnavailable(_) => "store_unavailable",
             ApiError::TooManyWaiters(_) => "too_many_waiters",
             ApiError::Internal(_) => "internal",
         }
@@ -161,52 +173,80 @@ struct Detail<'a> {
     state: Option<JobState>,
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        let code = self.code();
-        let (field, message, state): (Option<&str>, String, Option<JobState>) = match &self {
-            ApiError::InvalidField { field, message } => (Some(field), message.clone(), None),
-            ApiError::InvalidJson(m) => (None, m.clone(), None),
-            ApiError::NotFound => (None, "no job with that id".into(), None),
-            ApiError::Exists => (
-                None,
+impl ApiError {
+    /// What the client is told. The details of a 5xx are not: [`ApiError::log`] writes them.
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::InvalidField { message, .. } | ApiError::TooLarge { message, .. } => {
+                message.clone()
+            }
+            ApiError::InvalidJson(m) | ApiError::TooManyWaiters(m) => m.clone(),
+            ApiError::NotFound => "no job with that id".into(),
+            ApiError::JournalDisabled => {
+                "this server runs without a journal (--journal): there is no recorded history \
+                 and nothing to restore from"
+                    .into()
+            }
+            ApiError::Exists => {
                 "a job with this id already exists (push with \"replace\": true to replace it)"
-                    .into(),
-                None,
-            ),
-            ApiError::WrongState(s) => (
-                None,
-                format!("the job is {s}, which does not allow this operation"),
-                Some(*s),
-            ),
-            ApiError::TooLarge { field, message } => (field.as_deref(), message.clone(), None),
+                    .into()
+            }
+            ApiError::WrongState(s) => {
+                format!("the job is {s}, which does not allow this operation")
+            }
+            ApiError::RestoreRunning => {
+                "a restore is already running; try again when it has finished".into()
+            }
+            ApiError::StoreUnavailable(detail) if detail.contains(crate::journal::UNWRITABLE) => {
+                crate::journal::UNWRITABLE_ANSWER.into()
+            }
+            ApiError::StoreUnavailable(_) => {
+                "the store could not be reached or did not answer in time; if it did not answer, the change may still be applied (retry with the same id)".into()
+            }
+            ApiError::JournalUnavailable(_) => {
+                "the journal (--journal) could not be read or written; the server's log says why"
+                    .into()
+            }
+            ApiError::Internal(_) => "internal error".into(),
+        }
+    }
+
+    /// Logs the details of a 5xx, which the client is not told.
+    pub fn log(&self) {
+        match self {
             ApiError::StoreUnavailable(detail) if detail.contains(crate::journal::UNWRITABLE) => {
                 tracing::warn!(error = %detail, "journal unavailable");
-                (None, crate::journal::UNWRITABLE_ANSWER.into(), None)
             }
             ApiError::StoreUnavailable(detail) => {
                 tracing::warn!(error = %detail, "store unavailable");
-                (
-                    None,
-                    "the store could not be reached or did not answer in time; if it did not answer, the change may still be applied (retry with the same id)".into(),
-                    None,
-                )
             }
-            ApiError::TooManyWaiters(m) => (None, m.clone(), None),
-            ApiError::Internal(detail) => {
-                tracing::error!(error = %detail, "internal error");
-                (None, "internal error".into(), None)
+            ApiError::JournalUnavailable(detail) => {
+                tracing::warn!(error = %detail, "journal cannot be read or written");
             }
+            ApiError::Internal(detail) => tracing::error!(error = %detail, "internal error"),
+            _ => {}
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.log();
+        let (field, state) = match &self {
+            ApiError::InvalidField { field, .. } => (Some(field.as_str()), None),
+            ApiError::TooLarge { field, .. } => (field.as_deref(), None),
+            ApiError::WrongState(s) => (None, Some(*s)),
+            _ => (None, None),
         };
+        let message = self.message();
         let body = Body {
             error: Detail {
-                code,
+                code: self.code(),
                 field,
                 message: &message,
                 state,
             },
         };
-        (status, Json(body)).into_response()
+        (self.status(), Json(body)).into_response()
     }
 }
