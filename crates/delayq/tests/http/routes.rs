@@ -5,7 +5,7 @@
 //! from the source of `src/`, so that a route that is in neither fails
 //! `http_v1::openapi::openapi_document_describes_every_route`.
 //!
-//! Adding a /v1 route therefore needs no edit here: document it in api/openapi.rs and every
+//! Adding a /v1 route therefore needs no edit here: document it in api/openapi/paths.rs and every
 //! route-wide test (bearer tokens, generated requests, a failing store, the document's own
 //! checks) covers it.
 
