@@ -15,11 +15,11 @@
 
 mod define;
 mod file;
+mod hosts;
 mod journal;
 mod rules;
 mod token;
 
-use crate::api::origin::AllowedHosts;
 use crate::callback::allow::AllowList;
 use crate::callback::sign::WebhookSecret;
 use define::{Origin, settings};
@@ -32,6 +32,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use token::{TokenFile, Tokens};
 
+pub use hosts::AllowedHosts;
 pub use token::{AuthToken, MIN_AUTH_TOKEN_LEN};
 
 /// Default shards on one Redis server. Shards exist to spread one topic over a cluster's

@@ -4,9 +4,8 @@
 //! rule only refers to them. Rules between settings are in `Config::from_args`; the bearer
 //! token rules are in `token.rs`.
 
-use super::AuthToken;
 use super::define::{Rule, ShowDefault};
-use crate::api::origin::AllowedHosts;
+use super::{AllowedHosts, AuthToken};
 use crate::callback::allow::{AllowList, DEFAULT_ALLOW};
 use crate::callback::sign::WebhookSecret;
 use std::net::SocketAddr;

@@ -9,7 +9,7 @@ use crate::support;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use delayq::api::origin::AllowedHosts;
+use delayq::config::AllowedHosts;
 use delayq::config::{AuthToken, Config};
 use delayq::store::memory::MemoryStore;
 use serde_json::{Value, json};
