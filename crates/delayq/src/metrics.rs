@@ -596,6 +596,8 @@ impl StoreHook for Metrics {
             | Reply::Stats { .. }
             | Reply::List { .. }
             | Reply::Schedule { .. }
+            | Reply::Settings { .. }
+            | Reply::SetSettings { .. }
             | Reply::Ping { .. } => return,
             Reply::Finish { out, .. } => self.finished_or_deleted(*out),
             Reply::Delete { .. } => &self.deleted,

@@ -31,10 +31,10 @@ mod record;
 mod wal;
 mod writer;
 
-use crate::job::Job;
+use crate::job::{Job, Topic};
 use crate::store::engine::{Effects, Engine};
 use crate::store::engine_store::{Durability, EngineStore};
-use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreResult};
+use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreResult, TopicSettings};
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageError,
 };
@@ -128,11 +128,11 @@ impl EmbeddedStore {
         // redb checks what it can and reports corruption as errors, but a damaged page can
         // still make it panic: that must be a clear error too, never a crash.
         let started = std::time::Instant::now();
-        let (db, jobs, generation) = catch_unwind(AssertUnwindSafe(|| {
+        let (db, (jobs, settings), generation) = catch_unwind(AssertUnwindSafe(|| {
             let db = open_db(dir, &file)?;
             let generation = replay_logs(&db, dir, &file)?;
-            let jobs = load(&db, &file)?;
-            Ok::<_, StoreError>((db, jobs, generation))
+            let loaded = load(&db, &file)?;
+            Ok::<_, StoreError>((db, loaded, generation))
         }))
         .map_err(|panic| {
             let msg = panic
@@ -143,7 +143,7 @@ impl EmbeddedStore {
             StoreError::Corrupt(format!("{}: cannot be read: {msg}", file.display()).into())
         })??;
         let n = jobs.len();
-        let engine = Engine::load(jobs);
+        let engine = Engine::load(jobs, settings);
 
         let events = broadcast::channel(EVENT_CHANNEL_CAPACITY).0;
         let (log, housekeeper) =
@@ -262,21 +262,30 @@ fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
     Ok(last.map_or(0, |g| g + 1))
 }
 
-/// Reads and decodes every job record.
-fn load(db: &Database, file: &Path) -> StoreResult<Vec<Job>> {
+/// Reads and decodes every job record and every topic's settings.
+fn load(db: &Database, file: &Path) -> StoreResult<(Vec<Job>, Vec<(Topic, TopicSettings)>)> {
     let shown = file.display();
     let tx = db.begin_read().map_err(|e| corrupt(file, e))?;
     let table = tx.open_table(JOBS).map_err(|e| corrupt(file, e))?;
     let mut jobs = Vec::with_capacity(table.len().map_err(|e| corrupt(file, e))? as usize);
+    let mut settings = Vec::new();
     for entry in table.iter().map_err(|e| corrupt(file, e))? {
         let (k, v) = entry.map_err(|e| corrupt(file, e))?;
         let id = k.value();
+        if let Some(topic) = record::settings_topic(id) {
+            let bad = |e: String| {
+                StoreError::Corrupt(format!("{shown}: settings {id:?} cannot be decoded: {e}").into())
+            };
+            let topic = topic.map_err(bad)?;
+            settings.push((topic, record::decode_settings(v.value()).map_err(bad)?));
+            continue;
+        }
         let job = record::decode(id, v.value()).map_err(|e| {
             StoreError::Corrupt(format!("{shown}: job {id:?} cannot be decoded: {e}").into())
         })?;
         jobs.push(job);
     }
-    Ok(jobs)
+    Ok((jobs, settings))
 }
 
 #[cfg(test)]
