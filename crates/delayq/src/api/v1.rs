@@ -489,19 +489,19 @@ async fn put_settings(
         return Err(ApiError::field("paused", "must be true or false, got null"));
     }
     let paused = f.bool("paused")?;
-    let nullable = |f: &Fields, field: &str, v: Option<u64>| match v {
+    // `null` removes a limit; `take` reads it as absent, so it is seen first.
+    let nulls = ["rate_per_s", "burst", "max_in_flight"].map(|field| f.is_null(field));
+    let nullable = |null: bool, v: Option<u64>| match v {
         Some(n) => Some(Some(n)),
-        None if f.is_null(field) => Some(None),
+        None if null => Some(None),
         None => None,
     };
     let rate = f
         .number("rate_per_s", MIN_RATE_PER_S, MAX_RATE_PER_S as f64)?
         .map(|r| ((r * RATE_UNIT as f64).round() as u64).max(1));
-    let rate = nullable(&f, "rate_per_s", rate);
-    let burst = f.count("burst", MAX_FLOW_COUNT)?;
-    let burst = nullable(&f, "burst", burst);
-    let limit = f.count("max_in_flight", MAX_FLOW_COUNT)?;
-    let limit = nullable(&f, "max_in_flight", limit);
+    let rate = nullable(nulls[0], rate);
+    let burst = nullable(nulls[1], f.count("burst", MAX_FLOW_COUNT)?);
+    let limit = nullable(nulls[2], f.count("max_in_flight", MAX_FLOW_COUNT)?);
     if let Some(Some(_)) = burst {
         let rated = match rate {
             Some(r) => r.is_some(),
@@ -522,7 +522,9 @@ async fn put_settings(
         max_in_flight: narrow(limit),
     };
     let now = st.clock.now();
-    Ok(Json(st.store.set_settings(&topic, change, now).await?.into()))
+    Ok(Json(
+        st.store.set_settings(&topic, change, now).await?.into(),
+    ))
 }
 
 /// The most jobs one page of `GET /v1/topics/{topic}/jobs` holds, and the default.

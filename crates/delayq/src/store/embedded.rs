@@ -274,7 +274,9 @@ fn load(db: &Database, file: &Path) -> StoreResult<(Vec<Job>, Vec<(Topic, TopicS
         let id = k.value();
         if let Some(topic) = record::settings_topic(id) {
             let bad = |e: String| {
-                StoreError::Corrupt(format!("{shown}: settings {id:?} cannot be decoded: {e}").into())
+                StoreError::Corrupt(
+                    format!("{shown}: settings {id:?} cannot be decoded: {e}").into(),
+                )
             };
             let topic = topic.map_err(bad)?;
             settings.push((topic, record::decode_settings(v.value()).map_err(bad)?));

@@ -132,10 +132,7 @@ impl TopicSettings {
     /// a rate.
     pub fn burst(&self) -> Option<u64> {
         let rate = self.rate_micros?;
-        Some(
-            self.burst
-                .map_or((rate / RATE_UNIT).max(1), u64::from),
-        )
+        Some(self.burst.map_or((rate / RATE_UNIT).max(1), u64::from))
     }
 
     /// The rate in hand-outs per second.

@@ -175,7 +175,13 @@ async fn topic_settings_survive_a_reopen_and_their_removal_too() {
     let store = open(tmp.path()).await.unwrap();
     assert_eq!(store.settings(&orders).await.unwrap(), limited);
     assert!(store.settings(&quiet).await.unwrap().paused);
-    assert!(store.reserve(&[orders.clone()], 1, NOW).await.unwrap().is_empty());
+    assert!(
+        store
+            .reserve(&[orders.clone()], 1, NOW)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let resumed = SettingsChange {
         paused: Some(false),
         ..SettingsChange::default()

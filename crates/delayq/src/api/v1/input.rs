@@ -265,7 +265,10 @@ impl Fields {
             }
             Some(other) => Err(ApiError::field(
                 self.name(field),
-                format!("must be a number from {min} to {max}, got {}", describe(&other)),
+                format!(
+                    "must be a number from {min} to {max}, got {}",
+                    describe(&other)
+                ),
             )),
         }
     }

@@ -69,7 +69,10 @@ impl Calls {
         now: UnixMillis,
     ) -> StoreResult<TopicSettings> {
         let shards = store.inner.shards.len();
-        let paused = change.paused.map(|p| if p { "1" } else { "0" }).unwrap_or("");
+        let paused = change
+            .paused
+            .map(|p| if p { "1" } else { "0" })
+            .unwrap_or("");
         let call = store
             .shard_fcall(&FLOW_SET, &store.inner.shards[0], now)
             .arg(topic.as_str())

@@ -21,8 +21,7 @@ async fn settings_are_read_changed_field_by_field_and_shown_in_stats(b: &Backend
     // A topic may be set before its first job; the default burst follows the rate.
     let r = put_settings(&app, "mail", json!({"rate_per_s": 100, "max_in_flight": 8})).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
-    let limited =
-        json!({"paused": false, "rate_per_s": 100.0, "burst": 100, "max_in_flight": 8});
+    let limited = json!({"paused": false, "rate_per_s": 100.0, "burst": 100, "max_in_flight": 8});
     assert_eq!(r.json, limited);
     let r = put_settings(&app, "mail", json!({"burst": 10, "paused": true})).await;
     let set = json!({"paused": true, "rate_per_s": 100.0, "burst": 10, "max_in_flight": 8});
@@ -35,7 +34,12 @@ async fn settings_are_read_changed_field_by_field_and_shown_in_stats(b: &Backend
     let unrated = json!({"paused": true, "rate_per_s": null, "burst": null, "max_in_flight": 8});
     assert_eq!(r.json, unrated);
     assert_eq!(put_settings(&app, "mail", json!({})).await.json, unrated);
-    let r = put_settings(&app, "mail", json!({"paused": false, "max_in_flight": null})).await;
+    let r = put_settings(
+        &app,
+        "mail",
+        json!({"paused": false, "max_in_flight": null}),
+    )
+    .await;
     assert_eq!(r.json, defaults);
     assert_eq!(stats(&app).await["settings"], json!({}));
 }
@@ -64,7 +68,11 @@ async fn bad_settings_are_refused_naming_the_field_and_change_nothing(b: &Backen
     ] {
         let r = put_settings(&app, "t", body.clone()).await;
         assert_error(&r, StatusCode::BAD_REQUEST, "invalid_field", Some(field));
-        assert_eq!(app.get("/v1/topics/t/settings").await.json, before, "{body}");
+        assert_eq!(
+            app.get("/v1/topics/t/settings").await.json,
+            before,
+            "{body}"
+        );
     }
     // A burst needs a rate, given or already set.
     let r = put_settings(&app, "fresh", json!({"burst": 5})).await;
@@ -92,7 +100,10 @@ async fn a_paused_topic_is_skipped_and_its_long_polls_answer_on_resume(b: &Backe
         let app = app.clone();
         tokio::spawn(async move {
             let r = app
-                .post("/v1/reserve", json!({"topics": ["p"], "timeout_ms": 10_000}))
+                .post(
+                    "/v1/reserve",
+                    json!({"topics": ["p"], "timeout_ms": 10_000}),
+                )
                 .await;
             (r, Instant::now())
         })
@@ -109,7 +120,10 @@ async fn a_paused_topic_is_skipped_and_its_long_polls_answer_on_resume(b: &Backe
     let (r, answered) = waiter.await.unwrap();
     assert_eq!(ids(r.json["jobs"].as_array().unwrap()), ["a"]);
     let waited = answered - resumed;
-    assert!(waited < Duration::from_millis(100), "{waited:?} after the resume");
+    assert!(
+        waited < Duration::from_millis(100),
+        "{waited:?} after the resume"
+    );
 }
 
 async fn max_in_flight_holds_a_sixth_reserve_until_one_is_finished(b: &Backend) {
@@ -127,8 +141,11 @@ async fn max_in_flight_holds_a_sixth_reserve_until_one_is_finished(b: &Backend) 
     let waiter = {
         let app = app.clone();
         tokio::spawn(async move {
-            app.post("/v1/reserve", json!({"topics": ["m"], "timeout_ms": 10_000}))
-                .await
+            app.post(
+                "/v1/reserve",
+                json!({"topics": ["m"], "timeout_ms": 10_000}),
+            )
+            .await
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;

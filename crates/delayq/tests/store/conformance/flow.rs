@@ -43,7 +43,11 @@ async fn settings_are_kept_merged_and_shown_in_stats_before_any_job(b: &Backend)
     )
     .await;
     assert_eq!(s.rate_per_s(), Some(2.5));
-    assert_eq!(s.burst(), Some(2), "the default burst is max(1, floor(rate))");
+    assert_eq!(
+        s.burst(),
+        Some(2),
+        "the default burst is max(1, floor(rate))"
+    );
     assert_eq!((s.paused, s.max_in_flight), (false, Some(16)));
 
     // Fields not given stay; a burst needs a rate and goes with it.
@@ -130,7 +134,11 @@ async fn a_paused_topic_hands_out_nothing_and_its_jobs_go_out_in_order_on_resume
     push(b, job("paused", "p-later", "", T0 + SEC), T0).await;
     let tick = b.store.tick(T0 + SEC, 100).await.unwrap();
     assert_eq!(tick.promoted, 1);
-    assert!(reserve_ids(b, &["paused"], 10, T0 + 5 * SEC).await.is_empty());
+    assert!(
+        reserve_ids(b, &["paused"], 10, T0 + 5 * SEC)
+            .await
+            .is_empty()
+    );
     assert_eq!(state(b, "p-mid").await, Ok(JobState::Ready));
     b.store.bury(&id("p-mid"), T0 + 5 * SEC).await.unwrap();
     b.store.kick(&id("p-mid"), T0 + 5 * SEC).await.unwrap();
