@@ -262,8 +262,11 @@ fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
     Ok(last.map_or(0, |g| g + 1))
 }
 
+/// What the store holds on disk: every job, and every topic's settings.
+type Loaded = (Vec<Job>, Vec<(Topic, TopicSettings)>);
+
 /// Reads and decodes every job record and every topic's settings.
-fn load(db: &Database, file: &Path) -> StoreResult<(Vec<Job>, Vec<(Topic, TopicSettings)>)> {
+fn load(db: &Database, file: &Path) -> StoreResult<Loaded> {
     let shown = file.display();
     let tx = db.begin_read().map_err(|e| corrupt(file, e))?;
     let table = tx.open_table(JOBS).map_err(|e| corrupt(file, e))?;

@@ -177,7 +177,7 @@ async fn topic_settings_survive_a_reopen_and_their_removal_too() {
     assert!(store.settings(&quiet).await.unwrap().paused);
     assert!(
         store
-            .reserve(&[orders.clone()], 1, NOW)
+            .reserve(std::slice::from_ref(&orders), 1, NOW)
             .await
             .unwrap()
             .is_empty()
