@@ -541,7 +541,7 @@
       try {
         const st = await api('GET', `v1/topics/${enc(topic)}/settings`);
         if (!alive()) return;
-        flow.replaceChildren(h('span', { text: `Flow control: ${describeSettings(st)} ` }),
+        flow.replaceChildren(h('span', { text: `Flow control: ${describeSettings(st)}` }), ' ',
           pauseButton(topic, st.paused, loadFlow));
       } catch (e) {
         if (alive() && e.status !== 401) showError(e);
