@@ -369,6 +369,9 @@ local function set_window(id, j, win)
   ids[#ids + 1] = id
 end
 
+-- Whether the shard's flow hash exists, once `unindex` has asked (nil: not yet this call).
+local flow_any
+
 -- Removes a job's index entries and count (not its record). A delayed job in a window list
 -- stays there (see the header): the drain drops it.
 local function unindex(id, j)
@@ -377,10 +380,12 @@ local function unindex(id, j)
   if s == 'd' or s == 'x' then
     redis.call('ZREM', TIMELINE, id)
     if s == 'd' then count_due(j, -1) end
-    -- A reservation ends: a topic with flow control may let a ready job out now.
+    -- A reservation ends: a topic with flow control may let a ready job out now. Whether the
+    -- shard has any flow control is read once per call.
     if s == 'x' then
+      if flow_any == nil then flow_any = redis.call('EXISTS', FLOW) == 1 end
       local topic = topic_of(j)
-      if redis.call('HEXISTS', FLOW, 's' .. topic) == 1 then
+      if flow_any and redis.call('HEXISTS', FLOW, 's' .. topic) == 1 then
         emit_ready(topic)
         emit_ready(topic .. ',callback')
       end
@@ -478,4 +483,5 @@ local function begin(keys, args)
   add_timeline, add_ready, add_dead, touched = {}, {}, {}, {}
   add_lists, list_keys, list_first = {}, {}, {}
   known_first, known_head = nil, nil
+  flow_any = nil
 end
