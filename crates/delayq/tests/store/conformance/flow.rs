@@ -299,7 +299,32 @@ async fn a_rate_limit_hands_out_a_burst_then_one_per_token_and_wakes_the_timer(b
     assert!(b.store.stats().await.unwrap().held[&topic("slow")].rate >= 1);
 }
 
+/// A held-back topic with more ready jobs than a reserve asks for does not hide the jobs of
+/// the other topics it names.
+async fn a_held_back_topic_does_not_hide_the_next_topics_jobs(b: &Backend) {
+    for i in 0..40 {
+        push(b, job("busy", &format!("b{i:02}"), "", T0), T0).await;
+    }
+    for i in 0..6 {
+        push(b, job("calm", &format!("c{i}"), "", T0), T0).await;
+    }
+    set(
+        b,
+        "busy",
+        SettingsChange {
+            paused: Some(true),
+            ..SettingsChange::default()
+        },
+        T0,
+    )
+    .await;
+    let mut got = reserve_ids(b, &["busy", "calm"], 5, T0).await;
+    got.sort();
+    assert_eq!(got, ["c0", "c1", "c2", "c3", "c4"]);
+}
+
 backend_tests!(
+    a_held_back_topic_does_not_hide_the_next_topics_jobs,
     settings_are_kept_merged_and_shown_in_stats_before_any_job,
     a_paused_topic_hands_out_nothing_and_its_jobs_go_out_in_order_on_resume,
     max_in_flight_counts_pull_and_callback_reservations_and_frees_on_finish,
