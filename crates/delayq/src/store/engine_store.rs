@@ -10,7 +10,9 @@
 //! for the durability's acknowledgement outside the lock, so concurrent callers share one
 //! commit. A transition that changed nothing answers at once; the timer's passes (`tick`) are
 //! lazy commits, which nobody waits for (a restart redoes a lost promotion or expiry by
-//! itself). Reads (`get`, `stats`, `list`, `schedule`, `ping`) see the engine.
+//! itself), and so is the finish of a reserved job (`Effects::answer_before_durable`): it is
+//! written with the next commit, and if a crash comes first the job is delivered again after
+//! its TTR, as at-least-once delivery allows. Reads (`get`, `stats`, `list`, `schedule`, `ping`) see the engine.
 //!
 //! Its `Store` impl is derived from `store_calls!` (store/define.rs): each call is
 //! `EngineStore::run` of the [`Engine`] method of the call's name, with the call's arguments
@@ -94,6 +96,7 @@ impl<D: Durability> EngineStore<D> {
         let ack = if fx.changes.is_empty() {
             None
         } else {
+            let lazy = lazy || fx.answer_before_durable;
             self.durability.commit(&mut fx, lazy)?
         };
         for ev in fx.events {
@@ -191,7 +194,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn only_transitions_that_change_jobs_are_committed_and_only_ticks_lazily() {
+    async fn only_transitions_that_change_jobs_are_committed_and_only_those_a_crash_may_undo_lazily()
+     {
         let store = store();
         let mut events = store.subscribe();
         let pushed = store
@@ -228,6 +232,20 @@ mod tests {
         store.tick(100, 10).await.unwrap();
         assert_eq!(commits(&store), [(2, false), (1, true)], "nothing was due");
         assert_eq!(store.kind(), "recording");
+
+        // The finish of a reserved job is answered before it is durable (a crash delivers the
+        // job again after its TTR); a reservation is not, nor is a finish of a job that is not
+        // reserved (a delete).
+        let got = store.reserve(&[topic("t")], 1, 100).await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(store.finish(&got[0].spec.id).await, Ok(JobState::Reserved));
+        let other = if got[0].spec.id == id("a") { "b" } else { "a" };
+        assert_eq!(store.finish(&id(other)).await, Ok(JobState::Ready));
+        assert_eq!(
+            commits(&store)[2..],
+            [(1, false), (1, true), (1, false)],
+            "reserve, finish of a reserved job, finish of a ready one"
+        );
     }
 
     #[tokio::test]
