@@ -519,7 +519,7 @@ impl GroupCommit {
         if let Some(handle) = checkpointer {
             let _ = handle.join();
         }
-        tracing::debug!(file = %self.file.display(), "embedded store writer stopped");
+        tracing::debug!(file = %self.file.display(), "embedded store group commit stopped");
     }
 }
 
