@@ -33,7 +33,7 @@ mod wal;
 
 use crate::job::Job;
 use crate::store::engine::{Effects, Engine};
-use crate::store::engine_store::{Durability, EngineStore};
+use crate::store::engine_store::{CommitMode, Durability, EngineStore};
 use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreResult};
 use group_commit::{FORMAT_VERSION_KEY, GroupCommit, JOBS, META, Ticket};
 use redb::{
@@ -85,8 +85,8 @@ impl Durability for WriteAhead {
 
     /// Queues the changes for the next leader. A lazy commit has no acknowledgement and
     /// leaves its events to go out now; any other holds its events back until it is synced.
-    fn commit(&self, fx: &mut Effects, lazy: bool) -> StoreResult<Option<Self::Ack>> {
-        self.log.commit(fx, lazy)
+    fn commit(&self, fx: &mut Effects, mode: CommitMode) -> StoreResult<Option<Self::Ack>> {
+        self.log.commit(fx, mode)
     }
 
     async fn wait(ack: Self::Ack) -> StoreResult<()> {
