@@ -30,9 +30,10 @@
 #   bullmq             BullMQ 6 (Node driver bench/peers/bullmq/bench.mjs) on its own redis-server
 # Every result is one JSON line in $OUT/results.jsonl; the end prints medians per system
 # ($OUT/summary.md): with ratios against delayq-redis, for capacity the end-to-end rate
-# against delayq-memory and bullmq, and for w3sweep the table above. $OUT/machine.txt records the machine, the versions, the
-# delayq commit and the command. Only loopback addresses are used; every load
-# loop in the drivers is bounded and every server started here is stopped on exit.
+# against delayq-memory and bullmq, and for w3sweep the tables above. $OUT/machine.txt records
+# the machine, the versions, the delayq commit and the command. Only loopback addresses are
+# used; every load loop in the drivers is bounded and every server started here is stopped on
+# exit.
 #
 # Usage: bench/compare.sh [--runs 3] [--w2-runs N] [--jobs 50000] [--pending 1000000] [--big]
 #                         [--systems "delayq-redis beanstalkd ..."] [--skip-build] [--out DIR]
