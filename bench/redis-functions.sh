@@ -6,12 +6,11 @@
 # 1. Runs W1 with every job due at once (compat API, one job per request, 8 producers and 8
 #    consumers, --jobs N) against delayq on a plain redis-server, and records every command
 #    delayq sends with `redis-cli monitor`.
-# 2. Splits the capture by function (bench/redis_replay.py): push.resp, reserve.resp,
-#    remove.resp (finish), plus empty.resp (as many reserve calls on a topic with no job: what a
-#    call costs before it does anything).
-# 3. Starts a fresh redis-server under callgrind, has delayq load the library into it, then
-#    replays each file in turn (push, reserve, remove, empty) with `redis-cli --pipe`, counting
-#    each one's instructions alone.
+# 2. Starts a fresh redis-server under callgrind and has delayq load its function library.
+# 3. Splits the capture by function (bench/redis_replay.py), calling this build's library:
+#    push, reserve, remove (finish), plus empty (as many reserve calls on a topic with no job:
+#    what a call costs before it does anything); replays each in turn with `redis-cli --pipe`,
+#    counting each one's instructions alone.
 #
 # The replay runs every push first, then every reserve, then every finish, so each reserve
 # finds all jobs ready (the batches are those of the capture, their jobs may differ); the
@@ -21,8 +20,10 @@
 # One line per function in $OUT/results.txt: calls, instructions per call and per W1 job.
 #
 # Usage: bench/redis-functions.sh [--jobs 5000] [--capture DIR] [--out DIR]
-#   --capture  reuse the .resp files of an earlier run's $OUT/capture (skips step 1)
+#   --capture  reuse an earlier run's $OUT/capture (skips step 1): compare builds on one capture
 #   --out      default bench/results/<UTC date>-<git rev-parse --short HEAD>/redis-functions
+# Environment: DELAYQ, the delayq binary whose library is measured (default
+# target/release/delayq): another build's, to compare two builds on one capture.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -44,7 +45,7 @@ for tool in valgrind callgrind_control callgrind_annotate redis-server redis-cli
   command -v "$tool" >/dev/null || { echo "$tool not on PATH: apt-get install -y valgrind redis-server python3" >&2; exit 1; }
 done
 BENCH="$ROOT/target/release/delayq-bench"
-DELAYQ="$ROOT/target/release/delayq"
+DELAYQ="${DELAYQ:-$ROOT/target/release/delayq}"
 for b in "$BENCH" "$DELAYQ"; do
   [ -x "$b" ] || { echo "missing $b: cargo build --release -p delayq -p delayq-bench" >&2; exit 1; }
 done
@@ -91,7 +92,7 @@ if [ -z "$CAPTURE" ]; then
   kill "$DPID"; wait "$DPID" 2>/dev/null || true
   kill "$MPID"; wait "$MPID" 2>/dev/null || true
   kill "$RPID"; wait "$RPID" 2>/dev/null || true
-  python3 "$ROOT/bench/redis_replay.py" "$TMP/monitor.txt" "$CAPTURE" | tee "$CAPTURE/counts.txt"
+  cp "$TMP/monitor.txt" "$CAPTURE/monitor.txt"
 fi
 
 # The W1 job count of the capture (a reused one may differ from --jobs).
@@ -104,11 +105,13 @@ CG_PID="$RPID"
 # delayq loads its function library at start.
 start_delayq
 kill "$DPID"; wait "$DPID" 2>/dev/null || true
+LIBRARY=$(redis-cli -p "$RP" function list | grep -m1 -o '^delayq_[0-9a-f]*$')
+python3 "$ROOT/bench/redis_replay.py" "$CAPTURE/monitor.txt" "$LIBRARY" "$TMP" | tee "$TMP/counts.txt"
 for f in push reserve remove empty; do
-  [ -f "$CAPTURE/$f.resp" ] || { echo "no $f calls in $CAPTURE" >&2; exit 1; }
+  [ -f "$TMP/$f.resp" ] || { echo "no $f calls in $CAPTURE" >&2; exit 1; }
   callgrind_control -z "$CG_PID" >/dev/null
   callgrind_control -i on "$CG_PID" >/dev/null
-  redis-cli -p "$RP" --pipe <"$CAPTURE/$f.resp" >"$TMP/pipe-$f.txt"
+  redis-cli -p "$RP" --pipe <"$TMP/$f.resp" >"$TMP/pipe-$f.txt"
   grep -q "errors: 0," "$TMP/pipe-$f.txt" || { echo "$f: replay failed:" >&2; cat "$TMP/pipe-$f.txt" >&2; exit 1; }
   callgrind_control -d "$f" "$CG_PID" >/dev/null
   callgrind_control -i off "$CG_PID" >/dev/null
@@ -118,7 +121,7 @@ kill -INT "$RPID"; wait "$RPID" 2>/dev/null || true
 for f in push reserve remove empty; do
   dump=$(grep -l "^desc: Trigger: .*dump $f\$" "$TMP"/cg.* | head -1)
   total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-  calls=$(awk -v f="$f" '$1 == f {print $2}' "$CAPTURE/counts.txt")
+  calls=$(awk -v f="$f" '$1 == f {print $2}' "$TMP/counts.txt")
   per_job=$((total / JOBS))
   [ "$f" = empty ] && per_job="-"
   printf '%-8s %6d calls %9d instructions per call %9s per W1 job\n' \

@@ -1,10 +1,11 @@
 """redis_replay.py: turns a `redis-cli monitor` capture of delayq's commands into RESP files that
 `redis-cli --pipe` replays, one file per delayq function (push.resp, reserve.resp, ...), in the
-order they were sent. Commands Lua sent (`[0 lua]`) and connection set-up are left out. Also
+order they were sent, each calling the function of that name in LIBRARY (the library loaded
+where they are replayed, which a build of other Lua names differently). Commands Lua sent (`[0 lua]`) and connection set-up are left out. Also
 writes empty.resp: as many calls of the reserve function on a topic with no job as the capture
 has reserve calls, whose cost is what any function call costs before it does anything.
 
-Usage: python3 redis_replay.py MONITOR_FILE OUT_DIR
+Usage: python3 redis_replay.py MONITOR_FILE LIBRARY OUT_DIR
 Prints one line per file: its name and how many commands it holds.
 """
 
@@ -52,7 +53,7 @@ def resp(args):
     return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
-def main(capture, out_dir):
+def main(capture, library, out_dir):
     files, counts, reserve = {}, {}, None
     for line in open(capture, encoding="latin-1"):
         m = LINE.match(line.rstrip("\n"))
@@ -64,6 +65,7 @@ def main(capture, out_dir):
         name = "other"
         if args[0].upper() == b"FCALL":
             name = args[1].decode().rsplit("_", 1)[-1]
+            args[1] = f"{library}_{name}".encode()
             if name == "reserve" and reserve is None:
                 reserve = args
         if name not in files:
@@ -86,4 +88,4 @@ def main(capture, out_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
