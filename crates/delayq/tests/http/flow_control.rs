@@ -7,7 +7,7 @@
 use crate::support;
 
 use axum::http::{Method, StatusCode};
-use delayq::callback::allow::AllowList;
+use delayq::delivery::allow::AllowList;
 use delayq::config::Config;
 use delayq::store::Store;
 use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget};

@@ -86,7 +86,7 @@ for t = 4, #ARGV do
   while got < stop do
     local want = stop - got
     local heads = redis.call('ZRANGEBYLEX', READY, topic_min(topic), topic_max(topic),
-      'LIMIT', 0, want)
+      'LIMIT', '0', num(want))
     for _, m in ipairs(heads) do
       local id = string.sub(m, ready_id_at(topic))
       local j = load_lenient(id)
