@@ -107,13 +107,14 @@ async fn rate_limits_callbacks(apps: &[TestApp]) {
     let took = started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_each_once(&rx, 1000);
-    // The bucket allows the burst plus the rate over any second of hand-outs: 110. A call
-    // reaches the receiver some milliseconds after its hand-out, unevenly (a loaded test
-    // machine), so the windows are read 20 ms short of a second.
-    let most = most_within(&rx, 980.0);
-    assert!(most <= 110, "{most} calls within 980 ms");
+    // The bucket allows the burst plus the rate over any second of hand-outs: 110 (so it
+    // measures on an idle machine). A call reaches the receiver some milliseconds after its
+    // hand-out, and on a loaded test machine unevenly (tens of milliseconds), so the windows are
+    // read 100 ms short of a second, and a whole second is allowed that jitter's 10 calls.
+    let most = most_within(&rx, 900.0);
+    assert!(most <= 110, "{most} calls within 900 ms");
     let most = most_within(&rx, 1000.0);
-    assert!(most <= 113, "{most} calls in one second");
+    assert!(most <= 120, "{most} calls in one second");
     // 1,000 at 100/s after a burst of 10 take at least 9.9 s.
     assert!(took >= Duration::from_millis(9_500), "{took:?}");
 }
