@@ -7,8 +7,8 @@
 use crate::support;
 
 use axum::http::{Method, StatusCode};
-use delayq::delivery::allow::AllowList;
 use delayq::config::Config;
+use delayq::delivery::allow::AllowList;
 use delayq::store::Store;
 use delayq::store::redis::{RedisOptions, RedisStore, RedisTarget};
 use serde_json::{Value, json};
