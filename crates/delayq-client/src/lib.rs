@@ -24,7 +24,7 @@ mod types;
 pub use error::ClientError;
 pub use types::{
     Callback, FinishResult, Health, Job, JobState, NewJob, PushResult, PushStatus, Readiness,
-    Reschedule, Rescheduled, Restored, Stats, TopicStats,
+    Reschedule, Rescheduled, Restored, SettingsChange, Stats, TopicSettings, TopicStats,
 };
 
 use reqwest::{Method, RequestBuilder, Url};
@@ -287,6 +287,26 @@ impl Client {
     /// `GET /v1/stats`: job counts per topic and state.
     pub async fn stats(&self) -> Result<Stats> {
         self.call(self.request(Method::GET, &["v1", "stats"])).await
+    }
+
+    /// `GET /v1/topics/{topic}/settings`: the topic's flow control in force.
+    pub async fn settings(&self, topic: &str) -> Result<TopicSettings> {
+        self.call(self.request(Method::GET, &["v1", "topics", topic, "settings"]))
+            .await
+    }
+
+    /// `PUT /v1/topics/{topic}/settings`: changes the topic's flow control as `change` says;
+    /// returns the settings now in force.
+    pub async fn set_settings(
+        &self,
+        topic: &str,
+        change: &SettingsChange,
+    ) -> Result<TopicSettings> {
+        self.call(
+            self.request(Method::PUT, &["v1", "topics", topic, "settings"])
+                .json(change),
+        )
+        .await
     }
 
     /// `GET /healthz`: the process is alive.

@@ -287,16 +287,46 @@ pub struct TopicStats {
 }
 
 /// The answer of `GET /v1/stats`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Stats {
     /// Counts per topic, in name order.
     pub topics: BTreeMap<String, TopicStats>,
     /// Callback jobs' counts per topic.
     #[serde(default)]
     pub callbacks: BTreeMap<String, TopicStats>,
+    /// Flow control of the topics that have some, with or without jobs.
+    #[serde(default)]
+    pub settings: BTreeMap<String, TopicSettings>,
     /// The earliest due time of any delayed job; `null` when none is delayed.
     #[serde(default)]
     pub next_due_ms: Option<u64>,
+}
+
+/// A topic's flow control, `GET`/`PUT /v1/topics/{topic}/settings`: the settings in force.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct TopicSettings {
+    /// Nothing of the topic is handed out.
+    pub paused: bool,
+    /// Hand-outs per second; `None`: no rate limit.
+    pub rate_per_s: Option<f64>,
+    /// The token bucket's size in force; `None` without a rate.
+    pub burst: Option<u64>,
+    /// Most of the topic's jobs reserved at once; `None`: no limit.
+    pub max_in_flight: Option<u64>,
+}
+
+/// A change of a topic's flow control (`PUT /v1/topics/{topic}/settings`): a field left `None`
+/// is unchanged; `Some(None)` removes the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct SettingsChange {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_per_s: Option<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub burst: Option<Option<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<Option<u64>>,
 }
 
 /// The answer of `POST /v1/restore`: what the restore did, job by job.

@@ -8,7 +8,9 @@
 use anyhow::Context as _;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use delayq::config::{AuthToken, Config, ServeArgs};
-use delayq_client::{Client, ClientError, FinishResult, Job, NewJob, Reschedule, Rescheduled};
+use delayq_client::{
+    Client, ClientError, FinishResult, Job, NewJob, Reschedule, Rescheduled, SettingsChange,
+};
 use serde::Serialize;
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -103,6 +105,9 @@ pub enum Command {
     },
     /// Change the due time (and optionally body and priority) of a delayed or ready job
     Reschedule(RescheduleArgs),
+    /// A topic's flow control: pause, resume, limits (docs/flow-control.md)
+    #[command(subcommand)]
+    Topic(TopicCommand),
     /// Put back the journaled jobs the server's store lost (a server run with --journal)
     Restore {
         /// Leave out jobs already due (and record that, so no later restore brings them back)
@@ -113,6 +118,44 @@ pub enum Command {
         #[arg(long, value_name = "ID")]
         id: Option<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicCommand {
+    /// Hand out nothing of the topic (pull, callbacks, publishes) until it is resumed
+    Pause { topic: String },
+    /// Hand out the topic's jobs again
+    Resume { topic: String },
+    /// Set or remove the topic's limits; limits not named are unchanged
+    #[command(group(ArgGroup::new("any").required(true).multiple(true)))]
+    Limit(LimitArgs),
+    /// The topic's flow control in force
+    Show { topic: String },
+}
+
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    pub topic: String,
+    /// Hand-outs per second (fractions allowed), shared by every instance
+    #[arg(long, value_name = "N", group = "any", conflicts_with = "no_rate")]
+    pub rate: Option<f64>,
+    /// The rate's burst (default: the rate, at least 1)
+    #[arg(long, value_name = "N", group = "any")]
+    pub burst: Option<u64>,
+    /// At most this many of the topic's jobs reserved or being delivered at once
+    #[arg(
+        long,
+        value_name = "N",
+        group = "any",
+        conflicts_with = "no_max_in_flight"
+    )]
+    pub max_in_flight: Option<u64>,
+    /// Remove the rate limit (and its burst)
+    #[arg(long, group = "any", conflicts_with = "burst")]
+    pub no_rate: bool,
+    /// Remove the limit on jobs in flight
+    #[arg(long, group = "any")]
+    pub no_max_in_flight: bool,
 }
 
 #[derive(Debug, Args)]
@@ -361,6 +404,48 @@ async fn run_client(client: &Client, json: bool, command: Command) -> anyhow::Re
             out.print(&serde_json::json!({ "kicked": kicked }), || {
                 format!("kicked {kicked} dead jobs of {topic}\n")
             });
+        }
+        Command::Topic(cmd) => {
+            let (topic, change) = match cmd {
+                TopicCommand::Show { topic } => {
+                    let s = client.settings(&topic).await?;
+                    out.print(&s, || output::format_settings(&topic, &s));
+                    return Ok(ExitCode::SUCCESS);
+                }
+                TopicCommand::Pause { topic } => (
+                    topic,
+                    SettingsChange {
+                        paused: Some(true),
+                        ..SettingsChange::default()
+                    },
+                ),
+                TopicCommand::Resume { topic } => (
+                    topic,
+                    SettingsChange {
+                        paused: Some(false),
+                        ..SettingsChange::default()
+                    },
+                ),
+                TopicCommand::Limit(a) => {
+                    let change = SettingsChange {
+                        paused: None,
+                        rate_per_s: if a.no_rate {
+                            Some(None)
+                        } else {
+                            a.rate.map(Some)
+                        },
+                        burst: a.burst.map(Some),
+                        max_in_flight: if a.no_max_in_flight {
+                            Some(None)
+                        } else {
+                            a.max_in_flight.map(Some)
+                        },
+                    };
+                    (a.topic, change)
+                }
+            };
+            let s = client.set_settings(&topic, &change).await?;
+            out.print(&s, || output::format_settings(&topic, &s));
         }
         Command::Reschedule(args) => {
             let mut change = match (args.delay, args.run_at) {

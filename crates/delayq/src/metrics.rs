@@ -24,6 +24,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 /// The two exposition formats of `/metrics`, chosen by the scraper's `Accept` as the
 /// Prometheus client libraries choose: OpenMetrics when asked for, else the Prometheus text
@@ -157,6 +158,17 @@ struct JobLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TopicLabels {
+    topic: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HeldLabels {
+    topic: String,
+    limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: &'static str,
 }
@@ -199,6 +211,11 @@ pub struct Metrics {
     store_errors: Family<ErrorLabels, Counter>,
     jobs: Family<JobLabels, Gauge>,
     callback_jobs: Family<JobLabels, Gauge>,
+    topic_paused: Family<TopicLabels, Gauge>,
+    topic_rate: Family<TopicLabels, Gauge<f64, AtomicU64>>,
+    topic_burst: Family<TopicLabels, Gauge>,
+    topic_max_in_flight: Family<TopicLabels, Gauge>,
+    held_back: Family<HeldLabels, Counter>,
     callback_attempts: Family<OutcomeLabels, Counter>,
     callback_duration: Histogram,
     callback_lateness: Histogram,
@@ -290,6 +307,39 @@ impl Metrics {
             "callback_jobs",
             "Callback jobs in the store by topic and state (the whole store's, read at scrape time)",
             callback_jobs.clone(),
+        );
+        let topic_paused = Family::<TopicLabels, Gauge>::default();
+        registry.register(
+            "topic_paused",
+            "1 for each paused topic, 0 for a topic with limits that is not paused (flow control, \
+             the store's, read at scrape time)",
+            topic_paused.clone(),
+        );
+        let topic_rate = Family::<TopicLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "topic_rate_per_second",
+            "Each rate-limited topic's limit: hand-outs per second",
+            topic_rate.clone(),
+        );
+        let topic_burst = Family::<TopicLabels, Gauge>::default();
+        registry.register(
+            "topic_burst",
+            "Each rate-limited topic's burst (the token bucket's size)",
+            topic_burst.clone(),
+        );
+        let topic_max_in_flight = Family::<TopicLabels, Gauge>::default();
+        registry.register(
+            "topic_max_in_flight",
+            "Each topic's limit on jobs reserved at once (pull and callback)",
+            topic_max_in_flight.clone(),
+        );
+        let held_back = Family::<HeldLabels, Counter>::default();
+        registry.register(
+            "held_back",
+            "Hand-outs a topic's flow control held back, by limit: paused, rate, max_in_flight \
+             (one per reserve call and limit that kept a ready job back; the store's count, \
+             read at scrape time)",
+            held_back.clone(),
         );
         let callback_attempts = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -392,6 +442,11 @@ impl Metrics {
             store_errors,
             jobs,
             callback_jobs,
+            topic_paused,
+            topic_rate,
+            topic_burst,
+            topic_max_in_flight,
+            held_back,
             callback_attempts,
             callback_duration,
             callback_lateness,
@@ -433,9 +488,14 @@ impl Metrics {
         let _one = self.scrape.lock().await;
         self.jobs.clear();
         self.callback_jobs.clear();
+        self.topic_paused.clear();
+        self.topic_rate.clear();
+        self.topic_burst.clear();
+        self.topic_max_in_flight.clear();
         match store.stats().await {
             Ok(stats) => {
                 self.store_up.set(1);
+                self.flow_gauges(&stats);
                 for (gauges, topics) in [
                     (&self.jobs, &stats.topics),
                     (&self.callback_jobs, &stats.callbacks),
@@ -465,6 +525,45 @@ impl Metrics {
         match format {
             Format::OpenMetrics => out,
             Format::Text => openmetrics_to_text(&out),
+        }
+    }
+
+    /// The settings of each topic that has some, and the store's counts of hand-outs held
+    /// back (added to the counters: a counter only grows).
+    fn flow_gauges(&self, stats: &crate::store::Stats) {
+        for (topic, s) in &stats.settings {
+            let labels = TopicLabels {
+                topic: label_value(topic.as_str()),
+            };
+            self.topic_paused
+                .get_or_create(&labels)
+                .set(i64::from(s.paused));
+            if let Some(rate) = s.rate_per_s() {
+                self.topic_rate.get_or_create(&labels).set(rate);
+            }
+            if let Some(burst) = s.burst() {
+                let burst = i64::try_from(burst).unwrap_or(i64::MAX);
+                self.topic_burst.get_or_create(&labels).set(burst);
+            }
+            if let Some(n) = s.max_in_flight {
+                self.topic_max_in_flight
+                    .get_or_create(&labels)
+                    .set(i64::from(n));
+            }
+        }
+        for (topic, held) in &stats.held {
+            for (limit, n) in [
+                ("paused", held.paused),
+                ("rate", held.rate),
+                ("max_in_flight", held.max_in_flight),
+            ] {
+                let labels = HeldLabels {
+                    topic: label_value(topic.as_str()),
+                    limit,
+                };
+                let counter = self.held_back.get_or_create(&labels);
+                counter.inc_by(n.saturating_sub(counter.get()));
+            }
         }
     }
 
@@ -596,6 +695,8 @@ impl StoreHook for Metrics {
             | Reply::Stats { .. }
             | Reply::List { .. }
             | Reply::Schedule { .. }
+            | Reply::Settings { .. }
+            | Reply::SetSettings { .. }
             | Reply::Ping { .. } => return,
             Reply::Finish { out, .. } => self.finished_or_deleted(*out),
             Reply::Delete { .. } => &self.deleted,

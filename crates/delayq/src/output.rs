@@ -5,7 +5,7 @@
 //! without a server or a clock. `--json` output does not come through here: it is the server's
 //! JSON shape, printed by `cli.rs`.
 
-use delayq_client::{Job, JobState, Stats, TopicStats};
+use delayq_client::{Job, JobState, Stats, TopicSettings, TopicStats};
 use std::fmt::Write as _;
 
 /// A Unix time in ms as RFC 3339 UTC with milliseconds: `2026-01-01T00:00:00.000Z`.
@@ -165,6 +165,22 @@ pub fn format_job(job: &Job, now_ms: u64) -> String {
 
 /// The stats as a table of topics (rows) by state (columns), with a total row when there is
 /// more than one topic, then the next due time. Ends in a newline.
+/// A topic's flow control on one line: `orders: paused, rate 100/s (burst 10), at most 5 in
+/// flight`.
+pub fn format_settings(topic: &str, s: &TopicSettings) -> String {
+    let mut parts = vec![if s.paused { "paused" } else { "running" }.to_string()];
+    match (s.rate_per_s, s.burst) {
+        (Some(rate), Some(burst)) => parts.push(format!("rate {rate}/s (burst {burst})")),
+        (Some(rate), None) => parts.push(format!("rate {rate}/s")),
+        _ => parts.push("no rate limit".into()),
+    }
+    match s.max_in_flight {
+        Some(n) => parts.push(format!("at most {n} in flight")),
+        None => parts.push("no limit in flight".into()),
+    }
+    format!("{topic}: {}\n", parts.join(", "))
+}
+
 pub fn format_stats(stats: &Stats, now_ms: u64) -> String {
     const HEADER: [&str; 5] = ["TOPIC", "DELAYED", "READY", "RESERVED", "DEAD"];
     fn cells(name: &str, t: &TopicStats) -> [String; 5] {
@@ -218,6 +234,9 @@ pub fn format_stats(stats: &Stats, now_ms: u64) -> String {
             out.push_str(line.trim_end());
             out.push('\n');
         }
+    }
+    for (topic, s) in &stats.settings {
+        out.push_str(&format_settings(topic, s));
     }
     match stats.next_due_ms {
         Some(ms) => writeln!(out, "next due: {}", format_time_relative(ms, now_ms)).unwrap(),

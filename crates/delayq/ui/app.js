@@ -368,19 +368,24 @@
     let last = null;
     const tick = async () => {
       try {
-        const [topics, metricsText] = await Promise.all([
+        const [topics, stats, metricsText] = await Promise.all([
           fetchTopics(),
+          api('GET', 'v1/stats'),
           api('GET', 'metrics').catch((e) => (e.status === 401 ? Promise.reject(e) : null)),
         ]);
         if (!alive()) return;
         showError(null);
+        const settings = stats.settings || {};
         const rows = (topics.topics || []).map((t) => {
           const cb = t.callbacks || {};
+          const paused = Boolean(settings[t.topic] && settings[t.topic].paused);
           return h('tr', { dataset: { topic: t.topic } },
-            h('th', { scope: 'row' }, h('a', { href: `#/topics/${enc(t.topic)}/delayed`, text: t.topic })),
+            h('th', { scope: 'row' }, h('a', { href: `#/topics/${enc(t.topic)}/delayed`, text: t.topic }),
+              paused ? h('span', { class: 'badge paused', text: 'paused' }) : null),
             STATES.map((st, i) => h('td', { class: i === 0 ? 'group' : null, dataset: { state: st } }, stateLink(t.topic, st, t[st] || 0, false))),
             STATES.map((st, i) => h('td', { class: i === 0 ? 'group' : null, dataset: { callbackState: st } }, stateLink(t.topic, st, cb[st] || 0, true))),
-            h('td', {}, h('a', { href: `#/schedule/${enc(t.topic)}`, text: 'schedule' })));
+            h('td', {}, h('a', { href: `#/schedule/${enc(t.topic)}`, text: 'schedule' }), ' ',
+              pauseButton(t.topic, paused, tick)));
         });
         if (rows.length === 0) {
           rows.push(h('tr', {}, h('td', { colspan: 10, class: 'muted', text: 'No jobs in any topic.' })));
@@ -531,10 +536,23 @@
     }
     tools.append(h('a', { class: 'button', href: `#/schedule/${enc(topic)}`, text: 'Schedule' }),
       h('a', { class: 'button', href: `#/push?topic=${enc(topic)}`, text: 'Push' }));
+    const flow = h('p', { id: 'flow', class: 'muted' });
+    const loadFlow = async () => {
+      try {
+        const st = await api('GET', `v1/topics/${enc(topic)}/settings`);
+        if (!alive()) return;
+        flow.replaceChildren(h('span', { text: `Flow control: ${describeSettings(st)}` }), ' ',
+          pauseButton(topic, st.paused, loadFlow));
+      } catch (e) {
+        if (alive() && e.status !== 401) showError(e);
+      }
+    };
+    loadFlow();
     const when = { delayed: 'Due', ready: 'Due', reserved: 'Reserved until', dead: 'Due' }[state];
     main.append(
       h('h1', {}, h('span', { class: 'muted', text: 'Topic ' }), topic,
         h('span', { class: 'muted', text: ` · ${state}${callback ? ' callback' : ''} jobs` })),
+      flow,
       tools,
       h('div', { class: 'scroll' },
         h('table', { class: 'jobs' },
@@ -576,6 +594,26 @@
     });
     load();
     return {};
+  }
+
+  // A button that pauses or resumes `topic` (after a confirmation), then calls `done`.
+  function pauseButton(topic, paused, done) {
+    return h('button', {
+      type: 'button', class: paused ? 'small resume' : 'small pause', text: paused ? 'Resume' : 'Pause',
+      onclick: () => act(
+        paused ? `Resume topic “${topic}”: hand out its ready jobs again?` : `Pause topic “${topic}”: hand out none of its jobs (consumers, callbacks) until resumed?`,
+        paused ? 'Resume' : 'Pause',
+        () => api('PUT', `v1/topics/${enc(topic)}/settings`, { paused: !paused }),
+        paused ? 'Resumed.' : 'Paused.').then(done),
+    });
+  }
+
+  // A topic's flow control in words: "paused · 100/s (burst 10) · at most 5 in flight".
+  function describeSettings(s) {
+    const parts = [s.paused ? 'paused' : 'running'];
+    parts.push(s.rate_per_s === null ? 'no rate limit' : `${s.rate_per_s}/s (burst ${s.burst})`);
+    parts.push(s.max_in_flight === null ? 'no limit in flight' : `at most ${s.max_in_flight} in flight`);
+    return parts.join(' · ');
   }
 
   // Kicks every dead job of `topic` (pull, then callback), in rounds of 100 (of 1 on a server

@@ -23,7 +23,9 @@ pub use error::ApiError;
 
 use super::AppState;
 use crate::job::{self, JobId, JobState, Topic, UnixMillis};
-use crate::store::{PushMode, Reschedule, StoreError, schedule_steps};
+use crate::store::{
+    MAX_RATE_PER_S, PushMode, RATE_UNIT, Reschedule, SettingsChange, StoreError, schedule_steps,
+};
 use axum::Json;
 use axum::Router;
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -37,7 +39,7 @@ use due::{after_delay, due_time};
 use input::{Fields, Query};
 use model::{
     BatchPushReply, FinishBatchReply, JobView, JobsPage, KickTopicReply, PushResult,
-    RescheduleReply, ReserveReply, ScheduleView, StatsView, TopicsView,
+    RescheduleReply, ReserveReply, ScheduleView, SettingsView, StatsView, TopicsView,
 };
 use new_job::{NEW_JOB_FIELDS, NewJob, new_job};
 use std::collections::HashSet;
@@ -68,6 +70,10 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/topics", get(topics))
         .route("/v1/topics/{topic}/jobs", get(list_jobs))
         .route("/v1/topics/{topic}/schedule", get(topic_schedule))
+        .route(
+            "/v1/topics/{topic}/settings",
+            get(get_settings).put(put_settings),
+        )
         .route("/v1/schedule", get(schedule))
         .route("/v1/openapi.json", get(super::openapi::serve))
 }
@@ -449,6 +455,76 @@ async fn stats(State(st): State<AppState>) -> ApiResult<Json<StatsView>> {
 async fn topics(State(st): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json<TopicsView>> {
     Query::new(q.as_deref(), &[])?;
     Ok(Json(st.store.stats().await?.into()))
+}
+
+/// The smallest `rate_per_s` a topic takes: one hand-out in about 11.6 days.
+pub const MIN_RATE_PER_S: f64 = 1.0 / RATE_UNIT as f64;
+/// The largest `burst` and `max_in_flight` a topic takes.
+pub const MAX_FLOW_COUNT: u64 = 1_000_000;
+
+/// `GET /v1/topics/{topic}/settings`: the topic's flow control in force (defaults when never
+/// set).
+#[tracing::instrument(skip_all, fields(topic = tracing::field::Empty))]
+async fn get_settings(State(st): State<AppState>, path: IdPath) -> ApiResult<Json<SettingsView>> {
+    let topic = path_topic(path)?;
+    Ok(Json(st.store.settings(&topic).await?.into()))
+}
+
+/// `PUT /v1/topics/{topic}/settings`, any of `{"paused", "rate_per_s", "burst",
+/// "max_in_flight"}`: fields not given are unchanged, `null` removes a limit. Answers the
+/// settings now in force.
+#[tracing::instrument(skip_all, fields(topic = tracing::field::Empty))]
+async fn put_settings(
+    State(st): State<AppState>,
+    path: IdPath,
+    body: Body,
+) -> ApiResult<Json<SettingsView>> {
+    let topic = path_topic(path)?;
+    let mut f = Fields::new(
+        input::object(&body?, false)?,
+        "",
+        &["paused", "rate_per_s", "burst", "max_in_flight"],
+    )?;
+    if f.is_null("paused") {
+        return Err(ApiError::field("paused", "must be true or false, got null"));
+    }
+    let paused = f.bool("paused")?;
+    // `null` removes a limit; `take` reads it as absent, so it is seen first.
+    let nulls = ["rate_per_s", "burst", "max_in_flight"].map(|field| f.is_null(field));
+    let nullable = |null: bool, v: Option<u64>| match v {
+        Some(n) => Some(Some(n)),
+        None if null => Some(None),
+        None => None,
+    };
+    let rate = f
+        .number("rate_per_s", MIN_RATE_PER_S, MAX_RATE_PER_S as f64)?
+        .map(|r| ((r * RATE_UNIT as f64).round() as u64).max(1));
+    let rate = nullable(nulls[0], rate);
+    let burst = nullable(nulls[1], f.count("burst", MAX_FLOW_COUNT)?);
+    let limit = nullable(nulls[2], f.count("max_in_flight", MAX_FLOW_COUNT)?);
+    if let Some(Some(_)) = burst {
+        let rated = match rate {
+            Some(r) => r.is_some(),
+            None => st.store.settings(&topic).await?.rate_micros.is_some(),
+        };
+        if !rated {
+            return Err(ApiError::field(
+                "burst",
+                "needs a rate: give rate_per_s too, or set one first",
+            ));
+        }
+    }
+    let narrow = |v: Option<Option<u64>>| v.map(|o| o.map(|n| n as u32));
+    let change = SettingsChange {
+        paused,
+        rate_micros: rate,
+        burst: narrow(burst),
+        max_in_flight: narrow(limit),
+    };
+    let now = st.clock.now();
+    Ok(Json(
+        st.store.set_settings(&topic, change, now).await?.into(),
+    ))
 }
 
 /// The most jobs one page of `GET /v1/topics/{topic}/jobs` holds, and the default.

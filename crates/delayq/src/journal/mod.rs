@@ -312,6 +312,8 @@ fn ops_of(reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis) -> Vec<Op> {
         | Reply::Stats { .. }
         | Reply::List { .. }
         | Reply::Schedule { .. }
+        | Reply::Settings { .. }
+        | Reply::SetSettings { .. }
         | Reply::Tick { .. }
         | Reply::Ping { .. } => Vec::new(),
     }

@@ -17,7 +17,7 @@
 //! [`Reply`]: super::Reply
 
 use super::hook::StoreHook;
-use super::{PushMode, Reschedule, StoreResult};
+use super::{PushMode, Reschedule, SettingsChange, StoreResult};
 use crate::job::{JobSpec, JobState, UnixMillis};
 
 /// What a call does to jobs, declared with it in `store_calls!`.
@@ -129,6 +129,15 @@ impl Seen<'_> for Reschedule {
 
     fn seen(&self) -> UnixMillis {
         self.run_at
+    }
+}
+
+/// A change of a topic's settings: all of it.
+impl Seen<'_> for SettingsChange {
+    type Seen = SettingsChange;
+
+    fn seen(&self) -> SettingsChange {
+        *self
     }
 }
 

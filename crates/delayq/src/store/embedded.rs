@@ -32,10 +32,10 @@ mod group_commit;
 mod record;
 mod wal;
 
-use crate::job::Job;
+use crate::job::{Job, Topic};
 use crate::store::engine::{Effects, Engine};
 use crate::store::engine_store::{CommitMode, Durability, EngineStore};
-use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreResult};
+use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreResult, TopicSettings};
 use group_commit::{FORMAT_VERSION_KEY, GroupCommit, JOBS, META, Ticket};
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageError,
@@ -129,11 +129,11 @@ impl EmbeddedStore {
         // redb checks what it can and reports corruption as errors, but a damaged page can
         // still make it panic: that must be a clear error too, never a crash.
         let started = std::time::Instant::now();
-        let (db, jobs, generation) = catch_unwind(AssertUnwindSafe(|| {
+        let (db, (jobs, settings), generation) = catch_unwind(AssertUnwindSafe(|| {
             let db = open_db(dir, &file)?;
             let generation = replay_logs(&db, dir, &file)?;
-            let jobs = load(&db, &file)?;
-            Ok::<_, StoreError>((db, jobs, generation))
+            let loaded = load(&db, &file)?;
+            Ok::<_, StoreError>((db, loaded, generation))
         }))
         .map_err(|panic| {
             let msg = panic
@@ -144,7 +144,7 @@ impl EmbeddedStore {
             StoreError::Corrupt(format!("{}: cannot be read: {msg}", file.display()).into())
         })??;
         let n = jobs.len();
-        let engine = Engine::load(jobs);
+        let engine = Engine::load(jobs, settings);
 
         let events = broadcast::channel(EVENT_CHANNEL_CAPACITY).0;
         let (log, housekeeper) =
@@ -263,21 +263,35 @@ fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
     Ok(last.map_or(0, |g| g + 1))
 }
 
-/// Reads and decodes every job record.
-fn load(db: &Database, file: &Path) -> StoreResult<Vec<Job>> {
+/// What the store holds on disk: every job, and every topic's settings.
+type Loaded = (Vec<Job>, Vec<(Topic, TopicSettings)>);
+
+/// Reads and decodes every job record and every topic's settings.
+fn load(db: &Database, file: &Path) -> StoreResult<Loaded> {
     let shown = file.display();
     let tx = db.begin_read().map_err(|e| corrupt(file, e))?;
     let table = tx.open_table(JOBS).map_err(|e| corrupt(file, e))?;
     let mut jobs = Vec::with_capacity(table.len().map_err(|e| corrupt(file, e))? as usize);
+    let mut settings = Vec::new();
     for entry in table.iter().map_err(|e| corrupt(file, e))? {
         let (k, v) = entry.map_err(|e| corrupt(file, e))?;
         let id = k.value();
+        if let Some(topic) = record::settings_topic(id) {
+            let bad = |e: String| {
+                StoreError::Corrupt(
+                    format!("{shown}: settings {id:?} cannot be decoded: {e}").into(),
+                )
+            };
+            let topic = topic.map_err(bad)?;
+            settings.push((topic, record::decode_settings(v.value()).map_err(bad)?));
+            continue;
+        }
         let job = record::decode(id, v.value()).map_err(|e| {
             StoreError::Corrupt(format!("{shown}: job {id:?} cannot be decoded: {e}").into())
         })?;
         jobs.push(job);
     }
-    Ok(jobs)
+    Ok((jobs, settings))
 }
 
 #[cfg(test)]

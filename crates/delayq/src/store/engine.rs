@@ -24,19 +24,22 @@
 
 use crate::job::{self, Job, JobId, JobSpec, JobState, Topic, UnixMillis};
 use crate::store::{
-    JobPage, ListKey, PushMode, PushOutcome, Reschedule, SCHEDULE_BUCKET_MS, Stats, StoreError,
-    StoreEvent, StoreResult, TickOutcome, TopicCounts, schedule_step_of, schedule_steps,
+    HeldBack, JobPage, ListKey, PushMode, PushOutcome, RATE_UNIT, Reschedule, SCHEDULE_BUCKET_MS,
+    SettingsChange, Stats, StoreError, StoreEvent, StoreResult, TickOutcome, TopicCounts,
+    TopicSettings, schedule_step_of, schedule_steps,
 };
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, btree_map};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
-/// A job record written or removed by a transition.
+/// A job record written or removed by a transition, or a topic's settings written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     Put(Job),
     Remove(JobId),
+    /// A topic's flow control settings (the defaults: none kept).
+    Settings(Topic, TopicSettings),
 }
 
 /// What a transition did besides its return value.
@@ -106,6 +109,27 @@ pub struct Engine {
     due_all: BTreeMap<u64, u64>,
     counts: BTreeMap<Topic, TopicCounts>,
     next_seq: u64,
+    /// Flow control of the topics that have settings, by topic name (empty: `reserve` pays
+    /// nothing for it).
+    flow: HashMap<Box<str>, Flow>,
+    /// When a rate-limited queue's bucket has its next token: the timer's pass announces the
+    /// queue's ready jobs then.
+    wakes: BTreeSet<(UnixMillis, Topic)>,
+    /// Queues whose reserved jobs left their reservation in this transition (only while some
+    /// topic has settings): a `max_in_flight` may let their topic's ready jobs out now.
+    freed: Vec<Topic>,
+    held: BTreeMap<Topic, HeldBack>,
+}
+
+/// A topic's flow control: its settings and its token bucket (not durable: a restart starts
+/// each bucket full).
+#[derive(Debug)]
+struct Flow {
+    topic: Topic,
+    settings: TopicSettings,
+    tokens: f64,
+    /// When `tokens` was last refilled.
+    stamp: UnixMillis,
 }
 
 fn count_of(c: &mut TopicCounts, state: JobState) -> &mut u64 {
@@ -124,8 +148,14 @@ impl Engine {
 
     /// Rebuilds an engine from stored job records (the embedded store's start-up). A reserved
     /// record without a deadline is treated as expired.
-    pub fn load(jobs: impl IntoIterator<Item = Job>) -> Engine {
+    pub fn load(
+        jobs: impl IntoIterator<Item = Job>,
+        settings: impl IntoIterator<Item = (Topic, TopicSettings)>,
+    ) -> Engine {
         let mut e = Engine::new();
+        for (topic, s) in settings {
+            e.write_settings(&topic, s, 0);
+        }
         for mut j in jobs {
             if j.state == JobState::Reserved && j.reserved_until.is_none() {
                 j.reserved_until = Some(0);
@@ -201,6 +231,9 @@ impl Engine {
                 let key = (j.reserved_until.unwrap_or(0), id);
                 self.timeline.remove(&key);
                 remove_from(&mut self.reserved, topic, &key);
+                if !self.flow.is_empty() {
+                    self.freed.push(queue.clone());
+                }
             }
             JobState::Ready => {
                 let (p, r, s) = j.ready_key();
@@ -351,7 +384,13 @@ impl Engine {
     ) -> Vec<Job> {
         let mut out = Vec::new();
         for topic in topics {
-            while out.len() < max {
+            let room = if self.flow.is_empty() {
+                max
+            } else {
+                out.len() + self.allowance(topic, max - out.len(), now)
+            };
+            let before = out.len();
+            while out.len() < room.min(max) {
                 let Some(id) = self
                     .ready
                     .get(topic)
@@ -366,8 +405,172 @@ impl Engine {
                 j.reserved_until = Some(job::after(now, j.spec.ttr_ms));
                 out.push(self.put(j, fx));
             }
+            if !self.flow.is_empty() {
+                self.spend(topic, out.len() - before, now, fx);
+            }
         }
         out
+    }
+
+    /// How many of `want` jobs of `queue` its topic's flow control lets out now (refilling its
+    /// bucket to `now`), counting each limit that holds one back.
+    fn allowance(&mut self, queue: &Topic, want: usize, now: UnixMillis) -> usize {
+        let (name, _) = queue.split_queue();
+        let Some(f) = self.flow.get_mut(name) else {
+            return want;
+        };
+        if want == 0 || self.ready.get(queue).is_none_or(BTreeSet::is_empty) {
+            return want;
+        }
+        let s = f.settings;
+        let held = self.held.entry(f.topic.clone()).or_default();
+        if s.paused {
+            held.paused += 1;
+            return 0;
+        }
+        let mut room = want;
+        if let Some(rate) = s.rate_micros {
+            refill(f, rate, now);
+            let whole = f.tokens.floor() as usize;
+            if whole < room {
+                held.rate += 1;
+                room = whole;
+            }
+        }
+        if let Some(limit) = s.max_in_flight {
+            let topic = f.topic.clone();
+            let flying = self.in_flight(&topic);
+            let left = usize::try_from(u64::from(limit).saturating_sub(flying)).unwrap_or(0);
+            if left < room {
+                self.held.entry(topic).or_default().max_in_flight += 1;
+                room = left;
+            }
+        }
+        room
+    }
+
+    /// A topic's reserved jobs, pull and callback.
+    fn in_flight(&self, topic: &Topic) -> u64 {
+        let pull = self.counts.get(topic).map_or(0, |c| c.reserved);
+        let pushed = self
+            .counts
+            .get(&topic.callback_queue())
+            .map_or(0, |c| c.reserved);
+        pull + pushed
+    }
+
+    /// Takes `n` hand-outs of `queue` from its topic's bucket; if ready jobs are left waiting
+    /// for a token, the timer's pass announces them when the next one comes.
+    fn spend(&mut self, queue: &Topic, n: usize, now: UnixMillis, fx: &mut Effects) {
+        let (name, _) = queue.split_queue();
+        let Some(f) = self.flow.get_mut(name) else {
+            return;
+        };
+        let Some(rate) = f.settings.rate_micros else {
+            return;
+        };
+        f.tokens -= n as f64;
+        if f.tokens >= 1.0 || f.settings.paused {
+            return;
+        }
+        if self.ready.get(queue).is_none_or(BTreeSet::is_empty) {
+            return;
+        }
+        let missing = 1.0 - f.tokens.max(0.0);
+        let wait = (missing * 1e3 * RATE_UNIT as f64 / rate as f64).ceil() as u64;
+        let at = now.saturating_add(wait.max(1));
+        let earlier = self.wakes.first().is_none_or(|(t, _)| at < *t)
+            && self.timeline.first().is_none_or(|(t, _)| at < *t);
+        if self.wakes.insert((at, queue.clone())) && earlier {
+            fx.events.push(StoreEvent::Due(at));
+        }
+    }
+
+    /// Ends a transition: a reservation that ended frees room under its topic's
+    /// `max_in_flight`, so the topic's ready jobs are announced. Called by the engine store
+    /// after every call.
+    pub fn settle(&mut self, fx: &mut Effects) {
+        if self.freed.is_empty() {
+            return;
+        }
+        let mut freed = std::mem::take(&mut self.freed);
+        freed.sort();
+        freed.dedup();
+        for queue in freed {
+            let (name, _) = queue.split_queue();
+            let Some(f) = self.flow.get(name) else {
+                continue;
+            };
+            if f.settings.max_in_flight.is_none() {
+                continue;
+            }
+            let topic = f.topic.clone();
+            self.announce(&topic, fx);
+        }
+    }
+
+    /// `Ready` events for the topic's queues that have ready jobs.
+    fn announce(&self, topic: &Topic, fx: &mut Effects) {
+        for queue in [topic.clone(), topic.callback_queue()] {
+            if self.ready.get(&queue).is_some_and(|s| !s.is_empty()) {
+                fx.ready(&queue);
+            }
+        }
+    }
+
+    /// Keeps `s` as `topic`'s settings, its bucket kept (refilled to `now`, within the new
+    /// burst) or new and full.
+    fn write_settings(&mut self, topic: &Topic, s: TopicSettings, now: UnixMillis) {
+        if s.is_default() {
+            self.flow.remove(topic.as_str());
+            return;
+        }
+        let burst = s.burst().unwrap_or(0) as f64;
+        let f = self
+            .flow
+            .entry(topic.as_str().into())
+            .or_insert_with(|| Flow {
+                topic: topic.clone(),
+                settings: TopicSettings::default(),
+                tokens: burst,
+                stamp: now,
+            });
+        match (f.settings.rate_micros, s.rate_micros) {
+            (Some(rate), Some(_)) => {
+                refill(f, rate, now);
+                f.tokens = f.tokens.min(burst);
+            }
+            _ => {
+                f.tokens = burst;
+                f.stamp = now;
+            }
+        }
+        f.settings = s;
+    }
+
+    pub fn set_settings(
+        &mut self,
+        topic: &Topic,
+        change: SettingsChange,
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> TopicSettings {
+        let old = self.settings(topic);
+        let new = change.apply(old);
+        if new == old {
+            return new;
+        }
+        self.write_settings(topic, new, now);
+        fx.changes.push(Change::Settings(topic.clone(), new));
+        self.announce(topic, fx);
+        new
+    }
+
+    pub fn settings(&self, topic: &Topic) -> TopicSettings {
+        self.flow
+            .get(topic.as_str())
+            .map(|f| f.settings)
+            .unwrap_or_default()
     }
 
     /// Removes a job in any state (finish and delete are the same transition).
@@ -511,6 +714,12 @@ impl Engine {
         for (queue, counts) in &self.counts {
             *stats.counts_of(queue.clone()) = *counts;
         }
+        stats.settings = self
+            .flow
+            .values()
+            .map(|f| (f.topic.clone(), f.settings))
+            .collect();
+        stats.held = self.held.clone();
         stats
     }
 
@@ -636,9 +845,30 @@ impl Engine {
             }
             self.put(j, fx);
         }
-        out.next_due = self.timeline.first().map(|(t, _)| *t);
+        while let Some((t, queue)) = self.wakes.first().cloned() {
+            if t > now {
+                break;
+            }
+            self.wakes.pop_first();
+            if self.ready.get(&queue).is_some_and(|s| !s.is_empty()) {
+                fx.ready(&queue);
+            }
+        }
+        let wake = self.wakes.first().map(|(t, _)| *t);
+        out.next_due = match (self.timeline.first().map(|(t, _)| *t), wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         out
     }
+}
+
+/// Refills a bucket of `rate` millionths per second to `now`, up to its burst.
+fn refill(f: &mut Flow, rate: u64, now: UnixMillis) {
+    let burst = f.settings.burst().unwrap_or(0) as f64;
+    let elapsed = now.saturating_sub(f.stamp) as f64;
+    f.tokens = (f.tokens + elapsed * rate as f64 / (1e3 * RATE_UNIT as f64)).min(burst);
+    f.stamp = f.stamp.max(now);
 }
 
 /// Removes `key` from `queue`'s set in `index`, and the set when it is empty.
@@ -683,8 +913,10 @@ mod tests {
         assert_eq!(topic_at(&pushed, "a"), topic_at(&pushed, "b"));
         assert_eq!(topic_at(&pushed, "a"), topic_at(&pushed, "c"));
 
-        let loaded =
-            Engine::load((1..=3).map(|seq| Job::new(spec(&format!("j{seq}")), 1_000, seq)));
+        let loaded = Engine::load(
+            (1..=3).map(|seq| Job::new(spec(&format!("j{seq}")), 1_000, seq)),
+            [],
+        );
         assert_eq!(topic_at(&loaded, "j1"), topic_at(&loaded, "j2"));
         assert_eq!(topic_at(&loaded, "j1"), topic_at(&loaded, "j3"));
     }

@@ -117,6 +117,7 @@ impl<D: Durability> EngineStore<D> {
         let mut engine = self.lock()?;
         let mut fx = Effects::default();
         let out = f(&mut engine, &mut fx);
+        engine.settle(&mut fx);
         let ack = if fx.changes.is_empty() {
             None
         } else {

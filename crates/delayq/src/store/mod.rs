@@ -77,6 +77,12 @@ pub struct Stats {
     pub topics: BTreeMap<Topic, TopicCounts>,
     /// Topics with at least one callback job, and those jobs' counts.
     pub callbacks: BTreeMap<Topic, TopicCounts>,
+    /// Topics with flow control settings ([`Store::set_settings`]), whether or not they have
+    /// jobs. A topic without an entry has the defaults.
+    pub settings: BTreeMap<Topic, TopicSettings>,
+    /// Per topic, how many hand-outs its limits held back since the store started (engine
+    /// stores) or since the settings were first written (Redis: shared by every instance).
+    pub held: BTreeMap<Topic, HeldBack>,
     /// The earliest time the timer has work: a delayed job's due time or a reservation's
     /// deadline. Exact on the embedded store; on Redis a lower bound when the earliest far-future
     /// job (one due two or more one-minute windows ahead) was deleted or moved since it was
@@ -93,6 +99,81 @@ impl Stats {
             None => self.topics.entry(queue).or_default(),
         }
     }
+}
+
+/// Largest `rate_per_s` a topic takes.
+pub const MAX_RATE_PER_S: u64 = 1_000_000;
+/// Rates are kept in millionths of a hand-out per second.
+pub const RATE_UNIT: u64 = 1_000_000;
+
+/// A topic's flow control (docs/flow-control.md), kept by the store and applied by its
+/// `reserve` to every hand-out of the topic: its pull jobs and its callback queue's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicSettings {
+    /// Nothing of the topic is handed out.
+    pub paused: bool,
+    /// The token bucket's refill, in millionths of a hand-out per second ([`RATE_UNIT`]);
+    /// `None`: no rate limit.
+    pub rate_micros: Option<u64>,
+    /// The bucket's size as set; `None`: the default, [`TopicSettings::burst`]. Only kept with
+    /// a rate.
+    pub burst: Option<u32>,
+    /// At most this many of the topic's jobs reserved at once (pull and callback).
+    pub max_in_flight: Option<u32>,
+}
+
+impl TopicSettings {
+    /// No limit and not paused: the store keeps nothing for the topic.
+    pub fn is_default(&self) -> bool {
+        *self == TopicSettings::default()
+    }
+
+    /// The bucket's size in force: the burst set, else `max(1, floor(rate))`; `None` without
+    /// a rate.
+    pub fn burst(&self) -> Option<u64> {
+        let rate = self.rate_micros?;
+        Some(self.burst.map_or((rate / RATE_UNIT).max(1), u64::from))
+    }
+
+    /// The rate in hand-outs per second.
+    pub fn rate_per_s(&self) -> Option<f64> {
+        self.rate_micros.map(|r| r as f64 / RATE_UNIT as f64)
+    }
+}
+
+/// A change of a topic's settings ([`Store::set_settings`]): each field `None` is left as it
+/// is; `Some(None)` removes a limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SettingsChange {
+    pub paused: Option<bool>,
+    pub rate_micros: Option<Option<u64>>,
+    pub burst: Option<Option<u32>>,
+    pub max_in_flight: Option<Option<u32>>,
+}
+
+impl SettingsChange {
+    /// `old` changed as asked. Without a rate no burst is kept.
+    pub fn apply(&self, old: TopicSettings) -> TopicSettings {
+        let mut s = TopicSettings {
+            paused: self.paused.unwrap_or(old.paused),
+            rate_micros: self.rate_micros.unwrap_or(old.rate_micros),
+            burst: self.burst.unwrap_or(old.burst),
+            max_in_flight: self.max_in_flight.unwrap_or(old.max_in_flight),
+        };
+        if s.rate_micros.is_none() {
+            s.burst = None;
+        }
+        s
+    }
+}
+
+/// Hand-outs a topic's limits held back ([`Stats::held`]): each time a `reserve` found a
+/// ready job of the topic and handed it out later, counted once per call and limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeldBack {
+    pub paused: u64,
+    pub rate: u64,
+    pub max_in_flight: u64,
 }
 
 /// Where a job sorts in the listing of its queue's jobs in its state ([`Store::list`]), and
@@ -241,6 +322,14 @@ store_calls! {
         /// how many.
         Change KickTopic fn kick_topic(topic: &'a Topic, max: u64, now: UnixMillis) -> u64;
 
+        /// Changes a topic's flow control as `change` says, atomically (fields not given stay
+        /// as they are), and returns the settings now in force. A topic may be set before it
+        /// has jobs. Resuming or loosening a limit announces the topic's ready jobs
+        /// (`StoreEvent::Ready` for the topic and its callback queue). `now` starts a new rate
+        /// bucket full.
+        Change SetSettings fn set_settings(topic: &'a Topic, change: SettingsChange, now: UnixMillis)
+            -> TopicSettings;
+
         /// Atomically changes the due time (and optionally body and priority) of a delayed or
         /// ready job. Returns the job as it is now and the state it was in before. A job that
         /// is reserved or dead is refused with `WrongState`, so a caller that lost the race
@@ -253,6 +342,9 @@ store_calls! {
 
         /// Per-topic counts and the next timer deadline; cheap (no scan of jobs).
         Read Stats fn stats() -> Stats;
+
+        /// A topic's flow control settings (the defaults if never set).
+        Read Settings fn settings(topic: &'a Topic) -> TopicSettings;
 
         /// One page of the jobs of `queue` (a topic, or a topic's callback queue) in `state`,
         /// in the order of [`ListKey`], starting after `after` (from the start when `None`): at

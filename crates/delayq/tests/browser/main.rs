@@ -154,6 +154,60 @@ async fn overview_shows_the_pushed_counts_and_follows_changes() {
     b.close().await;
 }
 
+/// docs/flow-control.md on the dashboard: a paused badge with Pause and Resume on each topic's
+/// row, the limits on the topic's page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_is_paused_and_resumed_from_the_overview_and_its_page_shows_the_limits() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = Server::start(None).await;
+    server.push(json!({"topic": "orders", "id": "o1"})).await;
+    server.push(json!({"topic": "emails", "id": "e1"})).await;
+    let settings = |topic: &str| format!("/v1/topics/{topic}/settings");
+    server
+        .call(
+            reqwest::Method::PUT,
+            &settings("orders"),
+            Some(json!({"rate_per_s": 50, "burst": 5, "max_in_flight": 3})),
+        )
+        .await;
+
+    let b = Browser::start().await;
+    b.open(&server.ui()).await;
+    let row = "tr[data-topic=\"orders\"]";
+    b.wait_text(&format!("{row} button"), "Pause").await;
+    assert!(!b.visible(&format!("{row} .badge")).await);
+    b.click(&format!("{row} button")).await;
+    b.confirm().await;
+    b.wait_text(&format!("{row} .badge.paused"), "paused").await;
+    b.wait_text(&format!("{row} button"), "Resume").await;
+    let got = server
+        .call(reqwest::Method::GET, &settings("orders"), None)
+        .await;
+    assert_eq!(got["paused"], true);
+    // The other topic is untouched.
+    assert!(!b.visible("tr[data-topic=\"emails\"] .badge").await);
+
+    b.open(&format!("{}#/topics/orders/ready", server.ui()))
+        .await;
+    b.wait_text(
+        "#flow span",
+        "Flow control: paused · 50/s (burst 5) · at most 3 in flight",
+    )
+    .await;
+    b.click("#flow button").await;
+    b.confirm().await;
+    b.wait_text(
+        "#flow span",
+        "Flow control: running · 50/s (burst 5) · at most 3 in flight",
+    )
+    .await;
+    let got = server
+        .call(reqwest::Method::GET, &settings("orders"), None)
+        .await;
+    assert_eq!(got["paused"], false);
+    b.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_job_is_kicked_from_its_page_and_leaves_the_dead_list() {
     let _one = ONE_BROWSER.lock().await;

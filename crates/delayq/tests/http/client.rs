@@ -278,3 +278,107 @@ fn a_server_address_without_a_scheme_is_answered_with_the_url_to_use() {
         "{err}"
     );
 }
+
+/// `delayq topic ...` as docs/flow-control.md shows it, against the embedded store: the
+/// settings in force after each verb, and a pause that survives a kill -9 and a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_topic_verbs_set_flow_control_and_a_pause_survives_a_restart() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut server = DelayqProcess::start(&["--data-dir", dir.path().to_str().unwrap()]).await;
+    let url = server.base_url.clone();
+    let run = move |args: Vec<&'static str>| {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || cli(&url, &args))
+    };
+    let (ok, out, err) = run(vec![
+        "topic",
+        "limit",
+        "orders",
+        "--rate",
+        "100",
+        "--burst",
+        "10",
+        "--max-in-flight",
+        "20",
+    ])
+    .await
+    .unwrap();
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "orders: running, rate 100/s (burst 10), at most 20 in flight\n"
+    );
+    let (ok, out, _) = run(vec!["topic", "pause", "orders"]).await.unwrap();
+    assert!(ok);
+    assert!(out.starts_with("orders: paused,"), "{out}");
+    let (ok, _, err) = run(vec![
+        "topic",
+        "limit",
+        "orders",
+        "--burst",
+        "5",
+        "--no-rate",
+    ])
+    .await
+    .unwrap();
+    assert!(!ok, "--burst with --no-rate is refused");
+    assert!(err.contains("--no-rate"), "{err}");
+    let (ok, _, err) = run(vec!["topic", "limit", "orders"]).await.unwrap();
+    assert!(!ok, "a limit without a change is refused: {err}");
+
+    server.restart().await;
+    let (ok, out, _) = run(vec!["--json", "topic", "show", "orders"])
+        .await
+        .unwrap();
+    assert!(ok);
+    let shown: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        shown,
+        serde_json::json!({"paused": true, "rate_per_s": 100.0, "burst": 10, "max_in_flight": 20})
+    );
+    let (ok, _, _) = run(vec!["push", "--topic", "orders", "--id", "o1", "hi"])
+        .await
+        .unwrap();
+    assert!(ok);
+    let (ok, out, _) = run(vec![
+        "--json",
+        "reserve",
+        "--topic",
+        "orders",
+        "--timeout",
+        "1s",
+    ])
+    .await
+    .unwrap();
+    assert!(ok);
+    assert!(!out.contains("\"o1\""), "handed out while paused: {out}");
+    let (ok, out, _) = run(vec!["stats"]).await.unwrap();
+    assert!(ok);
+    assert!(out.contains("orders: paused"), "{out}");
+
+    let (ok, _, _) = run(vec!["topic", "resume", "orders"]).await.unwrap();
+    assert!(ok);
+    let (ok, out, _) = run(vec![
+        "topic",
+        "limit",
+        "orders",
+        "--no-rate",
+        "--no-max-in-flight",
+    ])
+    .await
+    .unwrap();
+    assert!(ok);
+    assert_eq!(out, "orders: running, no rate limit, no limit in flight\n");
+    let (ok, out, _) = run(vec![
+        "--json",
+        "reserve",
+        "--topic",
+        "orders",
+        "--timeout",
+        "5s",
+    ])
+    .await
+    .unwrap();
+    assert!(ok);
+    assert!(out.contains("\"o1\""), "{out}");
+}

@@ -329,7 +329,38 @@ async fn the_timer_s_promotions_and_expiries_are_counted(b: &Backend) {
     assert!(s.get("delayq_delivery_lateness_seconds_sum") >= 0.0);
 }
 
+async fn flow_control_settings_are_gauges_and_held_back_hand_outs_a_counter(b: &Backend) {
+    let app = TestApp::new(b);
+    let r = app
+        .json(
+            axum::http::Method::PUT,
+            "/v1/topics/slow/settings",
+            json!({"paused": true, "rate_per_s": 2.5, "burst": 4, "max_in_flight": 16}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    ok(&app, "/v1/jobs", json!({"topic": "slow", "id": "s"})).await;
+    let r = app.post("/v1/reserve", json!({"topics": ["slow"]})).await;
+    assert_eq!(r.json["jobs"], json!([]));
+    let s = Scrape::of(&app).await;
+    let topic = "{topic=\"slow\"}";
+    assert_eq!(s.get(&format!("delayq_topic_paused{topic}")), 1.0);
+    assert_eq!(s.get(&format!("delayq_topic_rate_per_second{topic}")), 2.5);
+    assert_eq!(s.get(&format!("delayq_topic_burst{topic}")), 4.0);
+    assert_eq!(s.get(&format!("delayq_topic_max_in_flight{topic}")), 16.0);
+    let held = |limit: &str| {
+        s.get(&format!(
+            "delayq_held_back_total{{topic=\"slow\",limit=\"{limit}\"}}"
+        ))
+    };
+    // One reserve: one hold on one store, one per round of its shards on a sharded one.
+    assert!((1.0..=3.0).contains(&held("paused")), "{}", held("paused"));
+    assert_eq!((held("rate"), held("max_in_flight")), (0.0, 0.0));
+    assert_counters(&s, &[("jobs_pushed", 1.0)]);
+}
+
 backend_tests!(
+    flow_control_settings_are_gauges_and_held_back_hand_outs_a_counter,
     every_v1_transition_is_counted_once,
     the_compat_api_is_counted_like_v1,
     a_finish_of_a_job_never_handed_out_counts_as_a_delete,

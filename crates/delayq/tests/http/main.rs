@@ -13,6 +13,7 @@ mod callback_ids;
 mod callback_targets;
 mod callbacks;
 mod client;
+mod flow_control;
 mod http_auth;
 mod http_compat;
 mod http_connections;

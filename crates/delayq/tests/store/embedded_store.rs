@@ -7,7 +7,7 @@
 
 use delayq::job::{Job, JobId, JobSpec, JobState, Topic};
 use delayq::store::embedded::{DB_FILE_NAME, EmbeddedOptions, EmbeddedStore};
-use delayq::store::{PushMode, PushOutcome, Store, StoreError};
+use delayq::store::{PushMode, PushOutcome, SettingsChange, Store, StoreError};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -141,6 +141,58 @@ async fn finished_and_deleted_jobs_stay_gone_after_reopen() {
     assert_eq!(store.get(&id("a")).await, Err(StoreError::NotFound));
     assert_eq!(store.get(&id("b")).await, Err(StoreError::NotFound));
     assert_eq!(store.get(&id("c")).await.unwrap().state, JobState::Ready);
+}
+
+/// Settings go through the same log and checkpoints as jobs: kept across a reopen, and gone
+/// once set back to the defaults.
+#[tokio::test]
+async fn topic_settings_survive_a_reopen_and_their_removal_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path()).await.unwrap();
+    let orders = Topic::parse("orders").unwrap();
+    let quiet = Topic::parse("quiet").unwrap();
+    push(&store, spec("a", NOW)).await;
+    let limited = store
+        .set_settings(
+            &orders,
+            SettingsChange {
+                paused: Some(true),
+                rate_micros: Some(Some(12_500_000)),
+                max_in_flight: Some(Some(3)),
+                ..SettingsChange::default()
+            },
+            NOW,
+        )
+        .await
+        .unwrap();
+    let paused = SettingsChange {
+        paused: Some(true),
+        ..SettingsChange::default()
+    };
+    store.set_settings(&quiet, paused, NOW).await.unwrap();
+    drop(store);
+
+    let store = open(tmp.path()).await.unwrap();
+    assert_eq!(store.settings(&orders).await.unwrap(), limited);
+    assert!(store.settings(&quiet).await.unwrap().paused);
+    assert!(
+        store
+            .reserve(std::slice::from_ref(&orders), 1, NOW)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let resumed = SettingsChange {
+        paused: Some(false),
+        ..SettingsChange::default()
+    };
+    store.set_settings(&quiet, resumed, NOW).await.unwrap();
+    drop(store);
+
+    let store = open(tmp.path()).await.unwrap();
+    let stats = store.stats().await.unwrap();
+    assert_eq!(stats.settings.keys().collect::<Vec<_>>(), [&orders]);
+    assert_eq!(store.get(&id("a")).await.unwrap().state, JobState::Ready);
 }
 
 #[tokio::test]

@@ -202,6 +202,85 @@ async fn three_instances_on_one_redis_deliver_every_job_once() {
     every_job_delivered_once(3, 1_500, 2, 250).await;
 }
 
+/// A topic's settings changed through one instance hold on the others at once, and a pause
+/// survives a restart (kill -9) of every instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flow_control_set_on_one_instance_holds_on_all_and_survives_their_restart() {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        servers.push(DelayqProcess::start(&["--redis", &url]).await);
+    }
+    let http = reqwest::Client::new();
+    let put = http
+        .put(format!("{}/v1/topics/t/settings", servers[0].base_url))
+        .json(&json!({"paused": true, "max_in_flight": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success());
+    let settings = json!({"paused": true, "rate_per_s": null, "burst": null, "max_in_flight": 3});
+    for s in &servers {
+        let got: Value = http
+            .get(format!("{}/v1/topics/t/settings", s.base_url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(got, settings);
+    }
+    post(
+        &http,
+        &format!("{}/v1/jobs", servers[1].base_url),
+        json!({"topic": "t", "id": "a"}),
+    )
+    .await;
+    for s in &mut servers {
+        s.restart().await;
+    }
+    for s in &servers {
+        let r = post(
+            &http,
+            &format!("{}/v1/reserve", s.base_url),
+            json!({"topics": ["t"], "timeout_ms": 300}),
+        )
+        .await;
+        assert_eq!(r["jobs"], json!([]), "handed out while paused");
+    }
+    // A long poll on one instance is answered by a resume through another.
+    let waiter = {
+        let (http, url) = (http.clone(), servers[2].base_url.clone());
+        tokio::spawn(async move {
+            post(
+                &http,
+                &format!("{url}/v1/reserve"),
+                json!({"topics": ["t"], "timeout_ms": 10_000}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resumed = Instant::now();
+    let put = http
+        .put(format!("{}/v1/topics/t/settings", servers[0].base_url))
+        .json(&json!({"paused": false}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success());
+    let r = waiter.await.unwrap();
+    assert_eq!(r["jobs"][0]["id"], "a");
+    assert!(
+        resumed.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        resumed.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "soak: DELAYQ_SOAK_JOBS=50000 cargo test --release --test store multi_instance:: -- --ignored"]
 async fn three_instances_soak() {

@@ -38,6 +38,8 @@ pub enum Reply {
     Redirect(u16, String),
     /// Never answer (until the caller gives up).
     Hang,
+    /// A status after a wait.
+    After(Duration, u16),
 }
 
 type Answer = dyn Fn(&Received, usize) -> Reply + Send + Sync;
@@ -47,6 +49,8 @@ pub struct Receiver {
     pub base: String,
     calls: Arc<Mutex<Vec<Received>>>,
     changed: Arc<Notify>,
+    /// Requests being answered now, and the most there were at once.
+    open: Arc<Mutex<(usize, usize)>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -72,15 +76,24 @@ impl Receiver {
         let calls: Arc<Mutex<Vec<Received>>> = Arc::default();
         let changed = Arc::new(Notify::new());
         let answer: Arc<Answer> = Arc::new(answer);
+        let open: Arc<Mutex<(usize, usize)>> = Arc::default();
         let app = {
             let calls = calls.clone();
             let changed = changed.clone();
+            let open = open.clone();
             Router::new().fallback(
                 move |uri: axum::http::Uri, headers: HeaderMap, body: Bytes| {
                     let calls = calls.clone();
                     let changed = changed.clone();
                     let answer = answer.clone();
+                    let open = open.clone();
                     async move {
+                        {
+                            let mut open = open.lock().unwrap();
+                            open.0 += 1;
+                            open.1 = open.1.max(open.0);
+                        }
+                        let _closed = Closed(open);
                         let at_ms = SystemTime::now()
                             .duration_since(UNIX_EPOCH)
                             .unwrap()
@@ -114,6 +127,10 @@ impl Receiver {
                                 tokio::time::sleep(Duration::from_secs(3600)).await;
                                 StatusCode::OK.into_response()
                             }
+                            Reply::After(wait, s) => {
+                                tokio::time::sleep(wait).await;
+                                StatusCode::from_u16(s).unwrap().into_response()
+                            }
                         }
                     }
                 },
@@ -128,8 +145,14 @@ impl Receiver {
             base,
             calls,
             changed,
+            open,
             task,
         }
+    }
+
+    /// The most requests that were being answered at once.
+    pub fn most_at_once(&self) -> usize {
+        self.open.lock().unwrap().1
     }
 
     /// Every request so far, in arrival order.
@@ -154,6 +177,16 @@ impl Receiver {
                 );
             }
         }
+    }
+}
+
+/// Counts a request as answered when its handler ends (answered, or dropped by a caller that
+/// gave up).
+struct Closed(Arc<Mutex<(usize, usize)>>);
+
+impl Drop for Closed {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().0 -= 1;
     }
 }
 

@@ -295,13 +295,29 @@ pub(super) fn paths(features: Features) -> Value {
             }
         },
         "/v1/topics/{topic}/schedule": {
-            "parameters": [topic_param],
+            "parameters": [topic_param.clone()],
             "get": {
                 "operationId": "topicSchedule",
                 "summary": "How many of a topic's delayed jobs (pull and callback) fall due in each step from `from` to `to`",
                 "tags": ["admin"],
                 "parameters": schedule_params.clone(),
                 "responses": responses(map(json!({"200": ok("The counts", "Schedule")})), false)
+            }
+        },
+        "/v1/topics/{topic}/settings": {
+            "parameters": [topic_param.clone()],
+            "get": {
+                "operationId": "getTopicSettings",
+                "summary": "A topic's flow control in force: paused, rate limit, burst, max_in_flight (the defaults when never set)",
+                "tags": ["admin"],
+                "responses": responses(map(json!({"200": ok("The settings in force", "TopicSettings")})), false)
+            },
+            "put": {
+                "operationId": "putTopicSettings",
+                "summary": "Change a topic's flow control: fields not given are unchanged, null removes a limit; a topic may be set before its first job",
+                "tags": ["admin"],
+                "requestBody": request("TopicSettingsChange", true),
+                "responses": responses(map(json!({"200": ok("The settings now in force", "TopicSettings")})), true)
             }
         },
         "/v1/schedule": {

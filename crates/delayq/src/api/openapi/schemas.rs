@@ -76,6 +76,12 @@ fn int(min: u64, max: u64) -> Value {
 /// The document's `components.schemas` for a server with `limits` and `features`.
 pub(super) fn schemas(limits: &Limits, features: Features) -> Value {
     let u32_max = u64::from(u32::MAX);
+    let flow = crate::api::v1::MAX_FLOW_COUNT;
+    let rate = json!({
+        "type": "number",
+        "minimum": crate::api::v1::MIN_RATE_PER_S,
+        "maximum": crate::store::MAX_RATE_PER_S
+    });
     let batch = u64::try_from(limits.batch).unwrap_or(u64::MAX);
     // `validate_backoff`'s bound on one step.
     let backoff_step = MAX_RUN_AT / 2;
@@ -299,12 +305,33 @@ pub(super) fn schemas(limits: &Limits, features: Features) -> Value {
                 "dead": {"type": "integer", "minimum": 0}
             }
         },
+        "TopicSettings": {
+            "type": "object",
+            "required": ["paused", "rate_per_s", "burst", "max_in_flight"],
+            "properties": {
+                "paused": {"type": "boolean", "description": "Nothing of the topic is handed out (pull reservations, callbacks, publishes)"},
+                "rate_per_s": described(or_null(rate.clone()), "Hand-outs per second (a token bucket shared by every instance); null: no rate limit"),
+                "burst": described(or_null(int(1, flow)), "The bucket's size in force (as set, else max(1, floor(rate_per_s))); null without a rate"),
+                "max_in_flight": described(or_null(int(1, flow)), "At most this many of the topic's jobs reserved at once (pull and callback); null: no limit")
+            }
+        },
+        "TopicSettingsChange": {
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "paused": {"type": "boolean"},
+                "rate_per_s": described(or_null(rate), "null removes the rate limit (and the burst)"),
+                "burst": described(or_null(int(1, flow)), "Needs a rate, given here or already set; null: the default"),
+                "max_in_flight": described(or_null(int(1, flow)), "null removes the limit")
+            }
+        },
         "Stats": {
             "type": "object",
-            "required": ["topics", "callbacks", "next_due_ms"],
+            "required": ["topics", "callbacks", "settings", "next_due_ms"],
             "properties": {
                 "topics": {"type": "object", "additionalProperties": schema_ref("TopicCounts"), "description": "Topics with at least one pull job"},
                 "callbacks": {"type": "object", "additionalProperties": schema_ref("TopicCounts"), "description": "Topics with at least one callback job, and those jobs' counts"},
+                "settings": {"type": "object", "additionalProperties": schema_ref("TopicSettings"), "description": "Topics with flow control settings, with or without jobs"},
                 "next_due_ms": described(
                     or_null(schema_ref("UnixMillis")),
                     "The earliest due time of a delayed job or reservation deadline"

@@ -251,6 +251,42 @@ impl Fields {
         }
     }
 
+    /// Whether a field is given as `null` (which [`Fields::take`] reads as absent).
+    pub fn is_null(&self, field: &str) -> bool {
+        matches!(self.map.get(field), Some(Value::Null))
+    }
+
+    /// A number from `min` to `max`, fractions allowed.
+    pub fn number(&mut self, field: &str, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
+        match self.take(field) {
+            None => Ok(None),
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|f| (min..=max).contains(&f)) => {
+                Ok(n.as_f64())
+            }
+            Some(other) => Err(ApiError::field(
+                self.name(field),
+                format!(
+                    "must be a number from {min} to {max}, got {}",
+                    describe(&other)
+                ),
+            )),
+        }
+    }
+
+    /// An integer from 1 to `max` ([`integer`]: `5.0` is 5).
+    pub fn count(&mut self, field: &str, max: u64) -> Result<Option<u64>, ApiError> {
+        match self.take(field) {
+            None => Ok(None),
+            Some(v) => match integer(&v) {
+                Some(n) if (1..=max).contains(&n) => Ok(Some(n)),
+                _ => Err(ApiError::field(
+                    self.name(field),
+                    format!("must be an integer from 1 to {max}, got {}", describe(&v)),
+                )),
+            },
+        }
+    }
+
     /// A non-negative integer that fits in a `u64` ([`integer`]: `5.0` is 5).
     pub fn u64(&mut self, field: &str) -> Result<Option<u64>, ApiError> {
         match self.take(field) {

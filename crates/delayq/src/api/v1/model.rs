@@ -128,7 +128,30 @@ pub struct StatsView {
     pub topics: BTreeMap<String, TopicCounts>,
     /// Callback jobs' counts by topic.
     pub callbacks: BTreeMap<String, TopicCounts>,
+    /// Flow control of the topics that have some.
+    pub settings: BTreeMap<String, SettingsView>,
     pub next_due_ms: Option<UnixMillis>,
+}
+
+/// A topic's flow control, `GET`/`PUT /v1/topics/{topic}/settings`: the settings in force,
+/// `burst` the bucket's size in force (set or default) when there is a rate.
+#[derive(Debug, Serialize)]
+pub struct SettingsView {
+    pub paused: bool,
+    pub rate_per_s: Option<f64>,
+    pub burst: Option<u64>,
+    pub max_in_flight: Option<u32>,
+}
+
+impl From<store::TopicSettings> for SettingsView {
+    fn from(s: store::TopicSettings) -> SettingsView {
+        SettingsView {
+            paused: s.paused,
+            rate_per_s: s.rate_per_s(),
+            burst: s.burst(),
+            max_in_flight: s.max_in_flight,
+        }
+    }
 }
 
 impl From<store::Stats> for StatsView {
@@ -143,6 +166,11 @@ impl From<store::Stats> for StatsView {
                 .callbacks
                 .into_iter()
                 .map(|(t, c)| (String::from(t), c))
+                .collect(),
+            settings: s
+                .settings
+                .into_iter()
+                .map(|(t, c)| (String::from(t), c.into()))
                 .collect(),
             next_due_ms: s.next_due,
         }

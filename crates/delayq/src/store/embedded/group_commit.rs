@@ -45,10 +45,10 @@
 //! request until a restart reloads the last durable state (redb, then the logs).
 
 use super::{record, wal};
-use crate::job::{Job, JobId};
+use crate::job::{Job, JobId, Topic};
 use crate::store::engine::{Change, Effects};
 use crate::store::engine_store::CommitMode;
-use crate::store::{Cause, StoreError, StoreEvent, StoreResult};
+use crate::store::{Cause, StoreError, StoreEvent, StoreResult, TopicSettings};
 use redb::{Database, Durability, TableDefinition};
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -84,6 +84,18 @@ const CHECKPOINTS_PENDING: usize = 2;
 /// Set once, by a leader or the checkpoint thread, when a write fails: the reason every later
 /// request is refused with.
 pub type Failure = Arc<OnceLock<Cause>>;
+
+/// What a change writes: a job's record, or a topic's settings (`record.rs`).
+#[derive(PartialEq, Eq, Hash)]
+enum Key {
+    Job(JobId),
+    Settings(Topic),
+}
+
+enum Value {
+    Job(Job),
+    Settings(TopicSettings),
+}
 
 /// Changes logged since the last checkpoint: each job's last state (`None`: removed).
 type Changes = HashMap<String, Option<Vec<u8>>>;
@@ -408,11 +420,17 @@ impl GroupCommit {
     /// checkpoint. Only the last change of each id matters, so a job pushed and finished
     /// within one batch costs nothing on disk.
     fn write(&self, io: &mut Io, changes: Vec<Change>) -> Result<(), Cause> {
-        let mut last: HashMap<JobId, Option<Job>> = HashMap::with_capacity(changes.len());
+        let mut last: HashMap<Key, Option<Value>> = HashMap::with_capacity(changes.len());
         for change in changes {
             match change {
-                Change::Put(j) => last.insert(j.spec.id.clone(), Some(j)),
-                Change::Remove(id) => last.insert(id, None),
+                Change::Put(j) => last.insert(Key::Job(j.spec.id.clone()), Some(Value::Job(j))),
+                Change::Remove(id) => last.insert(Key::Job(id), None),
+                Change::Settings(topic, s) if s.is_default() => {
+                    last.insert(Key::Settings(topic), None)
+                }
+                Change::Settings(topic, s) => {
+                    last.insert(Key::Settings(topic), Some(Value::Settings(s)))
+                }
             };
         }
         if self.inject_failure.swap(false, Ordering::SeqCst) {
@@ -423,7 +441,17 @@ impl GroupCommit {
         };
         let entries: Vec<wal::Entry> = last
             .into_iter()
-            .map(|(id, job)| (id.as_str().to_string(), job.map(record::encode)))
+            .map(|(key, value)| {
+                let key = match key {
+                    Key::Job(id) => id.as_str().to_string(),
+                    Key::Settings(topic) => record::settings_key(&topic),
+                };
+                let value = value.map(|v| match v {
+                    Value::Job(j) => record::encode(j),
+                    Value::Settings(s) => record::encode_settings(&s),
+                });
+                (key, value)
+            })
             .collect();
         log.append(&entries)?;
         log.sync()?;

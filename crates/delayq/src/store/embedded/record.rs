@@ -9,6 +9,7 @@
 //! misread it. `callback` came that way, then `publish`.
 
 use crate::job::{Callback, Job, JobId, JobSpec, JobState, Publish, Topic};
+use crate::store::TopicSettings;
 use serde::{Deserialize, Serialize};
 
 /// Version of the record layout, stored in the `meta` table. A data directory written with
@@ -57,6 +58,48 @@ fn state_from_code(c: u8) -> Option<JobState> {
         2 => JobState::Reserved,
         3 => JobState::Dead,
         _ => return None,
+    })
+}
+
+/// Keys of settings records start with this: a job id has no control character, so no job's
+/// key does. Builds before settings existed refuse such a key (a bad job id) rather than
+/// misread it.
+const SETTINGS_PREFIX: &str = "\u{0}settings\u{0}";
+
+/// The key of a topic's settings record.
+pub fn settings_key(topic: &Topic) -> String {
+    format!("{SETTINGS_PREFIX}{topic}")
+}
+
+/// The topic a key holds the settings of, or `None` for a job's key.
+pub fn settings_topic(key: &str) -> Option<Result<Topic, String>> {
+    key.strip_prefix(SETTINGS_PREFIX)
+        .map(|t| Topic::parse(t).map_err(|e| e.to_string()))
+}
+
+/// A topic's settings, in the order written: paused, rate (millionths per second, 0: none),
+/// burst (0: the default), max_in_flight (0: none).
+#[derive(Debug, Serialize, Deserialize)]
+struct SettingsRecord(bool, u64, u32, u32);
+
+pub fn encode_settings(s: &TopicSettings) -> Vec<u8> {
+    let r = SettingsRecord(
+        s.paused,
+        s.rate_micros.unwrap_or(0),
+        s.burst.unwrap_or(0),
+        s.max_in_flight.unwrap_or(0),
+    );
+    rmp_serde::to_vec(&r).expect("a settings record always encodes")
+}
+
+pub fn decode_settings(bytes: &[u8]) -> Result<TopicSettings, String> {
+    let SettingsRecord(paused, rate, burst, max_in_flight) =
+        rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
+    Ok(TopicSettings {
+        paused,
+        rate_micros: (rate > 0).then_some(rate),
+        burst: (burst > 0).then_some(burst),
+        max_in_flight: (max_in_flight > 0).then_some(max_in_flight),
     })
 }
 

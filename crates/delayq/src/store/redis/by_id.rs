@@ -79,7 +79,7 @@ impl Calls {
     }
 
     /// The job's new due time names its far window list, when it is far (`keys.rs`
-    /// `far_window`), which goes in KEYS[9].
+    /// `far_window`), which goes in KEYS[10].
     pub(in crate::store) async fn reschedule(
         store: &RedisStore,
         id: &JobId,

@@ -18,6 +18,7 @@
 //! | `{p:s}:due` | HASH | `topic \0 minute` → count of delayed jobs due in that minute (topic `''`: every topic's) |
 //! | `{p:s}:dueidx` | ZSET | the `due` fields, lexicographic: a topic's minutes with delayed jobs, in order |
 //! | `{p:s}:windows` | ZSET | window numbers of the far-future lists below, scored by the earliest run_at pushed into each |
+//! | `{p:s}:flow` | HASH | flow control of the topics that have settings: `s<topic>` the settings (and this shard's share of the limits), `v<topic>` their version, `b<topic>` the shard's token bucket, `hp`/`hr`/`hm<topic>` hand-outs held back by pause, rate, max_in_flight |
 //! | `{p:s}:w:<n>` | LIST | ids of delayed jobs due in window `n` (`run_at / WINDOW_MS`), pushed while `n` was far |
 //!
 //! Pub/sub events go to the channel `<prefix>:events` (a channel, not a key).
@@ -146,6 +147,7 @@ pub struct ShardKeys {
     pub windows: String,
     pub due: String,
     pub dueidx: String,
+    pub flow: String,
     /// The shard's hash tag, braces included: window list keys are `<tag>:w:<n>`.
     pub tag: String,
 }
@@ -171,12 +173,13 @@ impl ShardKeys {
             windows: format!("{tag}:windows"),
             due: format!("{tag}:due"),
             dueidx: format!("{tag}:dueidx"),
+            flow: format!("{tag}:flow"),
             tag: tag.to_string(),
         }
     }
 
-    /// KEYS[1..8] of a transition script.
-    pub fn all(&self) -> [&str; 8] {
+    /// KEYS[1..9] of a transition script.
+    pub fn all(&self) -> [&str; 9] {
         [
             &self.jobs,
             &self.timeline,
@@ -186,6 +189,7 @@ impl ShardKeys {
             &self.windows,
             &self.due,
             &self.dueidx,
+            &self.flow,
         ]
     }
 

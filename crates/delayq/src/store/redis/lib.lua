@@ -31,7 +31,13 @@
 --   KEYS[8] dueidx    ZSET  the fields of `due`, all scores 0: ZRANGEBYLEX finds a topic's
 --                           minutes with delayed jobs in order (the schedule, the delayed
 --                           listing).
---   KEYS[9..] (push, reschedule, tick only) window lists `<tag>:w:<n>`, named by Rust.
+--   KEYS[9] flow      HASH  flow control (keys.rs): `s<topic>` the topic's settings, cmsgpack
+--                           {version, paused (0/1), rate (millionths/s, 0 none), burst (0
+--                           default), max_in_flight (0 none), and this shard's share: rate,
+--                           burst, max_in_flight}; `v<topic>` the settings' version; `b<topic>`
+--                           the shard's token bucket {tokens, stamp}; `hp`, `hr`, `hm<topic>`
+--                           hand-outs held back by pause, rate, max_in_flight.
+--   KEYS[10..] (push, reschedule, tick only) window lists `<tag>:w:<n>`, named by Rust.
 -- ARGV (every transition): ARGV[1] pub/sub channel, ARGV[2] now (ms).
 --
 -- Far-future jobs (memory: a list entry costs about the id's length + 2 bytes, a timeline
@@ -72,7 +78,7 @@
 
 -- Set by `begin` for each call (see the top).
 local KEYS, ARGV
-local JOBS, TIMELINE, READY, DEAD, COUNTS, WINDOWS, DUE, DUEIDX, CHANNEL, NOW
+local JOBS, TIMELINE, READY, DEAD, COUNTS, WINDOWS, DUE, DUEIDX, FLOW, CHANNEL, NOW
 -- job.rs MAX_RUN_AT: `after` clamps here.
 local MAX_RUN_AT = 253402300799000
 -- keys.rs WINDOW_MS.
@@ -369,6 +375,9 @@ local function set_window(id, j, win)
   ids[#ids + 1] = id
 end
 
+-- Whether the shard's flow hash exists, once `unindex` has asked (nil: not yet this call).
+local flow_any
+
 -- Removes a job's index entries and count (not its record). A delayed job in a window list
 -- stays there (see the header): the drain drops it.
 local function unindex(id, j)
@@ -377,6 +386,16 @@ local function unindex(id, j)
   if s == 'd' or s == 'x' then
     redis.call('ZREM', TIMELINE, id)
     if s == 'd' then count_due(j, -1) end
+    -- A reservation ends: a topic with flow control may let a ready job out now. Whether the
+    -- shard has any flow control is read once per call.
+    if s == 'x' then
+      if flow_any == nil then flow_any = redis.call('EXISTS', FLOW) == 1 end
+      local topic = topic_of(j)
+      if flow_any and redis.call('HEXISTS', FLOW, 's' .. topic) == 1 then
+        emit_ready(topic)
+        emit_ready(topic .. ',callback')
+      end
+    end
   elseif s == 'r' then
     redis.call('ZREM', READY, ready_member(id, j))
   else
@@ -462,7 +481,7 @@ local function begin(keys, args)
   KEYS, ARGV = keys, args
   JOBS, TIMELINE, READY, DEAD, COUNTS, WINDOWS = keys[1], keys[2], keys[3], keys[4], keys[5],
     keys[6]
-  DUE, DUEIDX = keys[7], keys[8]
+  DUE, DUEIDX, FLOW = keys[7], keys[8], keys[9]
   CHANNEL, NOW = args[1], tonumber(args[2])
   -- New tables only for those the last call used: fewer allocations, less garbage collection.
   if next(count_fields) then count_delta, count_fields = {}, {} end
@@ -475,4 +494,5 @@ local function begin(keys, args)
   if next(touched) then touched = {} end
   if next(list_keys) then add_lists, list_keys, list_first = {}, {}, {} end
   known_first, known_head = nil, nil
+  flow_any = nil
 end

@@ -3,7 +3,7 @@
 -- those of the timeline scored in it and those of its far window list: all are read (every
 -- topic's), their records decoded, the queue's delayed ones due in that minute kept and
 -- sorted; so a call costs the jobs of every topic due in its minutes.
--- KEYS: the shard's keys (lib.lua), then KEYS[9..8+m] the window lists of the m minutes.
+-- KEYS: the shard's keys (lib.lua), then KEYS[10..9+m] the window lists of the m minutes.
 -- ARGV[1] channel, ARGV[2] now (unused), ARGV[3] queue, ARGV[4] run_at to start after ('' =
 -- from the first), ARGV[5] id to start after (with ARGV[4]), ARGV[6] limit, ARGV[7..6+m] the
 -- minutes (floor(run_at / 60000)), in order.
@@ -41,7 +41,7 @@ for k = 7, #ARGV do
     end
   end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', TIMELINE, lo, hi)) do consider(id) end
-  for _, id in ipairs(redis.call('LRANGE', KEYS[2 + k], 0, -1)) do consider(id) end
+  for _, id in ipairs(redis.call('LRANGE', KEYS[3 + k], 0, -1)) do consider(id) end
   table.sort(found, function(x, y)
     if x[1] ~= y[1] then return x[1] < y[1] end
     return lt(x[2], y[2])

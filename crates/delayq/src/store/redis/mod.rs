@@ -14,7 +14,7 @@
 //! the helpers every module shares: the shard of an id, the FCALL of a function on a shard and
 //! the coalescers' wiring. Beside it: `layout.rs` (the start-up layout check), `push.rs`,
 //! `reserve.rs`, `remove.rs` (finish and delete), `by_id.rs` (the other one-job transitions and
-//! `get`), `kick_topic.rs`, `stats.rs`, `list.rs` (the listings), `tick.rs` (the timer pass,
+//! `get`), `kick_topic.rs`, `flow.rs` (flow control settings), `stats.rs`, `list.rs` (the listings), `tick.rs` (the timer pass,
 //! planned by `tick/plan.rs`), `seq.rs` (seq stamps), `record.rs` (records and reply
 //! decoding), `keys.rs`, `scripts.rs` (the function library, gathered from each module's
 //! `FUNCTIONS`), `conn.rs`, `events.rs`, `coalesce.rs`.
@@ -49,6 +49,7 @@ mod by_id;
 mod coalesce;
 mod conn;
 mod events;
+mod flow;
 mod keys;
 mod kick_topic;
 mod layout;
@@ -317,7 +318,7 @@ impl RedisStore {
     }
 
     /// [`RedisStore::shard_fcall`] with far window lists `windows` after the shard's keys
-    /// (push, tick: KEYS[9..]).
+    /// (push, tick: KEYS[10..]).
     fn shard_fcall_windows(
         &self,
         function: &Function,

@@ -2,11 +2,11 @@
 -- job with its id, whatever that job's state. A replaced job's index entries go with it, so
 -- its old version can never be delivered again (an id it left in a window list is dropped by
 -- the drain: the record no longer matches).
--- KEYS: the shard's keys (lib.lua), then KEYS[9..8+m] the window lists far jobs go to.
+-- KEYS: the shard's keys (lib.lua), then KEYS[10..9+m] the window lists far jobs go to.
 -- ARGV[1] channel, ARGV[2] now, ARGV[3] mode: 'reject' or 'replace', ARGV[4] m, ARGV[5..4+m]
---   the window numbers of KEYS[9..8+m];
+--   the window numbers of KEYS[10..9+m];
 --   then 7 per job: id, record, queue (lib.lua), run_at, priority, seq, window (0 = the timeline, k =
---   KEYS[8+k]). The record is the new job's, already packed by Rust (record.rs `encode_new`,
+--   KEYS[9+k]). The record is the new job's, already packed by Rust (record.rs `encode_new`,
 --   which writes exactly what lib.lua's `encode` would): 'r' when run_at <= now, else 'd'.
 --   Rust packs it so this function needs no table, number parsing or pack per job; the
 --   fields the indexes need come beside it unpacked.
@@ -24,7 +24,7 @@ for i = 5 + m, #ARGV, 7 do
   if run_at <= NOW then state = 'r' end
   local k = tonumber(ARGV[i + 6])
   local win = nil
-  if k > 0 then win = {KEYS[8 + k], ARGV[4 + k]} end
+  if k > 0 then win = {KEYS[9 + k], ARGV[4 + k]} end
   -- What add_index reads of a working record (lib.lua positions S, RUN_AT, PRIO, SEQ, QUEUE).
   local j = {state, false, false, run_at, false, tonumber(ARGV[i + 4]), false, false, false,
     tonumber(ARGV[i + 5]), false, false, false, ARGV[i + 2]}

@@ -45,7 +45,10 @@ impl Calls {
     ///
     /// Ordering caveat with several shards: the order is exact as of the peek; a job that becomes
     /// ready on another shard between the peek and the reserve (a few hundred µs) may be passed
-    /// over by this call, never lost.
+    /// over by this call, never lost. Each shard is asked only for the topics of its chosen
+    /// jobs; a topic none of whose chosen jobs came out (held back by its flow control, or
+    /// taken by another consumer) is left out of the next rounds, so its jobs do not hide the
+    /// other topics'.
     pub(in crate::store) async fn reserve(
         store: &RedisStore,
         topics: &[Topic],
@@ -72,29 +75,70 @@ impl Calls {
         }
         let mut out: Vec<Job> = Vec::new();
         let mut idle = 0;
-        while out.len() < max {
+        // The topics still asked for: one whose peeked jobs all stayed ready (its flow control
+        // held them back, or other consumers were first) is left out of the next rounds, so
+        // its heads do not hide the other topics' jobs.
+        let mut live: Vec<Topic> = topics.to_vec();
+        while out.len() < max && !live.is_empty() {
             let want = max - out.len();
-            let heads = peek(store, |k| &k.ready, topics, want).await?;
+            let heads = peek(store, |k| &k.ready, &live, want).await?;
             if heads.is_empty() {
                 break;
             }
-            let mut per_shard: BTreeMap<usize, usize> = BTreeMap::new();
-            for (_, _, shard) in &heads {
-                *per_shard.entry(*shard).or_default() += 1;
+            // Per shard: how many of its jobs the peek chose, and of which topics (each shard
+            // is asked only for the topics it holds some of the best of, in the asked order).
+            let mut per_shard: BTreeMap<usize, (usize, Vec<bool>)> = BTreeMap::new();
+            let mut asked = vec![0usize; live.len()];
+            for (position, _, shard) in &heads {
+                let i = (*position - 1) as usize;
+                let (n, of) = per_shard
+                    .entry(*shard)
+                    .or_insert_with(|| (0, vec![false; live.len()]));
+                *n += 1;
+                of[i] = true;
+                asked[i] += 1;
             }
             let calls: Vec<Call> = per_shard
                 .iter()
-                .map(|(&shard, &n)| reserve_call(store, shard, topics, n, now))
+                .map(|(&shard, (n, of))| {
+                    let these: Vec<Topic> = live
+                        .iter()
+                        .zip(of)
+                        .filter(|(_, on)| **on)
+                        .map(|(t, _)| t.clone())
+                        .collect();
+                    reserve_call(store, shard, &these, *n, now)
+                })
                 .collect();
             let mut got = 0;
+            let mut served = vec![false; live.len()];
             for reply in store.inner.conn.fcall(&calls).await? {
                 let jobs = decode_reserved(&reply)?;
                 got += jobs.len();
+                for j in &jobs {
+                    let of_queue = |t: &Topic| {
+                        let (name, callback) = t.split_queue();
+                        name == j.spec.topic.as_str() && callback == j.spec.is_pushed()
+                    };
+                    if let Some(i) = live.iter().position(of_queue) {
+                        served[i] = true;
+                    }
+                }
                 out.extend(jobs);
             }
             if heads.len() < want && got == heads.len() {
                 // The peek saw everything that was ready, and we got all of it.
                 break;
+            }
+            let before = live.len();
+            let mut i = 0;
+            live.retain(|_| {
+                let keep = asked[i] == 0 || served[i];
+                i += 1;
+                keep
+            });
+            if live.len() < before {
+                continue;
             }
             if got == 0 {
                 idle += 1;

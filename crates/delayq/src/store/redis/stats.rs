@@ -1,5 +1,5 @@
-//! `stats` on Redis: one pipeline reads every shard's counts HASH, timeline head and first
-//! far window, and the replies are summed into [`Stats`]. Read-only.
+//! `stats` on Redis: one pipeline reads every shard's counts HASH, timeline head, first
+//! far window and flow HASH (settings and hand-outs held back, `flow.rs`), and the replies are summed into [`Stats`]. Read-only.
 
 use super::record::{array, int, score_ms, state_from_code, string, unexpected};
 use super::{Calls, RedisStore};
@@ -24,11 +24,12 @@ impl Calls {
                 .arg(0)
                 .arg(0)
                 .arg("WITHSCORES");
+            pipe.cmd("HGETALL").arg(&k.flow);
         }
         let replies = store.inner.conn.query(&pipe).await?;
         let mut stats = Stats::default();
-        for triple in replies.chunks(3) {
-            let [counts, head, window] = triple else {
+        for (shard, four) in replies.chunks(4).enumerate() {
+            let [counts, head, window, flow] = four else {
                 return Err(StoreError::Corrupt("short stats reply".into()));
             };
             for kv in array(counts)?.chunks(2) {
@@ -50,6 +51,7 @@ impl Calls {
                     JobState::Dead => c.dead += n,
                 }
             }
+            super::flow::add_to_stats(&mut stats, flow, shard == 0)?;
             for first in [head, window] {
                 if let [_, score] = array(first)? {
                     let t = score_ms(score)?;

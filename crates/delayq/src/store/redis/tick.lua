@@ -6,13 +6,13 @@
 -- by job.rs's after_delivery_failed (ready now, delayed by its backoff, or dead). The record,
 -- not the score, decides: an entry whose record is gone or not timed is dropped; one whose
 -- record has a later deadline is re-scored. Nothing here can make the pass spin on one entry.
--- KEYS: the shard's keys (lib.lua), then KEYS[9..8+m] the due window lists, earliest first.
+-- KEYS: the shard's keys (lib.lua), then KEYS[10..9+m] the due window lists, earliest first.
 -- ARGV[1] channel, ARGV[2] now, ARGV[3] limit, ARGV[4] seq (burial stamp for jobs that die),
 -- ARGV[5] drain (most ids taken from window lists), ARGV[6] the calling instance's origin id
 -- (its event is marked with it, lib.lua), ARGV[7] window_floor (ms; 0 = none): no window
 -- drain time is reported before it (Rust passes the time a refused drain is retried, so the
 -- timer does not spin on a window it cannot drain), ARGV[8..7+m] the window numbers of
--- KEYS[9..8+m].
+-- KEYS[10..9+m].
 -- Returns {promoted, expired, next_due, topic, topic, ...}: next_due is the shard's earliest
 -- remaining timer deadline or window drain time (not before window_floor), `now` if work due
 -- now remains (limit or drain budget hit), -1 if none; the topics are those that gained ready
@@ -22,9 +22,9 @@ local seq = tonumber(ARGV[4])
 local drain = tonumber(ARGV[5])
 ev_origin = ARGV[6]
 local window_floor = tonumber(ARGV[7])
-for k = 9, #KEYS do
+for k = 10, #KEYS do
   if drain <= 0 then break end
-  local list, w = KEYS[k], ARGV[k - 1]
+  local list, w = KEYS[k], ARGV[k - 2]
   local n = tonumber(w)
   local ids = redis.call('LPOP', list, drain)
   if ids then
@@ -41,7 +41,12 @@ end
 local promoted, expired = 0, 0
 local due = redis.call('ZRANGEBYSCORE', TIMELINE, '-inf', num(NOW), 'LIMIT', '0', num(limit))
 for _, id in ipairs(due) do
-  local j = load_lenient(id)
+  local j = nil
+  if string.byte(id, 1) == 0 then
+    emit_ready(string.sub(id, 2))
+  else
+    j = load_lenient(id)
+  end
   local deadline = nil
   if j and j[S] == 'd' then
     deadline = j[RUN_AT]

@@ -8,7 +8,7 @@ async fn stats_count_jobs_per_topic_and_state(b: &Backend) {
     let app = TestApp::new(b);
     assert_eq!(
         stats(&app).await,
-        json!({"topics": {}, "callbacks": {}, "next_due_ms": null})
+        json!({"topics": {}, "callbacks": {}, "settings": {}, "next_due_ms": null})
     );
     pushed(
         &app,

@@ -17,6 +17,7 @@ use support::backends::Backend;
 mod by_id;
 mod delivery;
 mod finish;
+mod flow;
 mod listings;
 mod push;
 mod reserve;
