@@ -27,11 +27,12 @@
 //! log and redb writes (`embedded/writer.rs`, `embedded/wal.rs`). One process per data
 //! directory: redb's file lock refuses a second opener, in this process or another.
 
-mod record;
+pub(in crate::store) mod record;
 mod wal;
 mod writer;
 
 use crate::job::Job;
+use crate::schedule::Schedule;
 use crate::store::engine::{Effects, Engine};
 use crate::store::engine_store::{Durability, EngineStore};
 use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreResult};
@@ -132,7 +133,8 @@ impl EmbeddedStore {
             let db = open_db(dir, &file)?;
             let generation = replay_logs(&db, dir, &file)?;
             let jobs = load(&db, &file)?;
-            Ok::<_, StoreError>((db, jobs, generation))
+            let schedules = load_schedules(&db, &file)?;
+            Ok::<_, StoreError>((db, (jobs, schedules), generation))
         }))
         .map_err(|panic| {
             let msg = panic
@@ -142,8 +144,10 @@ impl EmbeddedStore {
                 .unwrap_or("unknown panic");
             StoreError::Corrupt(format!("{}: cannot be read: {msg}", file.display()).into())
         })??;
+        let (jobs, schedules) = jobs;
         let n = jobs.len();
-        let engine = Engine::load(jobs);
+        let mut engine = Engine::load(jobs);
+        engine.load_schedules(schedules);
 
         let events = broadcast::channel(EVENT_CHANNEL_CAPACITY).0;
         let (log, housekeeper) =
@@ -277,6 +281,27 @@ fn load(db: &Database, file: &Path) -> StoreResult<Vec<Job>> {
         jobs.push(job);
     }
     Ok(jobs)
+}
+
+/// Reads and decodes every schedule record (none in a store written before schedules).
+fn load_schedules(db: &Database, file: &Path) -> StoreResult<Vec<Schedule>> {
+    let shown = file.display();
+    let tx = db.begin_read().map_err(|e| corrupt(file, e))?;
+    let table = match tx.open_table(writer::SCHEDULES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(corrupt(file, e)),
+    };
+    let mut out = Vec::new();
+    for entry in table.iter().map_err(|e| corrupt(file, e))? {
+        let (k, v) = entry.map_err(|e| corrupt(file, e))?;
+        let id = k.value();
+        let sc = record::decode_schedule(id, v.value()).map_err(|e| {
+            StoreError::Corrupt(format!("{shown}: schedule {id:?} cannot be decoded: {e}").into())
+        })?;
+        out.push(sc);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

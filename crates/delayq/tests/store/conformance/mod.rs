@@ -21,6 +21,7 @@ mod listings;
 mod push;
 mod reserve;
 mod restore;
+mod schedules;
 mod timer;
 
 const T0: UnixMillis = 1_700_000_000_000;
