@@ -219,11 +219,11 @@ static ROUTES: std::sync::LazyLock<Vec<crate::routes::Route>> =
 
 /// Each fuzzed operation (every one that takes a body) on the job and topic `t`, and a valid
 /// body for it, which the fuzzer then bends.
-fn fuzz_paths() -> Vec<(String, String)> {
+fn fuzz_paths() -> Vec<(Method, String, String)> {
     ROUTES
         .iter()
         .filter(|r| !r.body.is_empty())
-        .map(|r| (r.path("t", "t"), r.body.clone()))
+        .map(|r| (r.method.clone(), r.path("t", "t"), r.body.clone()))
         .collect()
 }
 
@@ -267,7 +267,7 @@ proptest! {
             // No long polls: any timeout_ms above 0 is refused.
             let app = TestApp::with_config(&b, Config { max_wait_secs: 0, ..small_limits() });
             pushed(&app, json!({"topic": "t", "id": "t"})).await;
-            for ((path, valid), body, id) in requests {
+            for ((method, path, valid), body, id) in requests {
                 let body = match body {
                     FuzzBody::Raw(raw) => raw,
                     FuzzBody::Bent(changes) => {
@@ -278,7 +278,7 @@ proptest! {
                         v.to_string().into_bytes()
                     }
                 };
-                let r = app.send(Method::POST, &path, body.clone(), None).await;
+                let r = app.send(method, &path, body.clone(), None).await;
                 check_reply(&r, &path, &body);
                 let enc: String = id.bytes().map(|b| format!("%{b:02X}")).collect();
                 for (method, op) in &job_operations {
