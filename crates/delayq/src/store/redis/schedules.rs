@@ -5,18 +5,24 @@
 //!
 //! A fire claims its ticks first, with a compare-and-set of the schedule at the version it was
 //! planned from, and only the instance whose claim succeeded pushes the ticks' jobs (a second
-//! call, on the jobs' shards): two instances never push the same tick, however fast its job is
-//! finished. An instance that dies between the two calls loses those ticks' jobs.
+//! call per jobs' shard, `schedule_push.lua`, which also keeps the latest tick of each schedule
+//! it stored and stores no tick at or before it again, so a push sent twice creates one job):
+//! two instances never push the same tick, however fast its job is finished. An instance that
+//! dies between the two calls loses those ticks' jobs.
 
 use super::keys::ShardKeys;
+use super::push::stored_spec;
+use super::record::encode_new;
 use super::record::{array, bytes, int, score_ms, string, unexpected};
 use super::scripts::{Function, Memory};
 use super::{Calls, RedisStore, shard_of};
+use crate::job::JobSpec;
 use crate::job::UnixMillis;
 use crate::schedule::{Schedule, ScheduleFire, ScheduleId};
 use crate::store::embedded::record::{decode_schedule, encode_schedule};
-use crate::store::{DueSchedules, FireOutcome, PushMode, PushOutcome, StoreError, StoreResult};
+use crate::store::{DueSchedules, FireOutcome, StoreError, StoreResult};
 use redis::Value;
+use std::collections::BTreeMap;
 
 static SCHEDULE_PUT: Function = Function::new(
     "schedule_put",
@@ -28,9 +34,14 @@ static SCHEDULE_DELETE: Function = Function::new(
     include_str!("schedule_delete.lua"),
     Memory::Neutral,
 );
+static SCHEDULE_PUSH: Function = Function::new(
+    "schedule_push",
+    include_str!("schedule_push.lua"),
+    Memory::Adds,
+);
 
 /// The functions this file calls, for the library (`scripts.rs`).
-pub(super) static FUNCTIONS: [&Function; 2] = [&SCHEDULE_PUT, &SCHEDULE_DELETE];
+pub(super) static FUNCTIONS: [&Function; 3] = [&SCHEDULE_PUT, &SCHEDULE_DELETE, &SCHEDULE_PUSH];
 
 /// A shard's schedule keys: record, version, due index, listing.
 fn keys(k: &ShardKeys) -> [String; 4] {
@@ -124,6 +135,58 @@ async fn read_many(
                 return Err(unexpected(&Value::Nil));
             };
             out.extend(decode(id, r, v)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Pushes a claimed fire's jobs, one `schedule_push` call per shard, each tick at most once
+/// per shard ever (the shard's mark): one status per call's job.
+async fn push_ticks(
+    store: &RedisStore,
+    fire: &ScheduleFire,
+    now: UnixMillis,
+) -> StoreResult<Vec<String>> {
+    let mut by_shard: BTreeMap<u16, Vec<&JobSpec>> = BTreeMap::new();
+    for j in &fire.jobs {
+        by_shard
+            .entry(shard_of(j.id.as_str(), store.shard_count()))
+            .or_default()
+            .push(j);
+    }
+    let mut calls = Vec::new();
+    for (shard, jobs) in &by_shard {
+        let keys = &store.inner.shards[usize::from(*shard)];
+        let mark = format!("{}:schedmark", keys.tag);
+        let mut all_keys: Vec<&str> = keys.all().to_vec();
+        all_keys.push(&mark);
+        let seq = store.stamp(now, jobs.len() as u64);
+        let mut call = super::conn::Call::new(SCHEDULE_PUSH.registered(), &all_keys)
+            .arg(&store.inner.channel)
+            .arg(now)
+            .arg(fire.id.as_str());
+        for (k, j) in jobs.iter().enumerate() {
+            let stored = stored_spec(j);
+            let state = stored.initial_state(now);
+            call = call
+                .arg(j.id.as_str())
+                .arg(encode_new(&stored, state, seq + k as u64, 0))
+                .arg(j.queue().as_str())
+                .arg(stored.run_at)
+                .arg(j.priority)
+                .arg(seq + k as u64)
+                .arg(stored.run_at);
+        }
+        calls.push(call);
+    }
+    let mut out = Vec::new();
+    for (reply, (_, jobs)) in store.inner.conn.fcall(&calls).await?.iter().zip(&by_shard) {
+        let statuses = array(reply)?;
+        if statuses.len() != jobs.len() {
+            return Err(unexpected(reply));
+        }
+        for s in statuses {
+            out.push(string(s)?.to_string());
         }
     }
     Ok(out)
@@ -293,15 +356,12 @@ impl Calls {
             Err(e) => return Err(e),
         }
         let (mut pushed, mut existed) = (0, 0);
-        if !fire.jobs.is_empty() {
-            let outcomes =
-                Calls::push_batch(store, fire.jobs.clone(), PushMode::Reject, now).await?;
-            for o in outcomes {
-                match o {
-                    Ok(PushOutcome::Created | PushOutcome::Replaced(_)) => pushed += 1,
-                    Err(StoreError::Exists) => existed += 1,
-                    Err(e) => return Err(e),
-                }
+        for status in push_ticks(store, fire, now).await? {
+            match status.as_str() {
+                "c" => pushed += 1,
+                "e" => existed += 1,
+                // Stored by an earlier push of the same tick: not this fire's.
+                _ => {}
             }
         }
         Ok(FireOutcome::Fired { pushed, existed })
