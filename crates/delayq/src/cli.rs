@@ -167,7 +167,8 @@ pub struct PushArgs {
 #[derive(Debug, Subcommand)]
 pub enum ScheduleCommand {
     /// Create or replace a schedule; each tick pushes the job `<ID>@<tick in Unix ms>`
-    Put(SchedulePutArgs),
+    // Boxed: the other verbs carry only an id.
+    Put(Box<SchedulePutArgs>),
     /// List the schedules
     List,
     /// Show a schedule, its next runs and its last tick
@@ -476,7 +477,7 @@ async fn schedule(client: &Client, out: &Output, cmd: ScheduleCommand) -> anyhow
     match cmd {
         ScheduleCommand::Put(args) => {
             let id = args.id.clone();
-            let schedule = new_schedule(args)?;
+            let schedule = new_schedule(*args)?;
             shown(&client.put_schedule(&id, &schedule).await?);
         }
         ScheduleCommand::List => {

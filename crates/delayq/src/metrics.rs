@@ -214,6 +214,7 @@ pub struct Metrics {
     amqp_publish_lateness: Histogram,
     amqp_up: Gauge,
     store_up: Gauge,
+    schedules: Gauge,
     waiting: Gauge,
     schedule_ticks_fired: Counter,
     schedule_ticks_caught_up: Counter,
@@ -375,6 +376,12 @@ impl Metrics {
             "1 if the store answered this scrape's count query, else 0",
             store_up.clone(),
         );
+        let schedules = Gauge::default();
+        registry.register(
+            "schedules",
+            "Recurring schedules in the store, paused ones included",
+            schedules.clone(),
+        );
         let waiting = Gauge::default();
         registry.register(
             "waiting_consumers",
@@ -428,6 +435,7 @@ impl Metrics {
             amqp_publish_lateness,
             amqp_up,
             store_up,
+            schedules,
             waiting,
             scrape: tokio::sync::Mutex::new(()),
         }
@@ -462,6 +470,8 @@ impl Metrics {
         match store.stats().await {
             Ok(stats) => {
                 self.store_up.set(1);
+                self.schedules
+                    .set(i64::try_from(stats.schedules).unwrap_or(i64::MAX));
                 for (gauges, topics) in [
                     (&self.jobs, &stats.topics),
                     (&self.callback_jobs, &stats.callbacks),

@@ -605,6 +605,7 @@ impl Engine {
     pub fn stats(&self) -> Stats {
         let mut stats = Stats {
             next_due: self.timeline.first().map(|(t, _)| *t),
+            schedules: self.schedules.len() as u64,
             ..Stats::default()
         };
         for (queue, counts) in &self.counts {

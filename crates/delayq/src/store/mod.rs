@@ -83,6 +83,8 @@ pub struct Stats {
     /// job (one due two or more one-minute windows ahead) was deleted or moved since it was
     /// pushed.
     pub next_due: Option<UnixMillis>,
+    /// How many recurring schedules there are (paused ones included).
+    pub schedules: u64,
 }
 
 impl Stats {

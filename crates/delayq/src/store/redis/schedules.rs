@@ -54,6 +54,11 @@ fn keys(k: &ShardKeys) -> [String; 4] {
     ]
 }
 
+/// A shard's listing of schedule ids (its size is the shard's number of schedules).
+pub(super) fn ids_key(k: &ShardKeys) -> String {
+    format!("{}:schedids", k.tag)
+}
+
 impl RedisStore {
     fn schedule_shard(&self, id: &ScheduleId) -> &ShardKeys {
         &self.inner.shards[usize::from(shard_of(id.as_str(), self.shard_count()))]
@@ -153,6 +158,10 @@ async fn push_ticks(
             .entry(shard_of(j.id.as_str(), store.shard_count()))
             .or_default()
             .push(j);
+    }
+    if by_shard.is_empty() {
+        // A fire that only moves the schedule on (its ticks skipped).
+        return Ok(Vec::new());
     }
     let mut calls = Vec::new();
     for (shard, jobs) in &by_shard {

@@ -1,5 +1,5 @@
-//! `stats` on Redis: one pipeline reads every shard's counts HASH, timeline head and first
-//! far window, and the replies are summed into [`Stats`]. Read-only.
+//! `stats` on Redis: one pipeline reads every shard's counts HASH, timeline head, first far
+//! window and number of recurring schedules, and the replies are summed into [`Stats`]. Read-only.
 
 use super::record::{array, int, score_ms, state_from_code, string, unexpected};
 use super::{Calls, RedisStore};
@@ -24,11 +24,12 @@ impl Calls {
                 .arg(0)
                 .arg(0)
                 .arg("WITHSCORES");
+            pipe.cmd("ZCARD").arg(super::schedules::ids_key(k));
         }
         let replies = store.inner.conn.query(&pipe).await?;
         let mut stats = Stats::default();
-        for triple in replies.chunks(3) {
-            let [counts, head, window] = triple else {
+        for shard in replies.chunks(4) {
+            let [counts, head, window, schedules] = shard else {
                 return Err(StoreError::Corrupt("short stats reply".into()));
             };
             for kv in array(counts)?.chunks(2) {
@@ -50,6 +51,7 @@ impl Calls {
                     JobState::Dead => c.dead += n,
                 }
             }
+            stats.schedules += int(schedules)?.max(0) as u64;
             for first in [head, window] {
                 if let [_, score] = array(first)? {
                     let t = score_ms(score)?;

@@ -234,7 +234,40 @@ async fn a_fire_leaves_a_job_of_the_same_id_as_it_is(b: &Backend) {
     );
 }
 
+async fn a_fire_whose_ticks_are_all_skipped_moves_the_schedule_on(b: &Backend) {
+    let mut sc = every_second("skipper");
+    sc.spec.overlap = Overlap::Skip;
+    sc.last_tick = Some(T0);
+    let sc = put(b, &sc).await;
+    let rule = sc.spec.rule.recurrence().unwrap();
+    // The previous tick's job still exists: the plan pushes nothing.
+    let plan = sc.plan(&rule, T0 + SEC, true);
+    assert_eq!(plan.skipped_overlap, 1);
+    let fire = plan.fire.unwrap();
+    assert!(fire.jobs.is_empty());
+    assert_eq!(
+        b.store.fire_schedule(&fire, T0 + SEC).await,
+        Ok(FireOutcome::Fired {
+            pushed: 0,
+            existed: 0
+        })
+    );
+    let after = b.store.get_schedule(&sid("skipper")).await.unwrap();
+    assert_eq!(
+        (after.next_tick, after.last_tick, after.version),
+        (Some(T0 + 2 * SEC), Some(T0), 2)
+    );
+    assert!(
+        b.store
+            .reserve(&[topic("t")], 10, T0 + SEC)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 backend_tests!(
+    a_fire_whose_ticks_are_all_skipped_moves_the_schedule_on,
     schedules_are_put_read_listed_and_deleted,
     due_schedules_are_the_unpaused_ones_whose_tick_came,
     a_fire_pushes_the_tick_s_job_and_moves_the_schedule_on,
