@@ -332,10 +332,12 @@ store_calls! {
         /// next tick of the others.
         Read DueSchedules fn due_schedules(now: UnixMillis, limit: usize) -> DueSchedules;
 
-        /// One handling of a due schedule, atomically: if the schedule is still at
-        /// `fire.version`, pushes `fire.jobs` (an id that exists is left as it is) and sets its
-        /// next and last tick (its version goes up by one); else changes nothing (`Stale`). Two
-        /// instances firing the same tick push its job once.
+        /// One handling of a due schedule: if the schedule is still at `fire.version`, pushes
+        /// `fire.jobs` (an id that exists is left as it is) and sets its next and last tick (its
+        /// version goes up by one); else `Stale`. Two instances firing the same tick push its job
+        /// once, and one of them gets `Fired`. The engine does it in one transition (a `Stale`
+        /// fire changes nothing); Redis stores the ticks' jobs before it claims the schedule, so
+        /// a `Stale` racer may be the one that stored a tick's job the winner counts.
         Change FireSchedule fn fire_schedule(fire: &'a ScheduleFire, now: UnixMillis)
             -> FireOutcome;
     }

@@ -3,12 +3,14 @@
 //! encoding (`embedded/record.rs`), opaque to Lua; its version is kept beside it, and the Lua
 //! side only compares and bumps that version, so every change is a compare-and-set.
 //!
-//! A fire claims its ticks first, with a compare-and-set of the schedule at the version it was
-//! planned from, and only the instance whose claim succeeded pushes the ticks' jobs (a second
-//! call per jobs' shard, `schedule_push.lua`, which also keeps the latest tick of each schedule
-//! it stored and stores no tick at or before it again, so a push sent twice creates one job):
-//! two instances never push the same tick, however fast its job is finished. An instance that
-//! dies between the two calls loses those ticks' jobs.
+//! A fire checks the schedule's version, stores its ticks' jobs (one call per jobs' shard,
+//! `schedule_push.lua`, which keeps the latest tick of each schedule it stored and stores no
+//! tick at or before it again), then claims the ticks with a compare-and-set of the schedule at
+//! the version it was planned from. Instances racing on one tick store its job once (the marks)
+//! and one of them moves the schedule on (the claim), however fast the job is finished; a fire
+//! cut short between the two calls (a kill) is completed by the next one, which plans the same
+//! version and finds the ticks stored. The price: a change (a pause) that lands between the
+//! version check and the push lets ticks that were due before it fire.
 
 use super::keys::ShardKeys;
 use super::push::stored_spec;
@@ -358,20 +360,23 @@ impl Calls {
         };
         sc.next_tick = fire.next_tick;
         sc.last_tick = fire.last_tick;
+        // The ticks' jobs first, each stored at most once ever (the shards' marks), then the
+        // claim: a fire cut short between the two (a kill) is done again by the next one from the
+        // same version, which finds its ticks stored and only moves the schedule on.
+        let (mut pushed, mut existed) = (0, 0);
+        for status in push_ticks(store, fire, now).await? {
+            match status.as_str() {
+                "e" => existed += 1,
+                // 'c', or 'd': stored by a push of this same fire cut short, or by a racing
+                // instance that will lose the claim: this fire's tick either way.
+                _ => pushed += 1,
+            }
+        }
         // The claim: only one instance moves the schedule on from `fire.version`.
         match store.schedule_cas(&sc, Some(fire.version), now).await {
             Ok(_) => {}
             Err(StoreError::NotFound | StoreError::Exists) => return Ok(FireOutcome::Stale),
             Err(e) => return Err(e),
-        }
-        let (mut pushed, mut existed) = (0, 0);
-        for status in push_ticks(store, fire, now).await? {
-            match status.as_str() {
-                "c" => pushed += 1,
-                "e" => existed += 1,
-                // Stored by an earlier push of the same tick: not this fire's.
-                _ => {}
-            }
         }
         Ok(FireOutcome::Fired { pushed, existed })
     }
