@@ -22,6 +22,8 @@ use tokio_util::sync::CancellationToken;
 pub const MAX_SLEEP: Duration = Duration::from_millis(500);
 /// Due schedules read per store call.
 const BATCH: usize = 1_000;
+/// Due schedules handled at once.
+const CONCURRENT_FIRES: usize = 64;
 /// How long the task waits after a store error before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -73,8 +75,14 @@ impl Scheduler {
             let now = self.clock.now();
             let due = self.store.due_schedules(now, BATCH).await?;
             let full = due.due.len() >= BATCH;
-            for sc in &due.due {
-                self.handle(sc).await?;
+            // Concurrently: the embedded store commits concurrent fires together, and Redis
+            // answers them over one connection, so a minute's thousands of ticks are not one
+            // fsync or round trip after another.
+            for chunk in due.due.chunks(CONCURRENT_FIRES) {
+                let handled: Vec<_> = chunk.iter().map(|sc| self.handle(sc)).collect();
+                for result in futures::future::join_all(handled).await {
+                    result?;
+                }
             }
             if full {
                 continue;
