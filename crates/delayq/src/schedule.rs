@@ -523,6 +523,16 @@ mod tests {
             cron("0 9 * JAN-MAR FRI", "UTC").next_after(t0),
             Some(at("2027-01-08T09:00:00Z"))
         );
+        // Both day fields restricted: a day matching either fires (Vixie cron).
+        let either = cron("0 0 13 * FRI", "UTC");
+        assert_eq!(
+            either.next_n(t0, 3),
+            [
+                at("2027-01-08T00:00:00Z"),
+                at("2027-01-13T00:00:00Z"),
+                at("2027-01-15T00:00:00Z")
+            ]
+        );
         assert_eq!(
             cron("@hourly", "UTC").next_after(t0),
             Some(at("2027-01-04T11:00:00Z"))
