@@ -297,8 +297,9 @@ impl ScheduleSpec {
             Some(s) if s > 0 => after.max(s - 1),
             _ => after,
         };
+        // No tick past `end_at`, nor past the latest due time a job may have.
         r.next_after(after)
-            .filter(|&t| self.end_at.is_none_or(|end| t <= end))
+            .filter(|&t| t <= crate::job::MAX_RUN_AT && self.end_at.is_none_or(|end| t <= end))
     }
 
     /// The next `n` ticks after `now` within `start_at..=end_at`.
@@ -805,6 +806,19 @@ mod tests {
         let sc = Schedule::new(sc.spec.clone(), &r, T + 6_000);
         assert_eq!(sc.next_tick, None);
         assert!(!sc.is_due(u64::MAX));
+        // An interval whose next tick would be past the latest due time a job may have.
+        let far = Rule::Every {
+            every_ms: crate::job::MAX_RUN_AT,
+            anchor: T,
+        };
+        let mut spec = sc.spec.clone();
+        spec.rule = far.clone();
+        spec.start_at = None;
+        spec.end_at = None;
+        assert_eq!(
+            Schedule::new(spec, &far.recurrence().unwrap(), T + 1).next_tick,
+            None
+        );
     }
 
     #[test]
