@@ -373,7 +373,10 @@ fn schedule_paths() -> serde_json::Map<String, Value> {
         "schema": schema_ref("ScheduleId")
     });
     let not_found = error("`not_found`: no schedule with that id");
-    let schedule = ok("The schedule, with its next 10 fire times", "Schedule");
+    let schedule = ok(
+        "The schedule, with its next 10 fire times",
+        "RecurringSchedule",
+    );
     let op = |op_id: &str, summary: &str, specific: Value| {
         json!({
             "operationId": op_id,
@@ -403,8 +406,8 @@ fn schedule_paths() -> serde_json::Map<String, Value> {
                 "tags": ["schedules"],
                 "requestBody": request("NewSchedule", true),
                 "responses": responses(map(json!({
-                    "200": ok("Replaced (its last tick kept)", "Schedule"),
-                    "201": ok("Created", "Schedule")
+                    "200": ok("Replaced (its last tick kept)", "RecurringSchedule"),
+                    "201": ok("Created", "RecurringSchedule")
                 })), true)
             },
             "get": op("getSchedule", "Get a recurring schedule, its next 10 fire times and its last tick", json!({"200": schedule.clone(), "404": not_found.clone()})),

@@ -385,8 +385,10 @@ pub(super) fn schemas(limits: &Limits, features: Features) -> Value {
     if features.journal {
         all.extend(journal_schemas());
     }
-    let schedules = schedule_schemas(&all);
-    all.extend(schedules);
+    for (name, schema) in schedule_schemas(&all) {
+        let clobbered = all.insert(name.clone(), schema);
+        debug_assert!(clobbered.is_none(), "two schemas named {name}");
+    }
     Value::Object(all)
 }
 
@@ -460,7 +462,7 @@ fn schedule_schemas(all: &serde_json::Map<String, Value>) -> serde_json::Map<Str
                 {"required": ["every_ms"], "properties": {"every_ms": {"type": "integer"}, "cron": {"type": "null"}}}
             ]
         },
-        "Schedule": {
+        "RecurringSchedule": {
             "type": "object",
             "required": ["id", "tz", "job", "start_at_ms", "end_at_ms", "catch_up", "overlap", "paused", "next_runs_ms", "last_tick_ms"],
             "properties": {
@@ -482,7 +484,7 @@ fn schedule_schemas(all: &serde_json::Map<String, Value>) -> serde_json::Map<Str
             "type": "object",
             "required": ["schedules", "next_cursor"],
             "properties": {
-                "schedules": {"type": "array", "items": schema_ref("Schedule"), "maxItems": MAX_PAGE},
+                "schedules": {"type": "array", "items": schema_ref("RecurringSchedule"), "maxItems": MAX_PAGE},
                 "next_cursor": described(or_null(json!({"type": "string"})), "Where the next page starts; null on the last page")
             }
         }
