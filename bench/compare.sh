@@ -11,6 +11,13 @@
 #   w2        memory: --pending jobs an hour out, bytes per job, then deleted
 #   w3        steady fire: --backlog far-future jobs, then 2,000 jobs/s for --w3-duration-s s,
 #             each due 2 s after its push; lateness
+#   w3sweep   W3 once per rate of --w3-rates for every run and system (systems interleaved
+#             within each rate); recorded as workload "w3@<rate>". The summary gives, per system
+#             and rate, lateness p50/p99, delivered/s, early, lost and duplicates, and the
+#             highest rate held at p99 <= 10 ms and <= 100 ms (held: median p99 within the
+#             bound, at least 95 % of the rate pushed, and no run lost, duplicated or delivered
+#             early a job). A stream is rate x --w3-duration-s jobs: against a system that
+#             cannot take them at the rate it lasts longer
 #   w4        burst: --w4-jobs jobs due in the same millisecond, --w4-lead-s ahead (on the
 #             whole-second compat API and beanstalkd: each --w4-lead-s after its push); time
 #             from then until the last is delivered
@@ -22,15 +29,17 @@
 #   beanstalkd-binlog  with -b DIR (fsync every 50 ms, the default)
 #   bullmq             BullMQ 6 (Node driver bench/peers/bullmq/bench.mjs) on its own redis-server
 # Every result is one JSON line in $OUT/results.jsonl; the end prints medians per system
-# ($OUT/summary.md): with ratios against delayq-redis, and for capacity the end-to-end rate
-# against delayq-memory and bullmq. $OUT/machine.txt records the machine, the versions, the
-# delayq commit and the command. Only loopback addresses are used; every load
-# loop in the drivers is bounded and every server started here is stopped on exit.
+# ($OUT/summary.md): with ratios against delayq-redis, for capacity the end-to-end rate
+# against delayq-memory and bullmq, and for w3sweep the tables above. $OUT/machine.txt records
+# the machine, the versions, the delayq commit and the command. Only loopback addresses are
+# used; every load loop in the drivers is bounded and every server started here is stopped on
+# exit.
 #
 # Usage: bench/compare.sh [--runs 3] [--w2-runs N] [--jobs 50000] [--pending 1000000] [--big]
 #                         [--systems "delayq-redis beanstalkd ..."] [--skip-build] [--out DIR]
 #                         [--batch N] [--delayq-api compat|v1] [--workloads "w1 capacity w2"]
 #                         [--backlog 1000000] [--backlog-batch N] [--w3-duration-s 30]
+#                         [--w3-rates "2000 5000 10000 20000"] [--w3-drain-timeout-s 30]
 #                         [--w4-jobs 100000] [--w4-lead-s 30]
 #   --big         W2 with 10,000,000 pending jobs instead of --pending
 #   --w2-runs     W2 runs per system (default: --runs); W2 at 1M+ jobs is the slow part
@@ -38,10 +47,14 @@
 #                 BullMQ addBulk; cleanup: /v1/finish batches, Queue.obliterate); default 1
 #   --delayq-api  API of the delayq rows: compat (the compat API, the default: one job per
 #                 request, like the peers) or v1
-#   --workloads   any of w1 capacity w2 w3 w4 (default "w1 capacity w2")
+#   --workloads   any of w1 capacity w2 w3 w3sweep w4 (default "w1 capacity w2")
 #   --backlog-batch  jobs per request while filling W3's backlog (default --batch); set-up only
 #   --w3-duration-s, --w4-jobs, --w4-lead-s  W3's stream length, W4's burst size and lead time
 #                 (smaller values for smoke runs)
+#   --w3-rates    w3sweep's stream rates, jobs/s (default "2000 5000 10000 20000")
+#   --w3-drain-timeout-s  W3 and w3sweep: how long consumers wait for missing jobs after the
+#                 last one fell due (default 30); what is still missing then counts as lost, so
+#                 a system that falls behind ends its run in bounded time
 #   --out         default bench/results/<UTC date>-<git rev-parse --short HEAD>/compare; a
 #                 directory that already holds results is refused
 #   --skip-build  use the binaries in target/release as they are (machine.txt still names HEAD)
@@ -63,6 +76,8 @@ WORKLOADS="w1 capacity w2"
 BACKLOG=1000000
 BACKLOG_BATCH=""
 W3_DURATION_S=30
+W3_RATES="2000 5000 10000 20000"
+W3_DRAIN_S=30
 W4_JOBS=100000
 W4_LEAD_S=30
 while [ $# -gt 0 ]; do
@@ -80,6 +95,8 @@ while [ $# -gt 0 ]; do
     --backlog) BACKLOG="$2"; shift 2 ;;
     --backlog-batch) BACKLOG_BATCH="$2"; shift 2 ;;
     --w3-duration-s) W3_DURATION_S="$2"; shift 2 ;;
+    --w3-rates) W3_RATES="$2"; shift 2 ;;
+    --w3-drain-timeout-s) W3_DRAIN_S="$2"; shift 2 ;;
     --w4-jobs) W4_JOBS="$2"; shift 2 ;;
     --w4-lead-s) W4_LEAD_S="$2"; shift 2 ;;
     --delayq-api) DELAYQ_API="$2"; shift 2 ;;
@@ -88,7 +105,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 for wl in $WORKLOADS; do
-  case "$wl" in w1|capacity|w2|w3|w4) ;; *) echo "unknown workload: $wl" >&2; exit 2 ;; esac
+  case "$wl" in w1|capacity|w2|w3|w3sweep|w4) ;; *) echo "unknown workload: $wl" >&2; exit 2 ;; esac
+done
+[ -n "$W3_RATES" ] || { echo "--w3-rates: no rate given" >&2; exit 2; }
+for rate in $W3_RATES; do
+  case "$rate" in ''|*[!0-9]*|0) echo "--w3-rates: $rate is not a rate in jobs/s" >&2; exit 2 ;; esac
 done
 W2_RUNS="${W2_RUNS:-$RUNS}"
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
@@ -178,23 +199,26 @@ W1_ARGS=(--jobs "$JOBS" --max-delay-s 3 --producers 8 --consumers 8 --batch "$BA
 W2_ARGS=(--pending "$PENDING" --delay-s 3600 --producers 8 --batch "$BATCH" --json)
 # Capacity: W1 with every job due at once.
 CAP_ARGS=(--jobs "$JOBS" --max-delay-s 0 --producers 8 --consumers 8 --batch "$BATCH" --json)
-W3_ARGS=(--backlog "$BACKLOG" --rate 2000 --duration-s "$W3_DURATION_S" --fire-delay-s 2
-  --producers 8 --consumers 8 --batch "$BATCH" --json)
+# W3 without its --rate (2,000/s for w3, each of --w3-rates for w3sweep).
+W3_ARGS=(--backlog "$BACKLOG" --duration-s "$W3_DURATION_S" --fire-delay-s 2
+  --drain-timeout-s "$W3_DRAIN_S" --producers 8 --consumers 8 --batch "$BATCH" --json)
 if [ -n "$BACKLOG_BATCH" ]; then W3_ARGS+=(--backlog-batch "$BACKLOG_BATCH"); fi
 W4_ARGS=(--jobs "$W4_JOBS" --lead-s "$W4_LEAD_S" --producers 8 --consumers 8 --batch "$BATCH"
   --json)
 
-# run_system NAME WORKLOAD: one fresh server, one workload, one JSON line appended.
+# run_system NAME WORKLOAD [RATE]: one fresh server, one workload, one JSON line appended
+# (w3sweep: W3 at RATE jobs/s, recorded as workload "w3@RATE").
 run_system() {
-  local sys="$1" wl="$2" line=""
-  # drv: the drivers' workload (capacity is their w1 with --max-delay-s 0).
+  local sys="$1" wl="$2" rate="${3:-}" line=""
+  # drv: the drivers' workload (capacity is their w1 with --max-delay-s 0, w3sweep their w3).
   local drv="$2"
   local -a wargs
   case "$wl" in
     w1) wargs=("${W1_ARGS[@]}") ;;
     capacity) drv=w1; wargs=("${CAP_ARGS[@]}") ;;
     w2) wargs=("${W2_ARGS[@]}") ;;
-    w3) wargs=("${W3_ARGS[@]}") ;;
+    w3) wargs=("${W3_ARGS[@]}" --rate 2000) ;;
+    w3sweep) drv=w3; wl="w3@$rate"; wargs=("${W3_ARGS[@]}" --rate "$rate") ;;
     w4) wargs=("${W4_ARGS[@]}") ;;
   esac
   case "$sys" in
@@ -239,9 +263,9 @@ run_system() {
       stop "$REDIS_PID" ;;
     *) echo "unknown system $sys" >&2; return 1 ;;
   esac
-  if [ -n "$line" ] && [ "$wl" = capacity ]; then
-    line=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["workload"]="capacity"; print(json.dumps(r, separators=(",", ":")))' \
-      "$line") || line=""
+  if [ -n "$line" ] && [ "$wl" != "$drv" ]; then
+    line=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["workload"]=sys.argv[2]; print(json.dumps(r, separators=(",", ":")))' \
+      "$line" "$wl") || line=""
   fi
   if [ -n "$line" ]; then
     echo "$line" >> "$RESULTS"
@@ -260,34 +284,46 @@ run_system() {
   echo "command: bench/compare.sh --runs $RUNS --w2-runs $W2_RUNS --jobs $JOBS --pending $PENDING" \
     "--batch $BATCH --delayq-api $DELAYQ_API --workloads \"$WORKLOADS\" --backlog $BACKLOG" \
     "${BACKLOG_BATCH:+--backlog-batch $BACKLOG_BATCH }--w3-duration-s $W3_DURATION_S" \
+    "--w3-rates \"$W3_RATES\" --w3-drain-timeout-s $W3_DRAIN_S" \
     "--w4-jobs $W4_JOBS --w4-lead-s $W4_LEAD_S --systems \"$SYSTEMS\""
 } | tee "$OUT/machine.txt"
 
 for wl in $WORKLOADS; do
   n="$RUNS"
   [ "$wl" = w2 ] && n="$W2_RUNS"
+  rates=-
+  [ "$wl" = w3sweep ] && rates="$W3_RATES"
   for run in $(seq "$n"); do
-    for sys in $SYSTEMS; do
-      echo "== run $run/$n: $sys $wl" >&2
-      run_system "$sys" "$wl"
+    for rate in $rates; do
+      for sys in $SYSTEMS; do
+        if [ "$rate" = - ]; then
+          echo "== run $run/$n: $sys $wl" >&2
+          run_system "$sys" "$wl"
+        else
+          echo "== run $run/$n: $sys $wl $rate/s" >&2
+          run_system "$sys" "$wl" "$rate"
+        fi
+      done
     done
   done
 done
 
 baseline=delayq-redis
 [ "$DELAYQ_OK" = 1 ] || baseline=beanstalkd
-# W1-W4: delayq-bench compare, ratios against $baseline. Capacity (a table of its own, which
-# compare has no columns for): end-to-end jobs/s with ratios against delayq-memory and bullmq.
+# W1-W4: delayq-bench compare, ratios against $baseline. Capacity and the W3 sweep (tables of
+# their own, which compare has no columns for): capacity's end-to-end jobs/s with ratios
+# against delayq-memory and bullmq; the sweep's rows per system and rate, and the highest rate
+# each system held.
 python3 -c 'import json, sys
 for l in open(sys.argv[1]):
-    if json.loads(l)["workload"] != "capacity": print(l, end="")' "$RESULTS" >"$TMP/compare.jsonl"
+    wl = json.loads(l)["workload"]
+    if wl != "capacity" and not wl.startswith("w3@"): print(l, end="")' "$RESULTS" >"$TMP/compare.jsonl"
 {
   if [ -s "$TMP/compare.jsonl" ]; then "$BENCH" compare --baseline "$baseline" "$TMP/compare.jsonl"; fi
   python3 - "$RESULTS" <<'EOF'
 import json, statistics, sys
 
-runs = [r for r in map(json.loads, open(sys.argv[1])) if r["workload"] == "capacity"]
-labels = list(dict.fromkeys(r["label"] for r in runs))
+results = [json.loads(l) for l in open(sys.argv[1])]
 
 
 def fmt_num(v):  # as delayq-bench's tables
@@ -297,13 +333,48 @@ def fmt_num(v):  # as delayq-bench's tables
     return f"{v:,.0f}" if a >= 100 else "0" if a == 0 else f"{v:.2f}" if a >= 1 else f"{v:.3f}"
 
 
+def fmt_count(v):
+    return "-" if v is None else f"{v:,.0f}"
+
+
 def fmt_ratio(x):
     return f"{x:.1f}x" if abs(x) >= 10 else f"{x:.2f}x" if abs(x) >= 0.1 or x == 0 else f"{x:.2e}x"
 
 
-def med(label, metric):
-    v = [r["metrics"][metric] for r in runs if r["label"] == label and metric in r["metrics"]]
+def median(v):
+    v = [x for x in v if x is not None]
     return statistics.median(v) if v else None
+
+
+def table(header, rows):
+    w = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    line = lambda cells: "| " + " | ".join(
+        c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(cells)) + " |"
+    print(line(header))
+    print("|" + "|".join(":" + "-" * (n + 1) if i == 0 else "-" * (n + 1) + ":"
+                         for i, n in enumerate(w)) + "|")
+    for r in rows:
+        print(line(r))
+
+
+def params_and_notes(runs, labels, omit=()):
+    print("parameters:")
+    for l in labels:
+        p = next(r for r in runs if r["label"] == l)["params"]
+        print(f"- {l}: " + " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(p.items())
+                                    if k not in omit))
+    notes = sorted({f"- {r['label']}: {n}" for r in runs for n in r.get("notes", [])})
+    if notes:
+        print("notes:\n" + "\n".join(notes))
+
+
+# ---- capacity ----
+runs = [r for r in results if r["workload"] == "capacity"]
+labels = list(dict.fromkeys(r["label"] for r in runs))
+
+
+def med(label, metric):
+    return median([r["metrics"].get(metric) for r in runs if r["label"] == label])
 
 
 cols = ["push_jobs_per_s", "total_s", "lateness_p50_ms", "lateness_p99_ms", "early", "lost",
@@ -318,23 +389,80 @@ for l in labels:
         row.append("-" if l == x or e2e is None else fmt_ratio(e2e / med(x, "e2e_jobs_per_s")))
     rows.append(row + [fmt_num(med(l, c)) for c in cols])
 if rows:
-    w = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-    line = lambda cells: "| " + " | ".join(
-        c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(cells)) + " |"
-    print(line(header))
-    print("|" + "|".join(":" + "-" * (n + 1) if i == 0 else "-" * (n + 1) + ":"
-                         for i, n in enumerate(w)) + "|")
-    for r in rows:
-        print(line(r))
+    table(header, rows)
     print("\ncapacity: W1 with every job due at once (max_delay_s=0); e2e_jobs_per_s: jobs pushed,"
           " delivered and\nfinished per second, first push to last delivery; vs X: e2e_jobs_per_s / X's")
-    print("parameters:")
-    for l in labels:
-        p = next(r for r in runs if r["label"] == l)["params"]
-        print(f"- {l}: " + " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(p.items())))
-    notes = sorted({f"- {r['label']}: {n}" for r in runs for n in r.get("notes", [])})
-    if notes:
-        print("notes:\n" + "\n".join(notes))
+    params_and_notes(runs, labels)
+    print()
+
+# ---- W3 rate sweep ----
+runs = [r for r in results if r["workload"].startswith("w3@")]
+labels = list(dict.fromkeys(r["label"] for r in runs))
+rates = sorted({r["params"]["rate"] for r in runs})
+BOUNDS = (10, 100)  # ms, lateness p99
+PUSHED_SHARE = 0.95  # of the rate, for the rate to count as offered
+
+
+def delivered_per_s(m):
+    # Deliveries over the stream's push time plus its largest lateness: the span from the first
+    # due time to the last delivery is at most that, so this is a lower bound on the rate.
+    if not m.get("fire_rate_per_s") or m.get("delivered") is None:
+        return None
+    span = m["fired"] / m["fire_rate_per_s"] + m.get("lateness_max_ms", 0) / 1000
+    return m["delivered"] / span if span > 0 else None
+
+
+def tolerated_early(r):
+    # BullMQ counts a delay from its own clock read in whole ms: deliveries early by under 1 ms
+    # are its resolution, shown in the table but not held against it.
+    return r["target"] == "bullmq" and r["metrics"].get("early_max_ms", 0) < 1
+
+
+held_at = {}  # (label, bound) -> highest rate held
+marks = set()
+rows = []
+for l in labels:
+    for rate in rates:
+        rs = [r for r in runs if r["label"] == l and r["params"]["rate"] == rate]
+        if not rs:
+            continue
+        ms = [r["metrics"] for r in rs]
+        p99 = median([m.get("lateness_p99_ms") for m in ms])
+        pushed = median([m.get("fire_rate_per_s") for m in ms])
+        early = sum(m.get("early", 0) for m in ms)
+        lost = sum(m.get("lost", 0) for m in ms)
+        dups = sum(m.get("duplicates", 0) for m in ms)
+        early_ok = all(m.get("early", 0) == 0 or tolerated_early(r) for m, r in zip(ms, rs))
+        clean = (early_ok and lost == 0 and dups == 0 and pushed is not None
+                 and pushed >= PUSHED_SHARE * rate)
+        held = [b for b in BOUNDS if clean and p99 is not None and p99 <= b]
+        for b in held:
+            held_at[(l, b)] = max(held_at.get((l, b), 0), rate)
+        early_cell = fmt_count(early)
+        if early and early_ok:
+            early_cell += " *"
+            marks.add(l)
+        rows.append([l, fmt_num(rate), str(len(rs)), fmt_num(pushed),
+                     fmt_num(median([delivered_per_s(m) for m in ms])),
+                     fmt_num(median([m.get("lateness_p50_ms") for m in ms])), fmt_num(p99),
+                     early_cell, fmt_count(lost), fmt_count(dups),
+                     f"<= {held[0]} ms" if held else "no"])
+if rows:
+    table(["w3 sweep (median of runs)", "rate", "runs", "pushed/s", "delivered/s",
+           "lateness_p50_ms", "lateness_p99_ms", "early", "lost", "duplicates", "held"], rows)
+    print()
+    table(["w3 sweep: highest rate held"] + [f"p99 <= {b} ms" for b in BOUNDS],
+          [[l] + [fmt_num(held_at[(l, b)]) if (l, b) in held_at else "none" for b in BOUNDS]
+           for l in labels])
+    print(f"\nw3 sweep: W3 at each rate in jobs/s ({', '.join(fmt_num(x) for x in rates)}), one"
+          " fresh server per run; pushed/s: the stream's\npush rate; delivered/s: deliveries over"
+          " the push time plus the largest lateness (a lower bound);\nlateness: medians of runs;"
+          " early, lost, duplicates: sums over runs. A rate is held at p99 <= B ms\nwhen the median"
+          f" p99 is within B, at least {PUSHED_SHARE:.0%} of the rate was pushed and no run lost,"
+          " duplicated or\ndelivered early a job")
+    if marks:
+        print("*: early by under 1 ms, BullMQ's whole-millisecond clock; not held against it")
+    params_and_notes(runs, labels, omit=("rate", "run_id"))
     print()
 EOF
 } | tee "$OUT/summary.md"

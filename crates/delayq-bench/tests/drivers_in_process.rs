@@ -5,9 +5,9 @@
 //! exercised by `bench/compare.sh`, not here.
 
 use delayq::api;
-use delayq::callback::allow::AllowList;
 use delayq::clock::SystemClock;
 use delayq::config::Config;
+use delayq::delivery::allow::AllowList;
 use delayq::server::App;
 use delayq::store::memory::MemoryStore;
 use serde_json::Value;

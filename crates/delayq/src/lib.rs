@@ -15,7 +15,7 @@
 //! - [`metrics`]: what the server did and what the store holds, for `GET /metrics`.
 //! - [`scheduler`]: the firing task of recurring schedules, over any store.
 //! - [`amqp`]: the RabbitMQ bridge: publishing with confirms, and the intake queue.
-//! - [`callback`]: push delivery, delayq calling a callback job's URL (or publishing a publish
+//! - [`delivery`]: push delivery, delayq calling a callback job's URL (or publishing a publish
 //!   job through [`amqp`]) when it is due.
 //! - [`config`]: the settings of `delayq serve`.
 //! - [`api`]: the HTTP APIs (compat and /v1) over what the server built. Only `api` knows HTTP.
@@ -24,9 +24,9 @@
 pub mod alarm;
 pub mod amqp;
 pub mod api;
-pub mod callback;
 pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod dispatch;
 pub mod job;
 pub mod journal;

@@ -25,9 +25,9 @@
 
 use crate::amqp::{AmqpOptions, Broker};
 use crate::api::{self, AppState};
-use crate::callback::{CallbackOptions, Deliverer};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::delivery::{Deliverer, DeliveryOptions};
 use crate::dispatch::{DispatchOptions, Dispatcher};
 use crate::journal::{Journal, JournalError, Journaled};
 use crate::metrics::{Metered, Metrics};
@@ -153,7 +153,7 @@ impl App {
                 metrics.clone(),
             )
         });
-        let callback_options = CallbackOptions {
+        let callback_options = DeliveryOptions {
             amqp: amqp.clone(),
             secrets: config.callback_secrets.clone(),
             allow: config.callback_allow.clone(),
@@ -161,7 +161,7 @@ impl App {
             max_in_flight_per_host: config.callback_max_in_flight_per_host,
         };
         // Building the HTTP client fails only without a TLS provider, and the build links
-        // rustls with ring (tested in callback/call.rs).
+        // rustls with ring (tested in delivery/callback.rs).
         let callbacks = Deliverer::new(
             store.clone(),
             clock.clone(),

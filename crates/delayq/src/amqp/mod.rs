@@ -4,7 +4,7 @@
 //!
 //! - publishing ([`Broker::publish`]): one attempt of a publish job, on a channel in confirm
 //!   mode: persistent, `mandatory`, `message_id` = the job id, headers `x-delayq-topic` and
-//!   `x-delayq-attempt`, then the broker's confirm. The push-delivery loop (callback/mod.rs)
+//!   `x-delayq-attempt`, then the broker's confirm. The push-delivery loop (delivery/mod.rs)
 //!   reserves publish jobs and finishes or releases them on the answer, as it does callbacks.
 //! - the intake ([`intake`]): delayed messages consumed from `--amqp-intake` and stored as
 //!   publish jobs; each message is acked only once its job is stored.

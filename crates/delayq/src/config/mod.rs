@@ -20,8 +20,8 @@ mod journal;
 mod rules;
 mod token;
 
-use crate::callback::allow::AllowList;
-use crate::callback::sign::WebhookSecret;
+use crate::delivery::allow::AllowList;
+use crate::delivery::sign::WebhookSecret;
 use define::{Origin, settings};
 use journal::{JournalModeRule, JournalUrl};
 use rules::{
@@ -309,7 +309,7 @@ settings! {
                    host's limit)",
             given: u64,
             rule: Between(1, MAX_CALLBACKS_IN_FLIGHT),
-            default: crate::callback::DEFAULT_MAX_IN_FLIGHT,
+            default: crate::delivery::DEFAULT_MAX_IN_FLIGHT,
         },
         callback_max_in_flight_per_host: usize {
             key: callback_max_in_flight_per_host,
@@ -320,7 +320,7 @@ settings! {
                    cannot hold every call",
             given: u64,
             rule: Between(1, MAX_CALLBACKS_IN_FLIGHT),
-            default: crate::callback::DEFAULT_MAX_IN_FLIGHT_PER_HOST,
+            default: crate::delivery::DEFAULT_MAX_IN_FLIGHT_PER_HOST,
         },
         /// Those of `auth_tokens` and those of `auth_token_file`, together. None by default,
         /// which is why the default listener is loopback. The flag is singular: it is given

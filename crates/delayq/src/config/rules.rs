@@ -6,8 +6,8 @@
 
 use super::define::{Rule, ShowDefault};
 use super::{AllowedHosts, AuthToken};
-use crate::callback::allow::{AllowList, DEFAULT_ALLOW};
-use crate::callback::sign::WebhookSecret;
+use crate::delivery::allow::{AllowList, DEFAULT_ALLOW};
+use crate::delivery::sign::WebhookSecret;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

@@ -6,36 +6,38 @@
 //! `jobs` table as of the last checkpoint and in the logs since, and [`EmbeddedStore::open`]
 //! replays the logs into redb and rebuilds the engine from it. A transition runs under the lock
 //! and queues its changes before the lock is released, so disk order is engine order; the
-//! caller then waits outside the lock. The log's group commit (`writer.rs`) has no writer
-//! thread in a request's path: the first request that finds the log idle leads, appending
+//! caller then waits outside the lock. The log's group commit (`group_commit.rs`) has no
+//! thread between a request and its fsync: the first request that finds the log idle leads, appending
 //! everything queued as one frame and fsyncing it, while the requests queued meanwhile wait
 //! for its answer or for the lead; so concurrent callers share one fsync. A checkpoint thread
 //! moves the logged changes into redb every second. A transition that changed nothing (a
 //! refusal, a reserve that found no job, a tick with nothing due) answers at once. The timer's
-//! passes (`tick`) do not wait at all: their changes are lazy commits (`writer.rs`), made
+//! passes (`tick`) do not wait at all: their changes are lazy commits (`group_commit.rs`), made
 //! durable by the next acknowledged transition, since a restart redoes a lost promotion or
-//! expiry by itself.
+//! expiry by itself. So is the finish of a reserved job: a crash that loses it delivers the job
+//! again after its TTR, as at-least-once delivery allows.
 //!
 //! Guarantees: an acknowledged transition survives a crash (kill -9, power loss as far as fsync
-//! goes). Reads (`get`, `stats`, and refusals) see the engine, which may be ahead of the disk by
+//! goes), except the finish of a reserved job in the last 250 ms (docs/reliability.md). Reads (`get`, `stats`, and refusals) see the engine, which may be ahead of the disk by
 //! the commits in flight: a read can see a push whose acknowledgement is still on its way.
 //! After a failed commit the store refuses every request with `Unavailable` until restart
 //! (memory may then hold changes the disk does not; restarting reloads the last commit).
 //!
 //! Not here: the state machine (job.rs, `engine.rs`), the locking and the `Store` methods
 //! (`engine_store.rs`), the timer (dispatch/), the record layout (`embedded/record.rs`), the
-//! log and redb writes (`embedded/writer.rs`, `embedded/wal.rs`). One process per data
+//! log and redb writes (`embedded/group_commit.rs`, `embedded/wal.rs`). One process per data
 //! directory: redb's file lock refuses a second opener, in this process or another.
 
+mod group_commit;
 pub(in crate::store) mod record;
 mod wal;
-mod writer;
 
 use crate::job::Job;
 use crate::schedule::Schedule;
 use crate::store::engine::{Effects, Engine};
-use crate::store::engine_store::{Durability, EngineStore};
+use crate::store::engine_store::{CommitMode, Durability, EngineStore};
 use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreResult};
+use group_commit::{FORMAT_VERSION_KEY, GroupCommit, JOBS, META, Ticket};
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageError,
 };
@@ -46,7 +48,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use tokio::sync::broadcast;
-use writer::{FORMAT_VERSION_KEY, GroupCommit, JOBS, META, Ticket};
 
 /// Name of the redb file inside the data directory.
 pub const DB_FILE_NAME: &str = "delayq.redb";
@@ -66,7 +67,7 @@ pub struct EmbeddedOptions {
 /// docs for its guarantees.
 pub type EmbeddedStore = EngineStore<WriteAhead>;
 
-/// The embedded store's durability: the write-ahead log's group commit (`writer.rs`), in
+/// The embedded store's durability: the write-ahead log's group commit (`group_commit.rs`), in
 /// which the request that finds the log idle writes and syncs it for everyone queued.
 pub struct WriteAhead {
     log: Arc<GroupCommit>,
@@ -86,8 +87,8 @@ impl Durability for WriteAhead {
 
     /// Queues the changes for the next leader. A lazy commit has no acknowledgement and
     /// leaves its events to go out now; any other holds its events back until it is synced.
-    fn commit(&self, fx: &mut Effects, lazy: bool) -> StoreResult<Option<Self::Ack>> {
-        self.log.commit(fx, lazy)
+    fn commit(&self, fx: &mut Effects, mode: CommitMode) -> StoreResult<Option<Self::Ack>> {
+        self.log.commit(fx, mode)
     }
 
     async fn wait(ack: Self::Ack) -> StoreResult<()> {
@@ -250,7 +251,7 @@ fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
             StoreError::unavailable(format_args!("cannot read {}", log.display()), e)
         })?;
         let n = entries.len();
-        writer::apply(db, file, entries).map_err(StoreError::Corrupt)?;
+        group_commit::apply(db, file, entries).map_err(StoreError::Corrupt)?;
         wal::retire(dir, log).map_err(|e| {
             StoreError::unavailable(format_args!("cannot retire {}", log.display()), e)
         })?;
@@ -287,7 +288,7 @@ fn load(db: &Database, file: &Path) -> StoreResult<Vec<Job>> {
 fn load_schedules(db: &Database, file: &Path) -> StoreResult<Vec<Schedule>> {
     let shown = file.display();
     let tx = db.begin_read().map_err(|e| corrupt(file, e))?;
-    let table = match tx.open_table(writer::SCHEDULES) {
+    let table = match tx.open_table(group_commit::SCHEDULES) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
         Err(e) => return Err(corrupt(file, e)),

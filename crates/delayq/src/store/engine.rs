@@ -51,6 +51,12 @@ pub struct Effects {
     pub changes: Vec<Change>,
     /// Events to publish once the changes are durable.
     pub events: Vec<StoreEvent>,
+    /// Whether the caller may have its answer before the changes are durable: set only by
+    /// the finish of a reserved job, which a crash may undo under at-least-once delivery (the
+    /// job is delivered again after its TTR); never by a push, a reservation (a reserved job
+    /// is never handed out again before its TTR, crash or not), a delete, release or bury
+    /// (docs/reliability.md).
+    pub answer_before_durable: bool,
 }
 
 impl Effects {
@@ -379,13 +385,22 @@ impl Engine {
         Ok(j.state)
     }
 
+    /// A finish of a reserved job may be answered before it is durable (a crash delivers the
+    /// job again); one of a job in any other state is a delete, which may not.
     pub fn finish(&mut self, id: &JobId, fx: &mut Effects) -> StoreResult<JobState> {
-        self.delete(id, fx)
+        let out = self.delete(id, fx);
+        fx.answer_before_durable = matches!(out, Ok(JobState::Reserved));
+        out
     }
 
-    /// One pass for the whole batch (one commit).
+    /// One pass for the whole batch (one commit), answered before it is durable only if every
+    /// job it removed was reserved.
     pub fn finish_batch(&mut self, ids: &[JobId], fx: &mut Effects) -> Vec<StoreResult<JobState>> {
-        ids.iter().map(|id| self.delete(id, fx)).collect()
+        let out: Vec<_> = ids.iter().map(|id| self.delete(id, fx)).collect();
+        fx.answer_before_durable = out
+            .iter()
+            .all(|r| !matches!(r, Ok(s) if *s != JobState::Reserved));
+        out
     }
 
     /// Takes a job only if it is in one of `allowed` states.

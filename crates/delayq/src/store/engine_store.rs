@@ -10,7 +10,10 @@
 //! for the durability's acknowledgement outside the lock, so concurrent callers share one
 //! commit. A transition that changed nothing answers at once; the timer's passes (`tick`) are
 //! lazy commits, which nobody waits for (a restart redoes a lost promotion or expiry by
-//! itself). Reads (`get`, `stats`, `list`, `schedule`, `ping`) see the engine.
+//! itself), and so is the finish of a reserved job (`Effects::answer_before_durable`): it is
+//! written with the next commit, and if a crash comes first the job is delivered again after
+//! its TTR, as at-least-once delivery allows. Reads (`get`, `stats`, `list`, `schedule`,
+//! `ping`) see the engine.
 //!
 //! Its `Store` impl is derived from `store_calls!` (store/define.rs): each call is
 //! `EngineStore::run` of the [`Engine`] method of the call's name, with the call's arguments
@@ -41,11 +44,34 @@ pub trait Durability: Send + Sync + 'static {
     /// Takes a transition's changes (`fx.changes`, never empty), under the engine lock, and
     /// the events that must wait until they are durable; the events it leaves in `fx.events`
     /// are published at once. Returns what to wait for: `None` when there is nothing to wait
-    /// for, always so for a `lazy` commit (see the module docs).
-    fn commit(&self, fx: &mut Effects, lazy: bool) -> StoreResult<Option<Self::Ack>>;
+    /// for, always so for a [`CommitMode::Lazy`] one (see the module docs).
+    fn commit(&self, fx: &mut Effects, mode: CommitMode) -> StoreResult<Option<Self::Ack>>;
 
     /// Resolves once the commit `ack` belongs to is durable, or failed.
     fn wait(ack: Self::Ack) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+/// Whether anyone waits for a commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitMode {
+    /// A change: its caller answers once it is durable, and the events the durability holds
+    /// back wait with it.
+    Acknowledged,
+    /// The timer's pass, and a transition whose effects say it may be answered before it is
+    /// durable (the finish of a reserved job): nobody waits and its events go out at once; the
+    /// next acknowledged commit makes it durable (a restart redoes a lost pass; a lost finish
+    /// delivers its job again after its TTR).
+    Lazy,
+}
+
+impl CommitMode {
+    /// How a call of this kind commits its changes (a read has none).
+    fn of(kind: CallKind) -> CommitMode {
+        match kind {
+            CallKind::Timer => CommitMode::Lazy,
+            CallKind::Change | CallKind::Read => CommitMode::Acknowledged,
+        }
+    }
 }
 
 /// A [`Store`](crate::store::Store) running the [`Engine`] in this process, made durable by
@@ -85,7 +111,7 @@ impl<D: Durability> EngineStore<D> {
     /// before releasing the lock. Returns the result and what to wait for.
     fn begin<T>(
         &self,
-        lazy: bool,
+        mode: CommitMode,
         f: impl FnOnce(&mut Engine, &mut Effects) -> T,
     ) -> StoreResult<(T, Option<D::Ack>)> {
         let mut engine = self.lock()?;
@@ -94,7 +120,12 @@ impl<D: Durability> EngineStore<D> {
         let ack = if fx.changes.is_empty() {
             None
         } else {
-            self.durability.commit(&mut fx, lazy)?
+            let mode = if fx.answer_before_durable {
+                CommitMode::Lazy
+            } else {
+                mode
+            };
+            self.durability.commit(&mut fx, mode)?
         };
         for ev in fx.events {
             let _ = self.events.send(ev);
@@ -112,7 +143,7 @@ impl<D: Durability> EngineStore<D> {
         kind: CallKind,
         f: impl FnOnce(&mut Engine, &mut Effects) -> T,
     ) -> StoreResult<T> {
-        let (out, ack) = self.begin(kind == CallKind::Timer, f)?;
+        let (out, ack) = self.begin(CommitMode::of(kind), f)?;
         if let Some(ack) = ack {
             D::wait(ack).await?;
         }
@@ -130,14 +161,15 @@ mod tests {
     use super::*;
     use crate::job::{JobId, JobSpec, JobState, Topic, UnixMillis};
     use crate::store::{PushMode, Store, StoreError};
+    use CommitMode::{Acknowledged, Lazy};
     use std::sync::Mutex;
 
-    /// Records each commit (how many changes, whether lazy) and holds back the events of every
+    /// Records each commit (how many changes, its mode) and holds back the events of every
     /// commit that is waited for, as a durable store does until the commit is on disk (here
     /// they are never published). Refuses every call while `down` holds an error.
     #[derive(Default)]
     struct Recording {
-        commits: Mutex<Vec<(usize, bool)>>,
+        commits: Mutex<Vec<(usize, CommitMode)>>,
         down: Mutex<Option<StoreError>>,
     }
 
@@ -152,9 +184,9 @@ mod tests {
             }
         }
 
-        fn commit(&self, fx: &mut Effects, lazy: bool) -> StoreResult<Option<()>> {
-            self.commits.lock().unwrap().push((fx.changes.len(), lazy));
-            if lazy {
+        fn commit(&self, fx: &mut Effects, mode: CommitMode) -> StoreResult<Option<()>> {
+            self.commits.lock().unwrap().push((fx.changes.len(), mode));
+            if mode == CommitMode::Lazy {
                 return Ok(None);
             }
             fx.events.clear();
@@ -186,12 +218,13 @@ mod tests {
         JobSpec::new(topic("t"), id(name), "body", run_at)
     }
 
-    fn commits(store: &EngineStore<Recording>) -> Vec<(usize, bool)> {
+    fn commits(store: &EngineStore<Recording>) -> Vec<(usize, CommitMode)> {
         store.durability().commits.lock().unwrap().clone()
     }
 
     #[tokio::test]
-    async fn only_transitions_that_change_jobs_are_committed_and_only_ticks_lazily() {
+    async fn only_transitions_that_change_jobs_are_committed_and_only_those_a_crash_may_undo_lazily()
+     {
         let store = store();
         let mut events = store.subscribe();
         let pushed = store
@@ -199,7 +232,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(pushed.len(), 2);
-        assert_eq!(commits(&store), [(2, false)]);
+        assert_eq!(commits(&store), [(2, Acknowledged)]);
         assert!(events.try_recv().is_err(), "held back by the durability");
 
         // Refusals, empty answers and reads change nothing: nothing to commit.
@@ -218,16 +251,34 @@ mod tests {
         store.get(&id("a")).await.unwrap();
         store.stats().await.unwrap();
         store.ping().await.unwrap();
-        assert_eq!(commits(&store), [(2, false)]);
+        assert_eq!(commits(&store), [(2, Acknowledged)]);
 
         // The timer's pass is lazy: committed, not held back, its events out at once.
         let tick = store.tick(100, 10).await.unwrap();
         assert_eq!(tick.promoted, 1);
-        assert_eq!(commits(&store), [(2, false), (1, true)]);
+        assert_eq!(commits(&store), [(2, Acknowledged), (1, Lazy)]);
         assert_eq!(events.try_recv(), Ok(StoreEvent::Ready(topic("t"))));
         store.tick(100, 10).await.unwrap();
-        assert_eq!(commits(&store), [(2, false), (1, true)], "nothing was due");
+        assert_eq!(
+            commits(&store),
+            [(2, Acknowledged), (1, Lazy)],
+            "nothing was due"
+        );
         assert_eq!(store.kind(), "recording");
+
+        // The finish of a reserved job is answered before it is durable (a crash delivers the
+        // job again after its TTR); a reservation is not, nor is a finish of a job that is not
+        // reserved (a delete).
+        let got = store.reserve(&[topic("t")], 1, 100).await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(store.finish(&got[0].spec.id).await, Ok(JobState::Reserved));
+        let other = if got[0].spec.id == id("a") { "b" } else { "a" };
+        assert_eq!(store.finish(&id(other)).await, Ok(JobState::Ready));
+        assert_eq!(
+            commits(&store)[2..],
+            [(1, Acknowledged), (1, Lazy), (1, Acknowledged)],
+            "reserve, finish of a reserved job, finish of a ready one"
+        );
     }
 
     #[tokio::test]
@@ -258,7 +309,7 @@ mod tests {
         *store.durability().down.lock().unwrap() = None;
         assert_eq!(
             commits(&store),
-            [(1, false)],
+            [(1, Acknowledged)],
             "no refused call reached the engine"
         );
         let stats = store.stats().await.unwrap();

@@ -6,7 +6,7 @@
 //! happens and no caller waits. Everything else is [`EngineStore`]'s.
 
 use crate::store::engine::{Effects, Engine};
-use crate::store::engine_store::{Durability, EngineStore};
+use crate::store::engine_store::{CommitMode, Durability, EngineStore};
 use crate::store::{EVENT_CHANNEL_CAPACITY, StoreResult};
 use std::convert::Infallible;
 use std::future::Future;
@@ -29,7 +29,7 @@ impl Durability for Volatile {
         Ok(())
     }
 
-    fn commit(&self, _: &mut Effects, _lazy: bool) -> StoreResult<Option<Infallible>> {
+    fn commit(&self, _: &mut Effects, _: CommitMode) -> StoreResult<Option<Infallible>> {
         Ok(None)
     }
 

@@ -1,6 +1,8 @@
 //! Crash tests of the embedded store through a real `delayq serve` process: kill -9 under load
-//! loses no acknowledged push and undoes no acknowledged finish, and a second server on the same
-//! data directory exits at once with a clear message.
+//! loses no acknowledged push, undoes no acknowledged delete, and delivers again every job
+//! whose acknowledged finish it undid (a finish of a reserved job is answered before it is
+//! durable: docs/reliability.md); a second server on the same data directory exits at once
+//! with a clear message.
 //!
 //! Driven over plain HTTP (the /v1 API of docs/api.md) against the compiled binary
 //! (`cargo test -p delayq --test store embedded_crash:: -- --nocapture` shows the figures).
@@ -32,6 +34,8 @@ struct Record {
     push_acked: HashSet<String>,
     finish_sent: HashSet<String>,
     finish_acked: HashSet<String>,
+    delete_sent: HashSet<String>,
+    delete_acked: HashSet<String>,
 }
 
 async fn pusher(base: String, w: usize, stop: Arc<AtomicBool>, rec: Arc<Mutex<Record>>) {
@@ -42,8 +46,16 @@ async fn pusher(base: String, w: usize, stop: Arc<AtomicBool>, rec: Arc<Mutex<Re
     let mut i = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let id = format!("p{w}-{i}");
-        // Two in three ready at once, the rest due in 50-250 ms.
-        let delay_ms = if i % 3 == 2 { 50 + (i % 5) * 50 } else { 0 };
+        // Two in three ready at once, the rest due in 50-250 ms, except one in six, due in a
+        // minute and deleted as soon as it is pushed.
+        let deleted = i % 6 == 5;
+        let delay_ms = if deleted {
+            60_000
+        } else if i % 3 == 2 {
+            50 + (i % 5) * 50
+        } else {
+            0
+        };
         rec.lock().unwrap().push_sent.insert(id.clone());
         let reply = client
             .post(format!("{base}/v1/jobs"))
@@ -55,10 +67,20 @@ async fn pusher(base: String, w: usize, stop: Arc<AtomicBool>, rec: Arc<Mutex<Re
             .await;
         match reply {
             Ok(r) if r.status() == StatusCode::CREATED => {
-                rec.lock().unwrap().push_acked.insert(id);
+                rec.lock().unwrap().push_acked.insert(id.clone());
             }
             Ok(r) => panic!("push {id}: unexpected status {}", r.status()),
             Err(_) => break, // the server is gone
+        }
+        if deleted {
+            rec.lock().unwrap().delete_sent.insert(id.clone());
+            match client.delete(format!("{base}/v1/jobs/{id}")).send().await {
+                Ok(r) if r.status() == StatusCode::NO_CONTENT => {
+                    rec.lock().unwrap().delete_acked.insert(id);
+                }
+                Ok(r) => panic!("delete {id}: unexpected status {}", r.status()),
+                Err(_) => break,
+            }
         }
         i += 1;
     }
@@ -99,7 +121,7 @@ async fn consumer(base: String, stop: Arc<AtomicBool>, rec: Arc<Mutex<Record>>) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_under_load_loses_no_acknowledged_push_and_undoes_no_acknowledged_finish() {
+async fn kill_9_under_load_loses_no_acknowledged_push_or_delete_and_redelivers_undone_finishes() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let mut server = DelayqProcess::start(&["--data-dir", data.to_str().unwrap()]).await;
@@ -131,14 +153,17 @@ async fn kill_9_under_load_loses_no_acknowledged_push_and_undoes_no_acknowledged
     }
     let rec = Arc::into_inner(rec).unwrap().into_inner().unwrap();
     println!(
-        "before kill -9: pushes sent {} acked {}, finishes sent {} acked {}",
+        "before kill -9: pushes sent {} acked {}, finishes sent {} acked {}, deletes sent {} \
+         acked {}",
         rec.push_sent.len(),
         rec.push_acked.len(),
         rec.finish_sent.len(),
-        rec.finish_acked.len()
+        rec.finish_acked.len(),
+        rec.delete_sent.len(),
+        rec.delete_acked.len()
     );
     assert!(
-        rec.push_acked.len() > 100 && !rec.finish_acked.is_empty(),
+        rec.push_acked.len() > 100 && !rec.finish_acked.is_empty() && !rec.delete_acked.is_empty(),
         "too little load to mean anything"
     );
 
@@ -148,9 +173,11 @@ async fn kill_9_under_load_loses_no_acknowledged_push_and_undoes_no_acknowledged
     let base = &server.base_url;
     let restarted_at = now_ms();
 
-    // Every acknowledged push is there, unless a finish for it was sent (its answer may have
-    // been lost to the kill); every acknowledged finish stays done.
+    // Every acknowledged push is there, unless a finish or delete for it was sent (its answer
+    // may have been lost to the kill); every acknowledged delete stays done. A finish the
+    // crash undid leaves its job to be delivered again (checked after the drain).
     let mut present = HashSet::new();
+    let mut finish_undone = 0;
     let mut reserved = HashSet::new();
     let mut pushed: Vec<&String> = rec.push_sent.iter().collect();
     pushed.sort();
@@ -163,10 +190,16 @@ async fn kill_9_under_load_loses_no_acknowledged_push_and_undoes_no_acknowledged
         match r.status() {
             StatusCode::OK => {
                 assert!(
-                    !rec.finish_acked.contains(id),
-                    "job {id}: acknowledged finish undone by the crash"
+                    !rec.delete_acked.contains(id),
+                    "job {id}: acknowledged delete undone by the crash"
                 );
                 let job: Value = r.json().await.unwrap();
+                if rec.finish_acked.contains(id) {
+                    // Its reservation was durable before its delivery: it comes back after
+                    // its TTR, not before.
+                    assert_eq!(job["state"], "reserved", "job {id}: finish undone: {job}");
+                    finish_undone += 1;
+                }
                 assert_eq!(job["body"], format!("body of {id}"), "job {id}");
                 if job["state"] == "reserved" {
                     // Not handed out early: its TTR has not run out.
@@ -177,12 +210,26 @@ async fn kill_9_under_load_loses_no_acknowledged_push_and_undoes_no_acknowledged
                 present.insert(id.clone());
             }
             StatusCode::NOT_FOUND => assert!(
-                !rec.push_acked.contains(id) || rec.finish_sent.contains(id),
+                !rec.push_acked.contains(id)
+                    || rec.finish_sent.contains(id)
+                    || rec.delete_sent.contains(id),
                 "job {id}: acknowledged push lost by the crash"
             ),
             s => panic!("GET {id}: unexpected status {s}"),
         }
     }
+
+    // Jobs whose delete was sent and is in doubt are due in a minute: delete them now.
+    for id in rec.delete_sent.intersection(&present) {
+        let s = client
+            .delete(format!("{base}/v1/jobs/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(s, StatusCode::NO_CONTENT, "delete {id}");
+    }
+    let present: HashSet<String> = present.difference(&rec.delete_sent).cloned().collect();
 
     // Drain everything that is not reserved: each job exactly once, only jobs that were pushed.
     let mut drained = HashSet::new();
@@ -232,17 +279,20 @@ async fn kill_9_under_load_loses_no_acknowledged_push_and_undoes_no_acknowledged
         }
         assert!(Instant::now() < deadline, "drain did not finish in 20 s");
     }
-    // Every acknowledged push that was present was either drained or is still reserved.
-    for id in rec.push_acked.intersection(&present) {
+    // Every job that was present (an acknowledged finish the crash undid included) was either
+    // drained or is still reserved.
+    for id in &present {
         assert!(
             drained.contains(id) || reserved.contains(id),
             "job {id} was present but never delivered"
         );
     }
     println!(
-        "after restart: {} present ({} still reserved), {} drained exactly once",
+        "after restart: {} present ({} still reserved, {} with a finish undone), {} drained \
+         exactly once",
         present.len(),
         reserved.len(),
+        finish_undone,
         drained.len()
     );
 }

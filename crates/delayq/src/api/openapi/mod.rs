@@ -22,8 +22,8 @@ mod paths;
 mod schemas;
 
 use super::AppState;
-use crate::callback::allow::AllowList;
 use crate::config::Config;
+use crate::delivery::allow::AllowList;
 use axum::Json;
 use axum::extract::State;
 use schemas::described;

@@ -8,8 +8,8 @@ use super::error::ApiError;
 use super::input::Fields;
 use super::{ApiResult, required};
 use crate::api::AppState;
-use crate::callback::allow::AllowList;
 use crate::clock::Reading;
+use crate::delivery::allow::AllowList;
 use crate::job::{self, Callback, JobId, JobSpec, Publish, Topic};
 
 /// The fields of `NewJob` (docs/api.md).

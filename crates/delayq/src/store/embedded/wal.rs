@@ -3,7 +3,7 @@
 //! A commit appends one frame to the current log file (`wal-<generation>.log` in the data
 //! directory) and, when it carries an acknowledgement, `fdatasync`s it: one small sequential
 //! write per group of requests, where a redb commit would rewrite pages all over its B-tree.
-//! redb stays the checkpoint: `writer.rs` rotates to a new log every so often and a
+//! redb stays the checkpoint: `group_commit.rs` rotates to a new log every so often and a
 //! checkpoint thread applies the old one's changes to redb in one durable transaction, then
 //! retires it (below). Opening the store replays every log left over (a crash, or a checkpoint
 //! that did not finish) into redb before loading, oldest generation first.

@@ -127,6 +127,12 @@ end
 
 -- The window a time falls in (keys.rs window_of). Exact: t < 2^53, and t / WINDOW_MS is far
 -- enough from the next integer for doubles at these magnitudes.
+-- An integer as the decimal string Redis parses: redis.call turns a Lua number into a string
+-- with "%.14g", several times dearer than "%d".
+local function num(n)
+  return string.format('%d', n)
+end
+
 local function window_of(t)
   return math.floor(t / WINDOW_MS)
 end
@@ -193,7 +199,7 @@ local function due_field(topic, minute)
 end
 
 -- Changes of the `due` counts, summed per field like `count` and written by flush_events.
-local due_delta, due_fields
+local due_delta, due_fields = {}, {}
 
 local function due_add(f, delta)
   local d = due_delta[f]
@@ -213,7 +219,7 @@ end
 
 -- Count changes are summed here and written once per field by flush_events (a batch of 100
 -- jobs of one topic: one HINCRBY per state touched, not two per job).
-local count_delta, count_fields
+local count_delta, count_fields = {}, {}
 
 local function count(topic, state, delta)
   local f = state .. topic
@@ -225,7 +231,7 @@ local function count(topic, state, delta)
   count_delta[f] = d + delta
 end
 
-local ev_seen, ev_ready, ev_due, ev_origin
+local ev_seen, ev_ready, ev_due, ev_origin = {}, {}, nil, nil
 
 local function emit_ready(topic)
   if not ev_seen[topic] then
@@ -238,9 +244,9 @@ end
 -- (a batch of 100 pushes: one ZADD or RPUSH, not 100). Removals are immediate. Anything that
 -- reads an index flushes first (timeline_head), and so does unindex of a job this run put
 -- (`touched`), so no script sees the difference; flush_events ends every run with a flush.
-local add_timeline, add_ready, add_dead, touched
+local add_timeline, add_ready, add_dead, touched = {}, {}, {}, {}
 -- Far window lists: ids per list key, the keys in first-use order, {window, min run_at} per key.
-local add_lists, list_keys, list_first
+local add_lists, list_keys, list_first = {}, {}, {}
 
 -- ZADD of score/member pairs, 500 pairs per command (Lua's unpack has a stack limit).
 local function zadd_all(key, args)
@@ -271,19 +277,19 @@ local function flush_events()
   flush_index()
   for _, f in ipairs(count_fields) do
     local d = count_delta[f]
-    if d ~= 0 and redis.call('HINCRBY', COUNTS, f, d) <= 0 then
+    if d ~= 0 and redis.call('HINCRBY', COUNTS, f, num(d)) <= 0 then
       redis.call('HDEL', COUNTS, f)
     end
   end
   for _, f in ipairs(due_fields) do
     local d = due_delta[f]
     if d ~= 0 then
-      local n = redis.call('HINCRBY', DUE, f, d)
+      local n = redis.call('HINCRBY', DUE, f, num(d))
       if n <= 0 then
         redis.call('HDEL', DUE, f)
         redis.call('ZREM', DUEIDX, f)
       elseif n == d then
-        redis.call('ZADD', DUEIDX, 0, f)
+        redis.call('ZADD', DUEIDX, '0', f)
       end
     end
   end
@@ -299,14 +305,14 @@ end
 -- The timeline's head score, or nil (pending additions flushed first).
 local function timeline_head()
   flush_index()
-  local head = redis.call('ZRANGE', TIMELINE, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', TIMELINE, '0', '0', 'WITHSCORES')
   if head[1] then return tonumber(head[2]) end
   return nil
 end
 
 -- The earlier of `t` (or nil) and the first window's drain time (its score - WINDOW_MS).
 local function with_windows(t)
-  local win = redis.call('ZRANGE', WINDOWS, 0, 0, 'WITHSCORES')
+  local win = redis.call('ZRANGE', WINDOWS, '0', '0', 'WITHSCORES')
   if win[1] then
     local d = tonumber(win[2]) - WINDOW_MS
     if t == nil or d < t then t = d end
@@ -342,7 +348,7 @@ end
 -- Sets a timer deadline for `id` (not in the timeline now).
 local function set_timer(id, t)
   note_timer(t)
-  add_timeline[#add_timeline + 1] = t
+  add_timeline[#add_timeline + 1] = num(t)
   add_timeline[#add_timeline + 1] = id
 end
 
@@ -391,11 +397,11 @@ local function add_index(id, j, win)
   elseif s == 'x' then
     set_timer(id, j[RU])
   elseif s == 'r' then
-    add_ready[#add_ready + 1] = 0
+    add_ready[#add_ready + 1] = '0'
     add_ready[#add_ready + 1] = ready_member(id, j)
     emit_ready(j[QUEUE])
   else
-    add_dead[#add_dead + 1] = 0
+    add_dead[#add_dead + 1] = '0'
     add_dead[#add_dead + 1] = dead_member(id, j)
   end
   touched[id] = true
@@ -458,10 +464,15 @@ local function begin(keys, args)
     keys[6]
   DUE, DUEIDX = keys[7], keys[8]
   CHANNEL, NOW = args[1], tonumber(args[2])
-  count_delta, count_fields = {}, {}
-  due_delta, due_fields = {}, {}
-  ev_seen, ev_ready, ev_due, ev_origin = {}, {}, nil, nil
-  add_timeline, add_ready, add_dead, touched = {}, {}, {}, {}
-  add_lists, list_keys, list_first = {}, {}, {}
+  -- New tables only for those the last call used: fewer allocations, less garbage collection.
+  if next(count_fields) then count_delta, count_fields = {}, {} end
+  if next(due_fields) then due_delta, due_fields = {}, {} end
+  if next(ev_ready) then ev_seen, ev_ready = {}, {} end
+  ev_due, ev_origin = nil, nil
+  if next(add_timeline) then add_timeline = {} end
+  if next(add_ready) then add_ready = {} end
+  if next(add_dead) then add_dead = {} end
+  if next(touched) then touched = {} end
+  if next(list_keys) then add_lists, list_keys, list_first = {}, {}, {} end
   known_first, known_head = nil, nil
 end

@@ -14,7 +14,7 @@ for t = 4, #ARGV do
   while got < max do
     local want = max - got
     local heads = redis.call('ZRANGEBYLEX', READY, topic_min(topic), topic_max(topic),
-      'LIMIT', 0, want)
+      'LIMIT', '0', num(want))
     for _, m in ipairs(heads) do
       local id = string.sub(m, ready_id_at(topic))
       local j = load_lenient(id)

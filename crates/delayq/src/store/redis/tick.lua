@@ -32,14 +32,14 @@ for k = 9, #KEYS do
     for _, id in ipairs(ids) do
       local j = load_lenient(id)
       if j and j[S] == 'd' and window_of(j[RUN_AT]) == n then
-        redis.call('ZADD', TIMELINE, j[RUN_AT], id)
+        redis.call('ZADD', TIMELINE, num(j[RUN_AT]), id)
       end
     end
   end
   if redis.call('EXISTS', list) == 0 then redis.call('ZREM', WINDOWS, w) end
 end
 local promoted, expired = 0, 0
-local due = redis.call('ZRANGEBYSCORE', TIMELINE, '-inf', NOW, 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', TIMELINE, '-inf', num(NOW), 'LIMIT', '0', num(limit))
 for _, id in ipairs(due) do
   local j = load_lenient(id)
   local deadline = nil
@@ -51,7 +51,7 @@ for _, id in ipairs(due) do
   if deadline == nil then
     redis.call('ZREM', TIMELINE, id)
   elseif deadline > NOW then
-    redis.call('ZADD', TIMELINE, deadline, id)
+    redis.call('ZADD', TIMELINE, num(deadline), id)
   elseif j[S] == 'd' then
     unindex(id, j)
     j[S] = 'r'

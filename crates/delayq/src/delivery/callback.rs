@@ -1,19 +1,20 @@
-//! One callback request: `POST <url>` with the job's body and the Standard Webhooks headers
+//! One callback attempt: the HTTP request of a reserved callback job, once its host has room,
+//! counted and logged. The request: `POST <url>` with the job's body and the Standard Webhooks headers
 //! (`webhook-id` = the job id, `webhook-timestamp`, `webhook-signature`), plus `delayq-topic`
 //! and `delayq-attempt`; the id and the topic as [`sign::header_value`] makes them (visible
 //! ASCII, percent-encoded past it), the signature over the id as sent; redirects are not
 //! followed; every address a host name resolves to is checked against the allowed destinations
 //! before connecting.
 //!
-//! Not here: what the outcome does to the job (callback/mod.rs), the outcome rules
+//! Not here: what the outcome does to the job (delivery/mod.rs), the outcome rules
 //! (outcome.rs).
 
-use super::CallbackError;
 use super::allow::AllowList;
 use super::outcome::{Outcome, retry_after_ms};
 use super::sign::{self, WebhookSecret};
+use super::{DeliveryError, Ended, Shared};
 use crate::clock::Reading;
-use crate::job::{Callback, Job};
+use crate::job::{Callback, Job, Topic};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use std::error::Error as _;
 use std::net::SocketAddr;
@@ -61,7 +62,7 @@ pub(super) struct Caller {
 }
 
 impl Caller {
-    pub fn new(secrets: Vec<WebhookSecret>, allow: AllowList) -> Result<Caller, CallbackError> {
+    pub fn new(secrets: Vec<WebhookSecret>, allow: AllowList) -> Result<Caller, DeliveryError> {
         let allow = Arc::new(allow);
         crate::install_tls_provider();
         let client = reqwest::Client::builder()
@@ -75,7 +76,7 @@ impl Caller {
                 lookups: Arc::new(tokio::sync::Semaphore::new(MAX_LOOKUPS)),
             }))
             .build()
-            .map_err(CallbackError::Client)?;
+            .map_err(DeliveryError::Client)?;
         Ok(Caller {
             client,
             secrets,
@@ -225,6 +226,60 @@ impl Resolve for AllowedResolver {
             Ok(addrs)
         })
     }
+}
+
+/// One HTTP call of a reserved callback job: wait for its host, call, counted.
+pub(super) async fn attempt(
+    shared: &Shared,
+    job: &Job,
+    cb: &Callback,
+    queue: &Topic,
+) -> Option<Ended> {
+    let started;
+    let answer = match shared.caller.target(&cb.url) {
+        // Checked at push; the allowed destinations may have changed since.
+        Err(reason) => {
+            shared.park(queue, -1);
+            started = shared.clock.read();
+            Answer::refused(reason)
+        }
+        Ok(url) => {
+            let host = host_key(&url);
+            let host_permit = shared.host_permit(&host).await;
+            shared.park(queue, -1);
+            shared.room.notify_one();
+            // The call must end before the reservation does.
+            if !super::hold_for(shared, job, cb.timeout_ms).await {
+                drop(host_permit);
+                shared.host_done(&host);
+                return None;
+            }
+            started = shared.clock.read();
+            let answer = shared.caller.call(job, cb, url, started).await;
+            drop(host_permit);
+            shared.host_done(&host);
+            answer
+        }
+    };
+    let late_ms = started.millis().saturating_sub(job.spec.run_at);
+    shared
+        .metrics
+        .callback_attempt(answer.outcome.label(), answer.took, late_ms);
+    if !answer.outcome.finished() {
+        tracing::warn!(
+            job_id = %job.spec.id,
+            topic = %job.spec.topic,
+            attempt = job.attempts,
+            outcome = answer.outcome.label(),
+            status = answer.status,
+            reason = %answer.reason,
+            "callback failed"
+        );
+    }
+    Some(Ended {
+        finished: answer.outcome.finished(),
+        retry_after_ms: answer.retry_after_ms,
+    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //! - a host name, `hooks.example.com`, or every name under a domain, `*.example.com`. A name
 //!   allowed this way may resolve to any address: the operator named it.
 //!
-//! Not here: the resolver that applies the call-time check (callback/mod.rs), the setting's
+//! Not here: the resolver that applies the call-time check (delivery/callback.rs), the setting's
 //! parsing from flags and files (config/).
 
 use ipnet::IpNet;

@@ -1,7 +1,7 @@
 //! What one call came to, as a pure function of the answer: whether the job is finished, the
 //! outcome's label in `/metrics`, and the delay a `Retry-After` asks for.
 //!
-//! Not here: making the call (callback/mod.rs), what a failed attempt does to the job (job.rs
+//! Not here: making the call (delivery/callback.rs), what a failed attempt does to the job (job.rs
 //! `after_delivery_failed`, through `Store::release`).
 
 use std::time::{Duration, SystemTime};

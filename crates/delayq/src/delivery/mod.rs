@@ -24,22 +24,24 @@
 //! limit is not read further until they move, so a destination that hangs holds at most twice
 //! its limit of jobs per topic, and other destinations go on.
 //!
-//! Not here: the request's shape ([`call`]), the outcome rules ([`outcome`]), the allowed
-//! destinations ([`allow`]), the signature ([`sign`]).
+//! Here: the loop, the reservation, the limits, finish or release and the backoff. Not here:
+//! one HTTP call and its request's shape ([`callback`]), one publish ([`publish`]), the outcome
+//! rules ([`outcome`]), the allowed destinations ([`allow`]), the signature ([`sign`]).
 
 pub mod allow;
-mod call;
+mod callback;
 pub mod outcome;
+mod publish;
 pub mod sign;
 
-use crate::amqp::{Broker, PublishOutcome};
+use crate::amqp::Broker;
 use crate::clock::Clock;
 use crate::dispatch::error_log::ErrorLog;
 use crate::job::{self, Job, Topic};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError, StoreEvent};
 use allow::AllowList;
-use call::Caller;
+use callback::Caller;
 use sign::WebhookSecret;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -65,7 +67,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the deliverer is told: the callback settings.
 #[derive(Clone)]
-pub struct CallbackOptions {
+pub struct DeliveryOptions {
     pub secrets: Vec<WebhookSecret>,
     pub allow: AllowList,
     pub max_in_flight: usize,
@@ -75,9 +77,9 @@ pub struct CallbackOptions {
     pub amqp: Option<Arc<Broker>>,
 }
 
-impl Default for CallbackOptions {
+impl Default for DeliveryOptions {
     fn default() -> Self {
-        CallbackOptions {
+        DeliveryOptions {
             secrets: Vec::new(),
             allow: AllowList::default(),
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
@@ -90,7 +92,7 @@ impl Default for CallbackOptions {
 /// Why push delivery could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum CallbackError {
+pub enum DeliveryError {
     /// The callbacks' HTTP client could not be built (only without a TLS provider).
     #[error("cannot build the callback HTTP client")]
     Client(#[source] reqwest::Error),
@@ -125,8 +127,8 @@ impl Deliverer {
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
         metrics: Arc<Metrics>,
-        options: CallbackOptions,
-    ) -> Result<Deliverer, CallbackError> {
+        options: DeliveryOptions,
+    ) -> Result<Deliverer, DeliveryError> {
         let caller = Caller::new(options.secrets, options.allow)?;
         Ok(Deliverer {
             shared: Arc::new(Shared {
@@ -355,9 +357,9 @@ async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
     let ended = if let Some(target) = &job.spec.publish {
         shared.park(queue, -1);
         shared.room.notify_one();
-        publish_attempt(shared, &job, target).await
+        publish::attempt(shared, &job, target).await
     } else if let Some(cb) = &job.spec.callback {
-        call_attempt(shared, &job, cb, queue).await
+        callback::attempt(shared, &job, cb, queue).await
     } else {
         // Only callback and publish jobs are in callback queues; a pull job here would be a
         // store bug.
@@ -402,98 +404,4 @@ async fn hold_for(shared: &Shared, job: &Job, attempt_ms: u64) -> bool {
         return false;
     }
     true
-}
-
-/// One AMQP publish of a reserved publish job, counted.
-async fn publish_attempt(shared: &Shared, job: &Job, target: &job::Publish) -> Option<Ended> {
-    let answer = match &shared.amqp {
-        None => crate::amqp::PublishAnswer::not_configured(),
-        Some(broker) => {
-            let limit = u64::try_from(broker.publish_timeout().as_millis()).unwrap_or(u64::MAX);
-            if !hold_for(shared, job, limit).await {
-                return None;
-            }
-            broker.publish(job, target).await
-        }
-    };
-    let late_ms = shared.clock.now().saturating_sub(job.spec.run_at);
-    shared
-        .metrics
-        .amqp_publish(answer.outcome.label(), answer.took, late_ms);
-    match answer.outcome {
-        PublishOutcome::Confirmed => {}
-        // The bridge logs the connection's loss and return once, not once per job.
-        PublishOutcome::ConnectionError => tracing::debug!(
-            job_id = %job.spec.id,
-            attempt = job.attempts,
-            reason = %answer.reason,
-            "publish failed"
-        ),
-        _ => tracing::warn!(
-            job_id = %job.spec.id,
-            topic = %job.spec.topic,
-            attempt = job.attempts,
-            outcome = answer.outcome.label(),
-            reason = %answer.reason,
-            "publish failed"
-        ),
-    }
-    Some(Ended {
-        finished: answer.outcome.finished(),
-        retry_after_ms: None,
-    })
-}
-
-/// One HTTP call of a reserved callback job: wait for its host, call, counted.
-async fn call_attempt(
-    shared: &Shared,
-    job: &Job,
-    cb: &job::Callback,
-    queue: &Topic,
-) -> Option<Ended> {
-    let started;
-    let answer = match shared.caller.target(&cb.url) {
-        // Checked at push; the allowed destinations may have changed since.
-        Err(reason) => {
-            shared.park(queue, -1);
-            started = shared.clock.read();
-            call::Answer::refused(reason)
-        }
-        Ok(url) => {
-            let host = call::host_key(&url);
-            let host_permit = shared.host_permit(&host).await;
-            shared.park(queue, -1);
-            shared.room.notify_one();
-            // The call must end before the reservation does.
-            if !hold_for(shared, job, cb.timeout_ms).await {
-                drop(host_permit);
-                shared.host_done(&host);
-                return None;
-            }
-            started = shared.clock.read();
-            let answer = shared.caller.call(job, cb, url, started).await;
-            drop(host_permit);
-            shared.host_done(&host);
-            answer
-        }
-    };
-    let late_ms = started.millis().saturating_sub(job.spec.run_at);
-    shared
-        .metrics
-        .callback_attempt(answer.outcome.label(), answer.took, late_ms);
-    if !answer.outcome.finished() {
-        tracing::warn!(
-            job_id = %job.spec.id,
-            topic = %job.spec.topic,
-            attempt = job.attempts,
-            outcome = answer.outcome.label(),
-            status = answer.status,
-            reason = %answer.reason,
-            "callback failed"
-        );
-    }
-    Some(Ended {
-        finished: answer.outcome.finished(),
-        retry_after_ms: answer.retry_after_ms,
-    })
 }

@@ -5,7 +5,7 @@
 //! The `{id}` signed is the header as sent: [`header_value`] of the job id, which a receiver
 //! sees unaltered whatever characters the id has.
 //!
-//! Not here: which headers a call carries besides these (callback/call.rs), the secrets'
+//! Not here: which headers a call carries besides these (delivery/callback.rs), the secrets'
 //! configuration (config/).
 
 use base64::Engine as _;

@@ -47,6 +47,7 @@
 use super::{record, wal};
 use crate::job::{Job, JobId};
 use crate::store::engine::{Change, Effects};
+use crate::store::engine_store::CommitMode;
 use crate::store::{Cause, StoreError, StoreEvent, StoreResult};
 use redb::{Database, Durability, TableDefinition};
 use std::collections::{HashMap, VecDeque};
@@ -89,6 +90,15 @@ pub type Failure = Arc<OnceLock<Cause>>;
 
 /// Changes logged since the last checkpoint: each job's last state (`None`: removed).
 type Changes = HashMap<String, Option<Vec<u8>>>;
+
+/// What a log rotation is followed by.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rotation {
+    /// A new log, for the commits to come (a checkpoint is due).
+    Continue,
+    /// No log: the store is stopping and this checkpoint takes everything.
+    Last,
+}
 
 /// What a waiting commit is told: it is done (durable, or failed), or its waiter is to lead.
 enum Turn {
@@ -262,7 +272,11 @@ impl GroupCommit {
 
     /// Queues a transition's changes (under the engine lock). A lazy commit has no ticket and
     /// leaves its events to go out now; any other holds its events back until it is durable.
-    pub fn commit(self: &Arc<Self>, fx: &mut Effects, lazy: bool) -> StoreResult<Option<Ticket>> {
+    pub fn commit(
+        self: &Arc<Self>,
+        fx: &mut Effects,
+        mode: CommitMode,
+    ) -> StoreResult<Option<Ticket>> {
         let mut q = lock(&self.queue);
         if q.stopping {
             return Err(stopped());
@@ -270,7 +284,7 @@ impl GroupCommit {
         let seq = q.next_seq;
         q.next_seq += 1;
         let changes = std::mem::take(&mut fx.changes);
-        if lazy {
+        if mode == CommitMode::Lazy {
             q.pending.push_back(Commit {
                 seq,
                 changes,
@@ -320,7 +334,7 @@ impl GroupCommit {
         if self.failure.get().is_none() {
             let full = io.log.as_ref().is_some_and(|l| l.bytes >= CHECKPOINT_BYTES);
             if full || io.since.elapsed() >= CHECKPOINT_EVERY {
-                self.rotate(&mut io, true);
+                self.rotate(&mut io, Rotation::Continue);
             }
         }
         drop(io);
@@ -440,25 +454,29 @@ impl GroupCommit {
     }
 
     /// Hands the changes logged so far to the checkpoint thread, with the log that holds them
-    /// (retired once they are in redb), and starts a new log if `more` are to come.
-    fn rotate(&self, io: &mut Io, more: bool) {
+    /// (retired once they are in redb), and starts a new log unless this is the last rotation.
+    fn rotate(&self, io: &mut Io, rotation: Rotation) {
         io.since = Instant::now();
         if io.changes.is_empty() {
             // Nothing logged since the last checkpoint: a last log can go (it is empty).
-            if !more && let Some(log) = io.log.take() {
+            if rotation == Rotation::Last
+                && let Some(log) = io.log.take()
+            {
                 let _ = std::fs::remove_file(&log.path);
             }
             return;
         }
-        let next = match (more, io.log.as_ref()) {
-            (true, Some(log)) => match wal::Log::create(&self.dir, log.generation + 1) {
-                Ok(next) => Some(next),
-                Err(e) => {
-                    // Keep logging to the current one; the next rotation tries again.
-                    tracing::warn!(error = %e, dir = %self.dir.display(), "cannot start a new log");
-                    return;
+        let next = match (rotation, io.log.as_ref()) {
+            (Rotation::Continue, Some(log)) => {
+                match wal::Log::create(&self.dir, log.generation + 1) {
+                    Ok(next) => Some(next),
+                    Err(e) => {
+                        // Keep logging to the current one; the next rotation tries again.
+                        tracing::warn!(error = %e, dir = %self.dir.display(), "cannot start a new log");
+                        return;
+                    }
                 }
-            },
+            }
             _ => None,
         };
         let Some(old) = std::mem::replace(&mut io.log, next) else {
@@ -530,14 +548,14 @@ impl GroupCommit {
             let _ = self.write_batch(&mut io, batch);
         }
         if self.failure.get().is_none() {
-            self.rotate(&mut io, false);
+            self.rotate(&mut io, Rotation::Last);
         }
         io.checkpoints = None;
         drop(io);
         if let Some(handle) = checkpointer {
             let _ = handle.join();
         }
-        tracing::debug!(file = %self.file.display(), "embedded store writer stopped");
+        tracing::debug!(file = %self.file.display(), "embedded store group commit stopped");
     }
 }
 
