@@ -23,8 +23,9 @@ mod types;
 
 pub use error::ClientError;
 pub use types::{
-    Callback, FinishResult, Health, Job, JobState, NewJob, PushResult, PushStatus, Readiness,
-    Reschedule, Rescheduled, Restored, SettingsChange, Stats, TopicSettings, TopicStats,
+    Callback, FinishResult, Health, Job, JobState, JobTemplate, NewJob, NewSchedule, PushResult,
+    PushStatus, Readiness, Reschedule, Rescheduled, Restored, Schedule, SchedulesPage,
+    SettingsChange, Stats, TopicSettings, TopicStats,
 };
 
 use reqwest::{Method, RequestBuilder, Url};
@@ -319,6 +320,51 @@ impl Client {
         self.call(self.request(Method::GET, &["readyz"])).await
     }
 
+    /// `PUT /v1/schedules/{id}`: creates or replaces a recurring schedule; the schedule as
+    /// stored, with its next runs.
+    pub async fn put_schedule(&self, id: &str, schedule: &NewSchedule) -> Result<Schedule> {
+        self.call(
+            self.request(Method::PUT, &["v1", "schedules", id])
+                .json(schedule),
+        )
+        .await
+    }
+
+    /// `GET /v1/schedules/{id}`.
+    pub async fn get_schedule(&self, id: &str) -> Result<Schedule> {
+        self.call(self.request(Method::GET, &["v1", "schedules", id]))
+            .await
+    }
+
+    /// `GET /v1/schedules`: one page of the schedules, by id, after `cursor`.
+    pub async fn list_schedules(&self, limit: u64, cursor: Option<&str>) -> Result<SchedulesPage> {
+        let mut url = self.url(&["v1", "schedules"]);
+        url.query_pairs_mut()
+            .append_pair("limit", &limit.to_string());
+        if let Some(c) = cursor {
+            url.query_pairs_mut().append_pair("cursor", c);
+        }
+        self.call(self.request_to(Method::GET, url)).await
+    }
+
+    /// `DELETE /v1/schedules/{id}` (the jobs it pushed stay).
+    pub async fn delete_schedule(&self, id: &str) -> Result<()> {
+        self.call_empty(self.request(Method::DELETE, &["v1", "schedules", id]))
+            .await
+    }
+
+    /// `POST /v1/schedules/{id}/pause`.
+    pub async fn pause_schedule(&self, id: &str) -> Result<Schedule> {
+        self.call(self.request(Method::POST, &["v1", "schedules", id, "pause"]))
+            .await
+    }
+
+    /// `POST /v1/schedules/{id}/resume`.
+    pub async fn resume_schedule(&self, id: &str) -> Result<Schedule> {
+        self.call(self.request(Method::POST, &["v1", "schedules", id, "resume"]))
+            .await
+    }
+
     /// The URL of an endpoint: the base URL's path plus `segments`, each percent-encoded as
     /// one path segment (ids may hold spaces, `/` or `?`).
     fn url(&self, segments: &[&str]) -> Url {
@@ -333,10 +379,11 @@ impl Client {
     }
 
     fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
-        let req = self
-            .http
-            .request(method, self.url(segments))
-            .timeout(self.timeout);
+        self.request_to(method, self.url(segments))
+    }
+
+    fn request_to(&self, method: Method, url: Url) -> RequestBuilder {
+        let req = self.http.request(method, url).timeout(self.timeout);
         match &self.token {
             // reqwest marks the header sensitive.
             Some(Token(token)) => req.bearer_auth(token),

@@ -77,6 +77,78 @@ pub struct Callback {
     pub timeout_ms: Option<u64>,
 }
 
+/// A recurring schedule to create or replace (`PUT /v1/schedules/{id}`, docs/schedules.md):
+/// exactly one of `cron` and `every_ms`. Every optional field left unset is omitted, so the
+/// server's default applies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewSchedule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_ms: Option<u64>,
+    /// An IANA zone for `cron`; the server's default is `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tz: Option<String>,
+    /// The job each tick pushes: a [`NewJob`] without `id`, `delay_ms`, `run_at_ms` or
+    /// `replace` (the server refuses them, naming `job.id`...).
+    pub job: NewJob,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at_ms: Option<u64>,
+    /// `latest` (the server's default), `none` or `all`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up: Option<String>,
+    /// `allow` (the server's default) or `skip`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<String>,
+    /// Sent only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+}
+
+/// A schedule's job template, as the server answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobTemplate {
+    pub topic: String,
+    pub body: String,
+    pub ttr_ms: u64,
+    pub priority: u32,
+    pub max_attempts: u32,
+    pub backoff_ms: Vec<u64>,
+    #[serde(default)]
+    pub callback: Option<Callback>,
+}
+
+/// A stored recurring schedule (`GET /v1/schedules/{id}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Schedule {
+    pub id: String,
+    #[serde(default)]
+    pub cron: Option<String>,
+    #[serde(default)]
+    pub every_ms: Option<u64>,
+    pub tz: String,
+    pub job: JobTemplate,
+    pub start_at_ms: Option<u64>,
+    pub end_at_ms: Option<u64>,
+    pub catch_up: String,
+    pub overlap: String,
+    pub paused: bool,
+    /// The next 10 fire times (none while paused).
+    pub next_runs_ms: Vec<u64>,
+    /// The last tick that pushed a job.
+    pub last_tick_ms: Option<u64>,
+}
+
+/// One page of `GET /v1/schedules`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulesPage {
+    pub schedules: Vec<Schedule>,
+    /// Where the next page starts; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
 /// A job to push (`POST /v1/jobs`, or one entry of a batch). Only `topic` and `body` are always
 /// sent; every optional field left unset is omitted from the JSON, so the server's default
 /// applies (docs/api.md, "NewJob").

@@ -9,7 +9,8 @@ use anyhow::Context as _;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use delayq::config::{AuthToken, Config, ServeArgs};
 use delayq_client::{
-    Client, ClientError, FinishResult, Job, NewJob, Reschedule, Rescheduled, SettingsChange,
+    Client, ClientError, FinishResult, Job, NewJob, NewSchedule, Reschedule, Rescheduled, Schedule,
+    SettingsChange,
 };
 use serde::Serialize;
 use std::io::Read as _;
@@ -108,6 +109,9 @@ pub enum Command {
     /// A topic's flow control: pause, resume, limits (docs/flow-control.md)
     #[command(subcommand)]
     Topic(TopicCommand),
+    /// Recurring schedules: a job pushed at every tick of a cron expression or an interval
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
     /// Put back the journaled jobs the server's store lost (a server run with --journal)
     Restore {
         /// Leave out jobs already due (and record that, so no later restore brings them back)
@@ -195,6 +199,83 @@ pub struct PushArgs {
     #[arg(long)]
     pub replace: bool,
     /// The body; '-' reads it from stdin [default: empty]
+    #[arg(conflicts_with = "body_file")]
+    pub body: Option<String>,
+    /// Read the body from this file
+    #[arg(long, value_name = "FILE")]
+    pub body_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Create or replace a schedule; each tick pushes the job `<ID>@<tick in Unix ms>`
+    // Boxed: the other verbs carry only an id.
+    Put(Box<SchedulePutArgs>),
+    /// List the schedules
+    List,
+    /// Show a schedule, its next runs and its last tick
+    Get { id: String },
+    /// Delete a schedule (the jobs it pushed stay)
+    Delete { id: String },
+    /// Stop a schedule's ticks until it is resumed
+    Pause { id: String },
+    /// Start a paused schedule's ticks again, from now on
+    Resume { id: String },
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("rule").required(true).args(["cron", "every"])))]
+pub struct SchedulePutArgs {
+    pub id: String,
+    /// A cron expression: 5 fields (minute hour day-of-month month day-of-week), or 6 with
+    /// seconds first; names (MON-FRI, JAN); @hourly, @daily, @weekly, @monthly
+    #[arg(long, value_name = "EXPR")]
+    pub cron: Option<String>,
+    /// A fixed interval instead of --cron (at least 1s)
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub every: Option<u64>,
+    /// The IANA time zone of --cron [server default: UTC]
+    #[arg(long, value_name = "ZONE")]
+    pub tz: Option<String>,
+    /// No tick before this Unix time in milliseconds
+    #[arg(long, value_name = "MS")]
+    pub start_at: Option<u64>,
+    /// No tick after this Unix time in milliseconds
+    #[arg(long, value_name = "MS")]
+    pub end_at: Option<u64>,
+    /// Ticks missed while no instance could fire them: latest, none or all [server default:
+    /// latest]
+    #[arg(long, value_parser = ["latest", "none", "all"], value_name = "POLICY")]
+    pub catch_up: Option<String>,
+    /// skip: no job for a tick while the previous tick's job still exists [server default:
+    /// allow]
+    #[arg(long, value_parser = ["allow", "skip"], value_name = "POLICY")]
+    pub overlap: Option<String>,
+    /// Create it paused
+    #[arg(long)]
+    pub paused: bool,
+    /// Topic of the jobs
+    #[arg(long)]
+    pub topic: String,
+    /// Time to run: how long a consumer may hold a job [server default: 60s]
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub ttr: Option<u64>,
+    /// 0 is the most urgent [server default: 1024]
+    #[arg(long, value_name = "N")]
+    pub priority: Option<u32>,
+    /// Deliveries before a job is dead; 0 = unlimited [server default: 0]
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<u32>,
+    /// Delays before the 1st, 2nd, ... redelivery; the last repeats (e.g. 15s,3m,10m)
+    #[arg(long, value_parser = duration, value_delimiter = ',', value_name = "DURATIONS")]
+    pub backoff: Option<Vec<u64>>,
+    /// Make its jobs callback jobs: delayq POSTs the body to this URL at each tick
+    #[arg(long, value_name = "URL")]
+    pub callback: Option<String>,
+    /// How long one call may take [server default: 30s]
+    #[arg(long, value_parser = duration, value_name = "DURATION", requires = "callback")]
+    pub callback_timeout: Option<u64>,
+    /// The jobs' body; '-' reads it from stdin [default: empty]
     #[arg(conflicts_with = "body_file")]
     pub body: Option<String>,
     /// Read the body from this file
@@ -447,6 +528,7 @@ async fn run_client(client: &Client, json: bool, command: Command) -> anyhow::Re
             let s = client.set_settings(&topic, &change).await?;
             out.print(&s, || output::format_settings(&topic, &s));
         }
+        Command::Schedule(cmd) => return schedule(client, &out, cmd).await,
         Command::Reschedule(args) => {
             let mut change = match (args.delay, args.run_at) {
                 (Some(delay), _) => Reschedule::delay_ms(delay),
@@ -471,6 +553,76 @@ async fn run_client(client: &Client, json: bool, command: Command) -> anyhow::Re
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `schedule` verbs.
+async fn schedule(client: &Client, out: &Output, cmd: ScheduleCommand) -> anyhow::Result<ExitCode> {
+    let shown = |s: &Schedule| out.print(s, || output::format_schedule(s, now_ms()));
+    match cmd {
+        ScheduleCommand::Put(args) => {
+            let id = args.id.clone();
+            let schedule = new_schedule(*args)?;
+            shown(&client.put_schedule(&id, &schedule).await?);
+        }
+        ScheduleCommand::List => {
+            let mut all = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let page = client.list_schedules(1000, cursor.as_deref()).await?;
+                all.extend(page.schedules);
+                match page.next_cursor {
+                    Some(c) => cursor = Some(c),
+                    None => break,
+                }
+            }
+            out.print(&serde_json::json!({ "schedules": all }), || {
+                all.iter()
+                    .map(|s| output::format_schedule(s, now_ms()))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        ScheduleCommand::Get { id } => shown(&client.get_schedule(&id).await?),
+        ScheduleCommand::Delete { id } => {
+            client.delete_schedule(&id).await?;
+            if !out.json {
+                println!("deleted schedule {id}");
+            }
+        }
+        ScheduleCommand::Pause { id } => shown(&client.pause_schedule(&id).await?),
+        ScheduleCommand::Resume { id } => shown(&client.resume_schedule(&id).await?),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The schedule `delayq schedule put` sends: its job built as `push` builds one.
+fn new_schedule(args: SchedulePutArgs) -> anyhow::Result<NewSchedule> {
+    let job = new_job(PushArgs {
+        topic: args.topic,
+        id: None,
+        delay: None,
+        run_at: None,
+        ttr: args.ttr,
+        priority: args.priority,
+        max_attempts: args.max_attempts,
+        backoff: args.backoff,
+        callback: args.callback,
+        callback_timeout: args.callback_timeout,
+        replace: false,
+        body: args.body,
+        body_file: args.body_file,
+    })?;
+    Ok(NewSchedule {
+        cron: args.cron,
+        every_ms: args.every,
+        tz: args.tz,
+        job,
+        start_at_ms: args.start_at,
+        end_at_ms: args.end_at,
+        catch_up: args.catch_up,
+        overlap: args.overlap,
+        paused: args.paused,
+    })
 }
 
 /// How to print an answer: the server's JSON shape on one line, or text.

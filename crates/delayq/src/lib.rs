@@ -5,6 +5,7 @@
 //! (`layers.rs` has the test that reads this list and every `crate::` path in src/; main.rs
 //! and cli.rs, the binary, use any). ARCHITECTURE.md has the map.
 //! - [`job`]: the job, its validation and its state machine. No I/O.
+//! - [`schedule`]: recurring schedules' fire times (cron in a time zone, intervals). No I/O.
 //! - [`redact`]: URLs without their credentials, for logs and errors.
 //! - [`clock`]: the time source and its roundings.
 //! - [`store`]: the [`store::Store`] trait, its hooks and its backends (memory, embedded, Redis).
@@ -12,6 +13,7 @@
 //! - [`dispatch`]: the timer and the long-poll waiters, generic over any store.
 //! - [`journal`]: the recovery journal in PostgreSQL or MySQL (a store hook) and the restore.
 //! - [`metrics`]: what the server did and what the store holds, for `GET /metrics`.
+//! - [`scheduler`]: the firing task of recurring schedules, over any store.
 //! - [`amqp`]: the RabbitMQ bridge: publishing with confirms, and the intake queue.
 //! - [`delivery`]: push delivery, delayq calling a callback job's URL (or publishing a publish
 //!   job through [`amqp`]) when it is due.
@@ -30,6 +32,8 @@ pub mod job;
 pub mod journal;
 pub mod metrics;
 pub mod redact;
+pub mod schedule;
+pub mod scheduler;
 pub mod server;
 pub mod store;
 

@@ -14,7 +14,7 @@
 
 use crate::job::{Job, JobState, UnixMillis};
 use crate::store::hook::{Call, Hooked, Reply, StoreHook};
-use crate::store::{Store, StoreError, StoreResult, TopicCounts};
+use crate::store::{FireOutcome, Store, StoreError, StoreResult, TopicCounts};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -173,6 +173,11 @@ struct OutcomeLabels {
     outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
 /// Upper bounds of the callback response-time histogram's buckets, in seconds: a local
 /// receiver's fraction of a millisecond up to the longest timeout (10 minutes).
 const CALLBACK_DURATION_BUCKETS: [f64; 16] = [
@@ -226,7 +231,11 @@ pub struct Metrics {
     amqp_publish_lateness: Histogram,
     amqp_up: Gauge,
     store_up: Gauge,
+    schedules: Gauge,
     waiting: Gauge,
+    schedule_ticks_fired: Counter,
+    schedule_ticks_caught_up: Counter,
+    schedule_ticks_skipped: Family<ReasonLabels, Counter>,
     /// One scrape at a time: each clears and refills the job gauges.
     scrape: tokio::sync::Mutex<()>,
 }
@@ -275,6 +284,14 @@ impl Metrics {
         let kicked = counter("jobs_kicked", "Dead jobs kicked back to ready");
         let rescheduled = counter("jobs_rescheduled", "Jobs given a new due time");
         let touched = counter("jobs_touched", "Reservations extended by their consumer");
+        let schedule_ticks_fired = counter(
+            "schedule_ticks_fired",
+            "Ticks of recurring schedules that pushed their job, caught-up ones included",
+        );
+        let schedule_ticks_caught_up = counter(
+            "schedule_ticks_caught_up",
+            "Missed ticks of recurring schedules fired late by their catch-up policy",
+        );
         let promoted = counter(
             "jobs_promoted",
             "Delayed jobs this instance's timer made ready when they fell due",
@@ -409,6 +426,12 @@ impl Metrics {
             "1 if the store answered this scrape's count query, else 0",
             store_up.clone(),
         );
+        let schedules = Gauge::default();
+        registry.register(
+            "schedules",
+            "Recurring schedules in the store, paused ones included",
+            schedules.clone(),
+        );
         let waiting = Gauge::default();
         registry.register(
             "waiting_consumers",
@@ -423,8 +446,18 @@ impl Metrics {
                 store: store_kind,
             }),
         );
+        let schedule_ticks_skipped = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "schedule_ticks_skipped",
+            "Ticks of recurring schedules that pushed no job: reason overlap (the previous \
+             tick's job still existed) or missed (passed over by the catch-up policy)",
+            schedule_ticks_skipped.clone(),
+        );
         Metrics {
             registry,
+            schedule_ticks_fired,
+            schedule_ticks_caught_up,
+            schedule_ticks_skipped,
             pushed,
             restored,
             delivered,
@@ -457,6 +490,7 @@ impl Metrics {
             amqp_publish_lateness,
             amqp_up,
             store_up,
+            schedules,
             waiting,
             scrape: tokio::sync::Mutex::new(()),
         }
@@ -496,6 +530,8 @@ impl Metrics {
             Ok(stats) => {
                 self.store_up.set(1);
                 self.flow_gauges(&stats);
+                self.schedules
+                    .set(i64::try_from(stats.schedules).unwrap_or(i64::MAX));
                 for (gauges, topics) in [
                     (&self.jobs, &stats.topics),
                     (&self.callback_jobs, &stats.callbacks),
@@ -578,6 +614,19 @@ impl Metrics {
     }
 
     /// Counts one RabbitMQ intake message by outcome.
+    /// A recurring schedule's handling (the firing task): missed ticks fired, and ticks passed
+    /// over by the overlap and catch-up policies. Ticks fired are counted by the store call.
+    pub fn schedule_handled(&self, caught_up: u64, skipped_overlap: u64, skipped_missed: u64) {
+        self.schedule_ticks_caught_up.inc_by(caught_up);
+        for (reason, n) in [("overlap", skipped_overlap), ("missed", skipped_missed)] {
+            if n > 0 {
+                self.schedule_ticks_skipped
+                    .get_or_create(&ReasonLabels { reason })
+                    .inc_by(n);
+            }
+        }
+    }
+
     pub fn amqp_intake(&self, outcome: &'static str) {
         self.amqp_intake
             .get_or_create(&OutcomeLabels { outcome })
@@ -698,6 +747,18 @@ impl StoreHook for Metrics {
             | Reply::Settings { .. }
             | Reply::SetSettings { .. }
             | Reply::Ping { .. } => return,
+            Reply::PutSchedule { .. }
+            | Reply::GetSchedule { .. }
+            | Reply::ListSchedules { .. }
+            | Reply::DeleteSchedule { .. }
+            | Reply::DueSchedules { .. } => return,
+            Reply::FireSchedule { out, .. } => {
+                if let FireOutcome::Fired { pushed, .. } = out {
+                    self.schedule_ticks_fired.inc_by(*pushed);
+                    self.pushed.inc_by(*pushed);
+                }
+                return;
+            }
             Reply::Finish { out, .. } => self.finished_or_deleted(*out),
             Reply::Delete { .. } => &self.deleted,
             // Released past max_attempts: buried instead.

@@ -5,7 +5,7 @@
 //! without a server or a clock. `--json` output does not come through here: it is the server's
 //! JSON shape, printed by `cli.rs`.
 
-use delayq_client::{Job, JobState, Stats, TopicSettings, TopicStats};
+use delayq_client::{Job, JobState, Schedule, Stats, TopicSettings, TopicStats};
 use std::fmt::Write as _;
 
 /// A Unix time in ms as RFC 3339 UTC with milliseconds: `2026-01-01T00:00:00.000Z`.
@@ -90,6 +90,44 @@ pub fn format_time_relative(ms: u64, now_ms: u64) -> String {
         "now".to_string()
     };
     format!("{} ({when})", format_time_ms(ms))
+}
+
+/// A recurring schedule as aligned `field: value` lines, ending in a newline: its rule, its
+/// job's topic, its state, its next runs and its last tick.
+pub fn format_schedule(s: &Schedule, now_ms: u64) -> String {
+    let rule = match (&s.cron, s.every_ms) {
+        (Some(cron), _) => format!("cron {cron:?} in {}", s.tz),
+        (None, Some(every)) => format!("every {}", format_duration_ms(every)),
+        (None, None) => "?".to_string(),
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "id:         {}", s.id);
+    let _ = writeln!(out, "rule:       {rule}");
+    let _ = writeln!(out, "topic:      {}", s.job.topic);
+    let _ = writeln!(
+        out,
+        "state:      {}",
+        if s.paused { "paused" } else { "active" }
+    );
+    let _ = writeln!(out, "catch-up:   {}", s.catch_up);
+    let _ = writeln!(out, "overlap:    {}", s.overlap);
+    if let Some(t) = s.start_at_ms {
+        let _ = writeln!(out, "start at:   {}", format_time_ms(t));
+    }
+    if let Some(t) = s.end_at_ms {
+        let _ = writeln!(out, "end at:     {}", format_time_ms(t));
+    }
+    let _ = writeln!(
+        out,
+        "last tick:  {}",
+        s.last_tick_ms
+            .map_or("none".to_string(), |t| format_time_relative(t, now_ms))
+    );
+    for (i, t) in s.next_runs_ms.iter().enumerate() {
+        let label = if i == 0 { "next runs:" } else { "" };
+        let _ = writeln!(out, "{label:<11} {}", format_time_relative(*t, now_ms));
+    }
+    out
 }
 
 /// The job's state with the time that matters for it: `delayed until ... (in 15s)`, `ready`,

@@ -32,6 +32,7 @@ use crate::dispatch::{DispatchOptions, Dispatcher};
 use crate::journal::{Journal, JournalError, Journaled};
 use crate::metrics::{Metered, Metrics};
 use crate::redact::redact_url;
+use crate::scheduler::Scheduler;
 use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, RedisTarget};
@@ -168,10 +169,16 @@ impl App {
             callback_options,
         )
         .expect("the callback HTTP client builds");
+        let scheduler = Arc::new(Scheduler::new(
+            store.clone(),
+            clock.clone(),
+            metrics.clone(),
+        ));
         App {
             state: AppState {
                 store,
                 dispatch,
+                scheduler,
                 clock,
                 config: Arc::new(config),
                 metrics,
@@ -283,6 +290,7 @@ pub async fn run(
     let stopping = CancellationToken::new();
     let dispatcher = state.dispatch.start(stopping.clone());
     let callbacks = callbacks.start(stopping.clone());
+    let scheduler = state.scheduler.start(stopping.clone());
     let amqp = amqp
         .as_ref()
         .map(|b| b.start(state.store.clone(), state.clock.clone(), stopping.clone()));
@@ -335,6 +343,12 @@ pub async fn run(
         .is_err()
     {
         tracing::warn!("callbacks did not stop in time");
+    }
+    if tokio::time::timeout(DISPATCH_STOP_TIMEOUT, scheduler)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the recurring schedules' task did not stop in time");
     }
     if let Some(amqp) = amqp
         && tokio::time::timeout(DISPATCH_STOP_TIMEOUT * 2, amqp)

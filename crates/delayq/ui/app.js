@@ -636,6 +636,70 @@
     }, (n) => `Kicked ${n} job${n === 1 ? '' : 's'}.`);
   }
 
+  // Recurring schedules (docs/schedules.md): each one's rule, its next runs and last tick, and
+  // pause/resume; polled.
+  function schedulesPage(main, alive) {
+    const body = h('tbody', { id: 'schedules' });
+    const updated = h('p', { class: 'muted' });
+    main.append(
+      h('h1', { text: 'Schedules' }),
+      h('div', { class: 'scroll' },
+        h('table', {},
+          h('thead', {}, h('tr', {},
+            ['Schedule', 'Rule', 'Topic', 'State', 'Next runs', 'Last tick', ''].map((t) => h('th', { text: t })))),
+          body)),
+      updated);
+    const rule = (sc) => (sc.cron ? `${sc.cron} (${sc.tz})` : `every ${fmtDuration(sc.every_ms)}`);
+    const tick = async () => {
+      try {
+        const all = [];
+        let cursor = null;
+        do {
+          const page = await api('GET', `v1/schedules?limit=1000${cursor ? `&cursor=${enc(cursor)}` : ''}`);
+          all.push(...page.schedules);
+          cursor = page.next_cursor;
+        } while (cursor && alive());
+        if (!alive()) return;
+        showError(null);
+        const rows = all.map((sc) => {
+          const path = `v1/schedules/${enc(sc.id)}`;
+          const toggle = h('button', {
+            type: 'button', class: 'toggle', text: sc.paused ? 'Resume' : 'Pause',
+            onclick: async () => {
+              try {
+                await api('POST', `${path}/${sc.paused ? 'resume' : 'pause'}`);
+                tick();
+              } catch (e) {
+                if (e.status !== 401) showError(e);
+              }
+            },
+          });
+          const next = sc.next_runs_ms.length
+            ? h('span', { title: sc.next_runs_ms.map(fmtTime).join('\n') },
+              `${fmtTime(sc.next_runs_ms[0])} (${fmtRelative(sc.next_runs_ms[0])})`,
+              sc.next_runs_ms.length > 1 ? h('small', { class: 'muted', text: ` then ${fmtTime(sc.next_runs_ms[1])}` }) : null)
+            : h('span', { class: 'muted', text: sc.paused ? 'paused' : 'none' });
+          return h('tr', { dataset: { scheduleId: sc.id } },
+            h('th', { scope: 'row', class: 'mono', text: sc.id }),
+            h('td', { class: 'mono', text: rule(sc) }),
+            h('td', {}, h('a', { href: `#/topics/${enc(sc.job.topic)}/ready`, text: sc.job.topic })),
+            h('td', { class: 'state', text: sc.paused ? 'paused' : 'active' }),
+            h('td', { class: 'next' }, next),
+            h('td', { class: 'last', text: sc.last_tick_ms === null ? '–' : `${fmtTime(sc.last_tick_ms)} (${fmtRelative(sc.last_tick_ms)})` }),
+            h('td', {}, toggle));
+        });
+        if (rows.length === 0) {
+          rows.push(h('tr', {}, h('td', { colspan: 7, class: 'muted', text: 'No schedules. Create one with PUT /v1/schedules/{id} or delayq schedule put.' })));
+        }
+        body.replaceChildren(...rows);
+        updated.textContent = `Updated ${fmtTime(Date.now())}; refreshed every ${SCHEDULE_POLL_MS / 1000} s.`;
+      } catch (e) {
+        if (alive() && e.status !== 401) showError(e);
+      }
+    };
+    return poll(alive, SCHEDULE_POLL_MS, tick);
+  }
+
   // One job: every field, its actions, its history.
   function jobPage(main, alive, id) {
     const fields = h('dl', { id: 'job-fields', class: 'fields' });
@@ -789,7 +853,7 @@
     return {};
   }
 
-  // ---- routing: #/, #/schedule[/topic][?range=], #/topics/<t>/<state>[?callback=1], #/jobs/<id>, #/push ----
+  // ---- routing: #/, #/schedule[/topic][?range=], #/schedules, #/topics/<t>/<state>[?callback=1], #/jobs/<id>, #/push ----
 
   function route() {
     showError(null);
@@ -800,7 +864,10 @@
       try { return decodeURIComponent(p); } catch (_) { return p; }
     });
     let name = 'overview';
-    if (parts[0] === 'schedule') {
+    if (parts[0] === 'schedules') {
+      name = 'schedules';
+      mount(schedulesPage);
+    } else if (parts[0] === 'schedule') {
       name = 'schedule';
       mount((m, alive) => schedule(m, alive, parts[1] || '', query.get('range') || 'hour'));
     } else if (parts[0] === 'topics' && parts[1] && STATES.includes(parts[2])) {

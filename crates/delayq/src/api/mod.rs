@@ -46,6 +46,8 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     pub config: Arc<Config>,
     pub metrics: Arc<Metrics>,
+    /// The firing task of recurring schedules (woken when one is created or changed here).
+    pub scheduler: Arc<crate::scheduler::Scheduler>,
     /// The recovery journal (`--journal`), which the store also writes to; `None` without it.
     pub journal: Option<Journal>,
 }

@@ -17,6 +17,7 @@ mod error;
 pub(super) mod input;
 mod model;
 mod new_job;
+mod schedules;
 
 pub use due::MAX_DELAY_MS;
 pub use error::ApiError;
@@ -76,6 +77,7 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/v1/schedule", get(schedule))
         .route("/v1/openapi.json", get(super::openapi::serve))
+        .merge(schedules::routes())
 }
 
 type ApiResult<T> = Result<T, ApiError>;

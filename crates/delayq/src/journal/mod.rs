@@ -38,7 +38,7 @@ pub use writer::LagGauges;
 use crate::clock::Clock;
 use crate::job::{JobId, JobSpec, JobState, UnixMillis};
 use crate::store::hook::{Call, Hooked, Reply, StoreHook};
-use crate::store::{CallKind, Cause, PushOutcome, StoreError, StoreResult};
+use crate::store::{CallKind, Cause, FireOutcome, PushOutcome, StoreError, StoreResult};
 use connect::Db;
 use row::{JobRow, Moved, Op, RowState};
 use std::fmt;
@@ -316,6 +316,26 @@ fn ops_of(reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis) -> Vec<Op> {
         | Reply::SetSettings { .. }
         | Reply::Tick { .. }
         | Reply::Ping { .. } => Vec::new(),
+        // A schedule's jobs are jobs like any other: a row each. The schedules themselves are
+        // not journaled.
+        Reply::FireSchedule {
+            fire,
+            now,
+            out: FireOutcome::Fired { .. },
+        } => fire
+            .jobs
+            .iter()
+            .map(|spec| Op::Put {
+                row: JobRow::of_push(spec, now),
+                from: None,
+            })
+            .collect(),
+        Reply::FireSchedule { .. }
+        | Reply::PutSchedule { .. }
+        | Reply::GetSchedule { .. }
+        | Reply::ListSchedules { .. }
+        | Reply::DeleteSchedule { .. }
+        | Reply::DueSchedules { .. } => Vec::new(),
     }
 }
 

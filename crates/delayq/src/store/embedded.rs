@@ -29,10 +29,11 @@
 //! directory: redb's file lock refuses a second opener, in this process or another.
 
 mod group_commit;
-mod record;
+pub(in crate::store) mod record;
 mod wal;
 
 use crate::job::{Job, Topic};
+use crate::schedule::Schedule;
 use crate::store::engine::{Effects, Engine};
 use crate::store::engine_store::{CommitMode, Durability, EngineStore};
 use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreResult, TopicSettings};
@@ -129,11 +130,12 @@ impl EmbeddedStore {
         // redb checks what it can and reports corruption as errors, but a damaged page can
         // still make it panic: that must be a clear error too, never a crash.
         let started = std::time::Instant::now();
-        let (db, (jobs, settings), generation) = catch_unwind(AssertUnwindSafe(|| {
+        let (db, (jobs, settings, schedules), generation) = catch_unwind(AssertUnwindSafe(|| {
             let db = open_db(dir, &file)?;
             let generation = replay_logs(&db, dir, &file)?;
-            let loaded = load(&db, &file)?;
-            Ok::<_, StoreError>((db, loaded, generation))
+            let (jobs, settings) = load(&db, &file)?;
+            let schedules = load_schedules(&db, &file)?;
+            Ok::<_, StoreError>((db, (jobs, settings, schedules), generation))
         }))
         .map_err(|panic| {
             let msg = panic
@@ -144,7 +146,8 @@ impl EmbeddedStore {
             StoreError::Corrupt(format!("{}: cannot be read: {msg}", file.display()).into())
         })??;
         let n = jobs.len();
-        let engine = Engine::load(jobs, settings);
+        let mut engine = Engine::load(jobs, settings);
+        engine.load_schedules(schedules);
 
         let events = broadcast::channel(EVENT_CHANNEL_CAPACITY).0;
         let (log, housekeeper) =
@@ -292,6 +295,27 @@ fn load(db: &Database, file: &Path) -> StoreResult<Loaded> {
         jobs.push(job);
     }
     Ok((jobs, settings))
+}
+
+/// Reads and decodes every schedule record (none in a store written before schedules).
+fn load_schedules(db: &Database, file: &Path) -> StoreResult<Vec<Schedule>> {
+    let shown = file.display();
+    let tx = db.begin_read().map_err(|e| corrupt(file, e))?;
+    let table = match tx.open_table(group_commit::SCHEDULES) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(corrupt(file, e)),
+    };
+    let mut out = Vec::new();
+    for entry in table.iter().map_err(|e| corrupt(file, e))? {
+        let (k, v) = entry.map_err(|e| corrupt(file, e))?;
+        let id = k.value();
+        let sc = record::decode_schedule(id, v.value()).map_err(|e| {
+            StoreError::Corrupt(format!("{shown}: schedule {id:?} cannot be decoded: {e}").into())
+        })?;
+        out.push(sc);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -23,10 +23,11 @@
 //! `jobs` in the matching state: `Engine::take` and `Engine::put` keep them in step.
 
 use crate::job::{self, Job, JobId, JobSpec, JobState, Topic, UnixMillis};
+use crate::schedule::{Schedule, ScheduleFire, ScheduleId};
 use crate::store::{
-    HeldBack, JobPage, ListKey, PushMode, PushOutcome, RATE_UNIT, Reschedule, SCHEDULE_BUCKET_MS,
-    SettingsChange, Stats, StoreError, StoreEvent, StoreResult, TickOutcome, TopicCounts,
-    TopicSettings, schedule_step_of, schedule_steps,
+    DueSchedules, FireOutcome, HeldBack, JobPage, ListKey, PushMode, PushOutcome, RATE_UNIT,
+    Reschedule, SCHEDULE_BUCKET_MS, SettingsChange, Stats, StoreError, StoreEvent, StoreResult,
+    TickOutcome, TopicCounts, TopicSettings, schedule_step_of, schedule_steps,
 };
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, btree_map};
@@ -40,6 +41,9 @@ pub enum Change {
     Remove(JobId),
     /// A topic's flow control settings (the defaults: none kept).
     Settings(Topic, TopicSettings),
+    /// A recurring schedule written (created, changed or fired).
+    PutSchedule(Schedule),
+    RemoveSchedule(ScheduleId),
 }
 
 /// What a transition did besides its return value.
@@ -119,6 +123,9 @@ pub struct Engine {
     /// topic has settings): a `max_in_flight` may let their topic's ready jobs out now.
     freed: Vec<Topic>,
     held: BTreeMap<Topic, HeldBack>,
+    /// Recurring schedules by id, and the due index: (next tick, id) of each one not paused.
+    schedules: BTreeMap<ScheduleId, Schedule>,
+    schedule_due: BTreeSet<(UnixMillis, ScheduleId)>,
 }
 
 /// A topic's flow control: its settings and its token bucket (not durable: a restart starts
@@ -699,6 +706,112 @@ impl Engine {
     /// The engine always answers (its store checks its durability before every call).
     pub fn ping(&self) {}
 
+    /// Adds stored schedules (the embedded store's start-up).
+    pub fn load_schedules(&mut self, schedules: impl IntoIterator<Item = Schedule>) {
+        for sc in schedules {
+            self.set_schedule(sc);
+        }
+    }
+
+    /// Stores a schedule with its due index entry.
+    fn set_schedule(&mut self, sc: Schedule) {
+        self.unset_schedule(&sc.spec.id);
+        if let Some(t) = sc.next_tick.filter(|_| !sc.spec.paused) {
+            self.schedule_due.insert((t, sc.spec.id.clone()));
+        }
+        self.schedules.insert(sc.spec.id.clone(), sc);
+    }
+
+    fn unset_schedule(&mut self, id: &ScheduleId) -> Option<Schedule> {
+        let old = self.schedules.remove(id)?;
+        if let Some(t) = old.next_tick {
+            self.schedule_due.remove(&(t, id.clone()));
+        }
+        Some(old)
+    }
+
+    pub fn put_schedule(
+        &mut self,
+        schedule: &Schedule,
+        expect: Option<u64>,
+        fx: &mut Effects,
+    ) -> StoreResult<Schedule> {
+        let current = self.schedules.get(&schedule.spec.id).map(|s| s.version);
+        match (expect, current) {
+            (Some(_), None) => return Err(StoreError::NotFound),
+            (Some(v), Some(c)) if v != c => return Err(StoreError::Exists),
+            _ => {}
+        }
+        let mut sc = schedule.clone();
+        sc.version = current.unwrap_or(0) + 1;
+        self.set_schedule(sc.clone());
+        fx.changes.push(Change::PutSchedule(sc.clone()));
+        Ok(sc)
+    }
+
+    pub fn get_schedule(&self, id: &ScheduleId) -> StoreResult<Schedule> {
+        self.schedules.get(id).cloned().ok_or(StoreError::NotFound)
+    }
+
+    pub fn list_schedules(&self, after: Option<&ScheduleId>, limit: usize) -> Vec<Schedule> {
+        let from = match after {
+            Some(a) => Bound::Excluded(a),
+            None => Bound::Unbounded,
+        };
+        self.schedules
+            .range::<ScheduleId, _>((from, Bound::Unbounded))
+            .take(limit.max(1))
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+
+    pub fn delete_schedule(&mut self, id: &ScheduleId, fx: &mut Effects) -> StoreResult<()> {
+        self.unset_schedule(id).ok_or(StoreError::NotFound)?;
+        fx.changes.push(Change::RemoveSchedule(id.clone()));
+        Ok(())
+    }
+
+    pub fn due_schedules(&self, now: UnixMillis, limit: usize) -> DueSchedules {
+        let mut out = DueSchedules::default();
+        for (t, id) in &self.schedule_due {
+            if *t > now || out.due.len() >= limit {
+                out.next = Some(*t);
+                break;
+            }
+            out.due.extend(self.schedules.get(id).cloned());
+        }
+        out
+    }
+
+    pub fn fire_schedule(
+        &mut self,
+        fire: &ScheduleFire,
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> FireOutcome {
+        let Some(mut sc) = self
+            .schedules
+            .get(&fire.id)
+            .filter(|s| s.version == fire.version)
+            .cloned()
+        else {
+            return FireOutcome::Stale;
+        };
+        let (mut pushed, mut existed) = (0, 0);
+        for job in &fire.jobs {
+            match self.insert(job.clone(), 0, PushMode::Reject, now, fx) {
+                Ok(_) => pushed += 1,
+                Err(_) => existed += 1,
+            }
+        }
+        sc.next_tick = fire.next_tick;
+        sc.last_tick = fire.last_tick;
+        sc.version += 1;
+        self.set_schedule(sc.clone());
+        fx.changes.push(Change::PutSchedule(sc));
+        FireOutcome::Fired { pushed, existed }
+    }
+
     pub fn get(&self, id: &JobId) -> StoreResult<Job> {
         self.jobs
             .get(id)
@@ -709,6 +822,7 @@ impl Engine {
     pub fn stats(&self) -> Stats {
         let mut stats = Stats {
             next_due: self.timeline.first().map(|(t, _)| *t),
+            schedules: self.schedules.len() as u64,
             ..Stats::default()
         };
         for (queue, counts) in &self.counts {

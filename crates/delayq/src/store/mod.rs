@@ -28,6 +28,7 @@ pub use define::CallKind;
 pub use error::{Cause, StoreError, StoreResult};
 
 use crate::job::{Job, JobId, JobSpec, JobState, Topic, UnixMillis};
+use crate::schedule::{Schedule, ScheduleFire, ScheduleId};
 use define::store_calls;
 use std::collections::BTreeMap;
 
@@ -88,6 +89,8 @@ pub struct Stats {
     /// job (one due two or more one-minute windows ahead) was deleted or moved since it was
     /// pushed.
     pub next_due: Option<UnixMillis>,
+    /// How many recurring schedules there are (paused ones included).
+    pub schedules: u64,
 }
 
 impl Stats {
@@ -259,6 +262,27 @@ pub enum StoreEvent {
     Resync,
 }
 
+/// The due recurring schedules ([`Store::due_schedules`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DueSchedules {
+    /// Schedules not paused whose next tick is at or before `now`, earliest first.
+    pub due: Vec<Schedule>,
+    /// The earliest next tick of the schedules not listed (not paused), if any: when the
+    /// firing task must look again.
+    pub next: Option<UnixMillis>,
+}
+
+/// What [`Store::fire_schedule`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FireOutcome {
+    /// The schedule moved on and its jobs were pushed: `pushed` created, `existed` left as they
+    /// were (a job of that id existed already).
+    Fired { pushed: u64, existed: u64 },
+    /// The schedule is gone or not at the version the fire was planned from (another instance
+    /// fired it, or it was changed): nothing changed.
+    Stale,
+}
+
 /// Capacity of each store's event channel; a receiver that falls behind gets `Lagged`, which
 /// dispatch treats as [`StoreEvent::Resync`].
 pub const EVENT_CHANNEL_CAPACITY: usize = 4096;
@@ -378,5 +402,35 @@ store_calls! {
 
         /// Checks that the store answers (for `/readyz`).
         Read Ping fn ping() -> ();
+
+        /// Creates or replaces a recurring schedule (schedule.rs) with the next tick and last
+        /// tick given. With `expect` set, only if the stored schedule is at that version:
+        /// `NotFound` when there is none, `Exists` when it is at another version. Returns the schedule as stored, with its new version (one more than the
+        /// replaced one's, 1 when created).
+        Change PutSchedule fn put_schedule(schedule: &'a Schedule, expect: Option<u64>)
+            -> Schedule;
+
+        /// A schedule, or `NotFound`.
+        Read GetSchedule fn get_schedule(id: &'a ScheduleId) -> Schedule;
+
+        /// Up to `limit` (at least 1) schedules in id order (byte order), after `after`.
+        Read ListSchedules fn list_schedules(after: Option<&'a ScheduleId>, limit: usize)
+            -> Vec<Schedule>;
+
+        /// Deletes a schedule (its jobs stay), or `NotFound`.
+        Change DeleteSchedule fn delete_schedule(id: &'a ScheduleId) -> ();
+
+        /// Up to `limit` due schedules (not paused, next tick at or before `now`), and the
+        /// next tick of the others.
+        Read DueSchedules fn due_schedules(now: UnixMillis, limit: usize) -> DueSchedules;
+
+        /// One handling of a due schedule: if the schedule is still at `fire.version`, pushes
+        /// `fire.jobs` (an id that exists is left as it is) and sets its next and last tick (its
+        /// version goes up by one); else `Stale`. Two instances firing the same tick push its job
+        /// once, and one of them gets `Fired`. The engine does it in one transition (a `Stale`
+        /// fire changes nothing); Redis stores the ticks' jobs before it claims the schedule, so
+        /// a `Stale` racer may be the one that stored a tick's job the winner counts.
+        Change FireSchedule fn fire_schedule(fire: &'a ScheduleFire, now: UnixMillis)
+            -> FireOutcome;
     }
 }

@@ -512,3 +512,53 @@ async fn a_job_list_pages_forward_and_back_and_finds_a_job_by_id() {
     b.wait_text("#job-fields [data-field=\"id\"]", "b117").await;
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedules_page_shows_each_schedule_and_pauses_and_resumes_it() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = Server::start(None).await;
+    server
+        .call(
+            reqwest::Method::PUT,
+            "/v1/schedules/daily-report",
+            Some(json!({"cron": "0 9 * * *", "tz": "Europe/Berlin", "job": {"topic": "reports"}})),
+        )
+        .await;
+    server
+        .call(
+            reqwest::Method::PUT,
+            "/v1/schedules/sweep",
+            Some(json!({"every_ms": 900_000, "job": {"topic": "sweeps"}})),
+        )
+        .await;
+
+    let b = Browser::start().await;
+    b.open(&format!("{}#/schedules", server.ui())).await;
+    let row = "tr[data-schedule-id=\"daily-report\"]";
+    b.wait_text(&format!("{row} td.state"), "active").await;
+    b.wait_text(&format!("{row} td.mono"), "0 9 * * * (Europe/Berlin)")
+        .await;
+    b.wait_text("tr[data-schedule-id=\"sweep\"] td.mono", "every 15 min")
+        .await;
+    let next = b.text(&format!("{row} td.next")).await.unwrap_or_default();
+    assert!(next.contains(" (in "), "the next run, to come: {next:?}");
+    assert_eq!(
+        b.text(&format!("{row} td.last")).await.as_deref(),
+        Some("–")
+    );
+
+    b.click(&format!("{row} button.toggle")).await;
+    b.wait_text(&format!("{row} td.state"), "paused").await;
+    b.wait_text(&format!("{row} td.next"), "paused").await;
+    let sc = server
+        .call(reqwest::Method::GET, "/v1/schedules/daily-report", None)
+        .await;
+    assert_eq!(sc["paused"], true);
+    b.click(&format!("{row} button.toggle")).await;
+    b.wait_text(&format!("{row} td.state"), "active").await;
+    let sc = server
+        .call(reqwest::Method::GET, "/v1/schedules/daily-report", None)
+        .await;
+    assert_eq!(sc["paused"], false);
+    b.close().await;
+}

@@ -6,6 +6,7 @@ use crate::support;
 
 use delayq::config::Config;
 use delayq_client::{Client, ClientError, JobState, NewJob, PushStatus, Reschedule};
+use serde_json::json;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use support::app::LiveServer;
@@ -381,4 +382,97 @@ async fn cli_topic_verbs_set_flow_control_and_a_pause_survives_a_restart() {
     .unwrap();
     assert!(ok);
     assert!(out.contains("\"o1\""), "{out}");
+}
+
+/// The `delayq schedule` lines of docs/schedules.md, run as written (through `sh`, with
+/// `DELAYQ_SERVER` naming a test server), then what they did, read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_verbs_of_the_docs_work_as_written() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let server = DelayqProcess::start(&["--data-dir", dir.path().to_str().unwrap()]).await;
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/schedules.md"
+    ))
+    .unwrap();
+    let lines: Vec<String> = docs
+        .lines()
+        .filter(|l| l.starts_with("delayq schedule "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), 7, "{lines:?}");
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_delayq"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let url = server.base_url.clone();
+    let run = move |line: String| {
+        let (path, url) = (path.clone(), url.clone());
+        tokio::task::spawn_blocking(move || {
+            let out = Command::new("sh")
+                .args(["-c", &line])
+                .env("PATH", path)
+                .env("DELAYQ_SERVER", url)
+                .output()
+                .unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        })
+    };
+    let mut outputs = Vec::new();
+    for line in &lines {
+        let (ok, out, err) = run(line.clone()).await.unwrap();
+        assert!(ok, "{line}: {err}");
+        outputs.push(out);
+    }
+    // put, put, list, get, pause, resume, delete.
+    assert!(
+        outputs[0].contains("cron \"0 9 * * MON-FRI\" in Europe/Berlin"),
+        "{}",
+        outputs[0]
+    );
+    assert!(outputs[1].contains("every 15m"), "{}", outputs[1]);
+    assert!(
+        outputs[2].contains("daily-report") && outputs[2].contains("retry-sweep"),
+        "{}",
+        outputs[2]
+    );
+    assert!(outputs[3].contains("next runs:"), "{}", outputs[3]);
+    assert!(outputs[4].contains("paused"), "{}", outputs[4]);
+    assert!(outputs[5].contains("active"), "{}", outputs[5]);
+    let (ok, out, _) = run("delayq --json schedule get retry-sweep".into())
+        .await
+        .unwrap();
+    assert!(ok);
+    let s: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (
+            &s["every_ms"],
+            &s["overlap"],
+            &s["job"]["ttr_ms"],
+            &s["job"]["topic"]
+        ),
+        (
+            &json!(900_000),
+            &json!("skip"),
+            &json!(600_000),
+            &json!("sweeps")
+        )
+    );
+    let (ok, _, err) = run("delayq schedule get daily-report".into())
+        .await
+        .unwrap();
+    assert!(!ok && err.contains("404"), "deleted: {err}");
+    let (ok, _, err) = run("delayq schedule put bad --cron '61 * * * *' --topic t".into())
+        .await
+        .unwrap();
+    assert!(!ok && err.contains("cron"), "{err}");
 }

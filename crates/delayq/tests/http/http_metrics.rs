@@ -359,8 +359,51 @@ async fn flow_control_settings_are_gauges_and_held_back_hand_outs_a_counter(b: &
     assert_counters(&s, &[("jobs_pushed", 1.0)]);
 }
 
+async fn recurring_schedules_ticks_and_count_are_shown(b: &Backend) {
+    let app = TestApp::new(b);
+    for (id, body) in [
+        // Every second, but its first job is never consumed: the next ticks overlap it.
+        (
+            "busy",
+            json!({"every_ms": 1_000, "overlap": "skip", "job": {"topic": "sk"}}),
+        ),
+        (
+            "idle",
+            json!({"cron": "@daily", "paused": true, "job": {"topic": "sk"}}),
+        ),
+    ] {
+        let r = app
+            .json(
+                axum::http::Method::PUT,
+                &format!("/v1/schedules/{id}"),
+                body,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let overlap = "delayq_schedule_ticks_skipped_total{reason=\"overlap\"}";
+    let s = loop {
+        let s = Scrape::of(&app).await;
+        if s.0.get(overlap).is_some_and(|&n| n >= 1.0) || Instant::now() > deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        s.total("schedule_ticks_fired"),
+        1.0,
+        "one job, then overlaps"
+    );
+    assert_eq!(s.total("jobs_pushed"), 1.0, "a tick's job is a push");
+    assert!(s.get(overlap) >= 1.0);
+    assert_eq!(s.total("schedule_ticks_caught_up"), 0.0);
+    assert_eq!(s.get("delayq_schedules"), 2.0);
+}
+
 backend_tests!(
     flow_control_settings_are_gauges_and_held_back_hand_outs_a_counter,
+    recurring_schedules_ticks_and_count_are_shown,
     every_v1_transition_is_counted_once,
     the_compat_api_is_counted_like_v1,
     a_finish_of_a_job_never_handed_out_counts_as_a_delete,

@@ -26,3 +26,4 @@ mod http_origin;
 mod http_v1;
 mod metrics_format;
 mod routes;
+mod schedules_dst;

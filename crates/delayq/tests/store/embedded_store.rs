@@ -587,3 +587,55 @@ async fn space_stays_flat_over_push_finish_cycles() {
         "data dir grew from {early} to {late} bytes"
     );
 }
+
+#[tokio::test]
+async fn reopen_keeps_recurring_schedules_with_every_field_and_deleted_ones_stay_gone() {
+    use delayq::job::Callback;
+    use delayq::schedule::{CatchUp, Overlap, Rule, Schedule, ScheduleId, ScheduleSpec};
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path()).await.unwrap();
+    let rule = Rule::Cron {
+        expr: "0 9 * * MON-FRI".into(),
+        tz: "Europe/Berlin".into(),
+    };
+    let mut job = spec("template", 0);
+    job.priority = 7;
+    job.with_callback_defaults(
+        Callback {
+            url: "https://hooks.example.com/report".into(),
+            timeout_ms: 5_000,
+        },
+        Some(60_000),
+        Some(3),
+        Some(vec![1_000, 2_000]),
+    );
+    let sc = Schedule::new(
+        ScheduleSpec {
+            id: ScheduleId::parse("daily-report").unwrap(),
+            rule: rule.clone(),
+            job,
+            start_at: Some(NOW),
+            end_at: Some(NOW + 86_400_000 * 365),
+            catch_up: CatchUp::All,
+            overlap: Overlap::Skip,
+            paused: true,
+        },
+        &rule.recurrence().unwrap(),
+        NOW,
+    );
+    let stored = store.put_schedule(&sc, None).await.unwrap();
+    let mut gone = sc.clone();
+    gone.spec.id = ScheduleId::parse("gone").unwrap();
+    store.put_schedule(&gone, None).await.unwrap();
+    store
+        .delete_schedule(&ScheduleId::parse("gone").unwrap())
+        .await
+        .unwrap();
+    drop(store);
+
+    let store = open(tmp.path()).await.unwrap();
+    let all = store.list_schedules(None, 10).await.unwrap();
+    assert_eq!(all, vec![stored]);
+    let due = store.due_schedules(u64::MAX, 10).await.unwrap();
+    assert!(due.due.is_empty(), "still paused");
+}

@@ -15,3 +15,4 @@ mod multi_instance;
 mod redis_auth;
 mod redis_cluster;
 mod redis_store;
+mod schedule_instances;

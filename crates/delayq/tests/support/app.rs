@@ -55,6 +55,7 @@ impl TestApp {
         let shutdown = CancellationToken::new();
         app.state.dispatch.start(shutdown.clone());
         app.callbacks.start(shutdown.clone());
+        app.state.scheduler.start(shutdown.clone());
         TestApp {
             router: api::router(app.state.clone()),
             state: app.state,

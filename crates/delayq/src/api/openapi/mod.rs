@@ -68,6 +68,7 @@ pub fn document(config: &Config, features: Features) -> Value {
         "tags": [
             {"name": "jobs", "description": "Pushing and managing jobs"},
             {"name": "consumers", "description": "Reserving and finishing jobs"},
+            {"name": "schedules", "description": "Recurring schedules: jobs pushed at cron or interval ticks"},
             {"name": "admin", "description": "Statistics, health and this document"}
         ],
         "paths": paths,

@@ -377,7 +377,67 @@ pub(super) fn paths(features: Features) -> Value {
     if features.journal {
         paths.extend(journal_paths());
     }
+    paths.extend(schedule_paths());
     Value::Object(paths)
+}
+
+/// The recurring schedules' operations (docs/schedules.md).
+fn schedule_paths() -> serde_json::Map<String, Value> {
+    let id = json!({
+        "name": "id", "in": "path", "required": true,
+        "description": "The schedule id, percent-encoded",
+        "schema": schema_ref("ScheduleId")
+    });
+    let not_found = error("`not_found`: no schedule with that id");
+    let schedule = ok(
+        "The schedule, with its next 10 fire times",
+        "RecurringSchedule",
+    );
+    let op = |op_id: &str, summary: &str, specific: Value| {
+        json!({
+            "operationId": op_id,
+            "summary": summary,
+            "tags": ["schedules"],
+            "responses": responses(map(specific), false)
+        })
+    };
+    map(json!({
+        "/v1/schedules": {
+            "get": {
+                "operationId": "listSchedules",
+                "summary": "One page of the recurring schedules, by id",
+                "tags": ["schedules"],
+                "parameters": [
+                    {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": DEFAULT_PAGE}},
+                    {"name": "cursor", "in": "query", "required": false, "description": "The `next_cursor` of the previous page", "schema": schema_ref("ScheduleId")}
+                ],
+                "responses": responses(map(json!({"200": ok("The page", "SchedulesPage")})), false)
+            }
+        },
+        "/v1/schedules/{id}": {
+            "parameters": [id.clone()],
+            "put": {
+                "operationId": "putSchedule",
+                "summary": "Create or replace a recurring schedule: each tick pushes the job `<id>@<tick in Unix ms>`, due at the tick",
+                "tags": ["schedules"],
+                "requestBody": request("NewSchedule", true),
+                "responses": responses(map(json!({
+                    "200": ok("Replaced (its last tick kept)", "RecurringSchedule"),
+                    "201": ok("Created", "RecurringSchedule")
+                })), true)
+            },
+            "get": op("getSchedule", "Get a recurring schedule, its next 10 fire times and its last tick", json!({"200": schedule.clone(), "404": not_found.clone()})),
+            "delete": op("deleteSchedule", "Delete a recurring schedule (the jobs it pushed stay)", json!({"204": {"description": "Deleted"}, "404": not_found.clone()}))
+        },
+        "/v1/schedules/{id}/pause": {
+            "parameters": [id.clone()],
+            "post": op("pauseSchedule", "Pause a recurring schedule: no tick fires until it is resumed", json!({"200": schedule.clone(), "404": not_found.clone()}))
+        },
+        "/v1/schedules/{id}/resume": {
+            "parameters": [id],
+            "post": op("resumeSchedule", "Resume a paused schedule: ticks fire again from now on (none of those that fell while it was paused)", json!({"200": schedule, "404": not_found}))
+        }
+    }))
 }
 
 /// The journal's operations (docs/journal.md), on a server with a journal. Without one these

@@ -9,6 +9,7 @@ use crate::job::{
     DEFAULT_CALLBACK_TIMEOUT_MS, DEFAULT_PRIORITY, DEFAULT_TTR_MS, MAX_BACKOFF_STEPS,
     MAX_CALLBACK_TIMEOUT_MS, MAX_ID_CHARS, MAX_RUN_AT, MAX_TOPIC_CHARS, MAX_TTR_MS,
 };
+use crate::schedule::{MAX_SCHEDULE_ID_CHARS, MIN_EVERY_MS, NEXT_RUNS};
 use serde_json::{Value, json};
 
 /// Characters a job id must not contain: the control characters (`char::is_control`, Unicode
@@ -411,7 +412,110 @@ pub(super) fn schemas(limits: &Limits, features: Features) -> Value {
     if features.journal {
         all.extend(journal_schemas());
     }
+    for (name, schema) in schedule_schemas(&all) {
+        let clobbered = all.insert(name.clone(), schema);
+        debug_assert!(clobbered.is_none(), "two schemas named {name}");
+    }
     Value::Object(all)
+}
+
+/// The bodies of the recurring schedules' operations (docs/schedules.md). A schedule's job
+/// template is `NewJob` (with `publish` on a server with RabbitMQ) without its id, due time and
+/// `replace`.
+fn schedule_schemas(all: &serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
+    let mut template = all.get("NewJob").cloned().unwrap_or_else(|| json!({}));
+    if let Value::Object(t) = &mut template {
+        t.remove("not");
+        if let Some(Value::Object(p)) = t.get_mut("properties") {
+            for f in ["id", "delay_ms", "run_at_ms", "replace"] {
+                p.remove(f);
+            }
+        }
+        t.insert(
+            "description".into(),
+            json!("The job each tick pushes, as `NewJob` without `id` (each tick's job is `<schedule id>@<tick in Unix ms>`), `delay_ms`, `run_at_ms` (it is due at its tick) and `replace`."),
+        );
+    }
+    let view_template = {
+        let mut job = all.get("Job").cloned().unwrap_or_else(|| json!({}));
+        if let Value::Object(j) = &mut job {
+            if let Some(Value::Object(p)) = j.get_mut("properties") {
+                for f in ["id", "state", "run_at_ms", "attempts", "reserved_until_ms"] {
+                    p.remove(f);
+                }
+            }
+            j.insert(
+                "required".into(),
+                json!([
+                    "topic",
+                    "body",
+                    "ttr_ms",
+                    "priority",
+                    "max_attempts",
+                    "backoff_ms",
+                    "callback",
+                    "publish"
+                ]),
+            );
+        }
+        job
+    };
+    let time = |what: &str| described(or_null(schema_ref("UnixMillis")), what);
+    map(json!({
+        "ScheduleId": {
+            "type": "string", "minLength": 1, "maxLength": MAX_SCHEDULE_ID_CHARS,
+            "pattern": pattern_without(ID_FORBIDDEN),
+            "description": "1–200 characters, no control characters"
+        },
+        "JobTemplate": template,
+        "NewSchedule": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["job"],
+            "description": "Exactly one of `cron` and `every_ms`. `null` is the same as an absent field.",
+            "properties": {
+                "cron": described(or_null(json!({"type": "string"})), "5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first; month and day names; `@hourly`, `@daily`, `@weekly`, `@monthly`. Wall clock times in `tz`: one that does not exist that day (clocks go forward) does not fire; one that happens twice fires once, at its first occurrence"),
+                "every_ms": described(or_null(int(MIN_EVERY_MS, MAX_RUN_AT)), "A fixed interval instead of `cron`, counted from `start_at_ms` (default: when the schedule was created)"),
+                "tz": defaulting(described(or_null(json!({"type": "string"})), "An IANA time zone (`Europe/Berlin`) for `cron`"), json!("UTC")),
+                "job": schema_ref("JobTemplate"),
+                "start_at_ms": time("No tick before this time"),
+                "end_at_ms": time("No tick after this time; not before `start_at_ms`"),
+                "catch_up": defaulting(described(or_null(json!({"enum": ["latest", "none", "all"]})), "Ticks missed while no instance could fire them: the most recent one, none, or all (at most 1,000)"), json!("latest")),
+                "overlap": defaulting(described(or_null(json!({"enum": ["allow", "skip"]})), "`skip`: a tick whose previous tick's job still exists pushes nothing"), json!("allow")),
+                "paused": defaulting(or_null(json!({"type": "boolean"})), json!(false))
+            },
+            "oneOf": [
+                {"required": ["cron"], "properties": {"cron": {"type": "string"}, "every_ms": {"type": "null"}}},
+                {"required": ["every_ms"], "properties": {"every_ms": {"type": "integer"}, "cron": {"type": "null"}}}
+            ]
+        },
+        "RecurringSchedule": {
+            "type": "object",
+            "required": ["id", "tz", "job", "start_at_ms", "end_at_ms", "catch_up", "overlap", "paused", "next_runs_ms", "last_tick_ms"],
+            "properties": {
+                "id": schema_ref("ScheduleId"),
+                "cron": described(json!({"type": "string"}), "Absent for an interval"),
+                "every_ms": described(int(MIN_EVERY_MS, MAX_RUN_AT), "Absent for a cron schedule"),
+                "tz": {"type": "string"},
+                "job": view_template,
+                "start_at_ms": or_null(schema_ref("UnixMillis")),
+                "end_at_ms": or_null(schema_ref("UnixMillis")),
+                "catch_up": {"enum": ["latest", "none", "all"]},
+                "overlap": {"enum": ["allow", "skip"]},
+                "paused": {"type": "boolean"},
+                "next_runs_ms": described(json!({"type": "array", "items": schema_ref("UnixMillis"), "maxItems": NEXT_RUNS}), "The next 10 fire times (fewer near `end_at_ms`; none while paused)"),
+                "last_tick_ms": described(or_null(schema_ref("UnixMillis")), "The last tick that pushed a job")
+            }
+        },
+        "SchedulesPage": {
+            "type": "object",
+            "required": ["schedules", "next_cursor"],
+            "properties": {
+                "schedules": {"type": "array", "items": schema_ref("RecurringSchedule"), "maxItems": MAX_PAGE},
+                "next_cursor": described(or_null(json!({"type": "string"})), "Where the next page starts; null on the last page")
+            }
+        }
+    }))
 }
 
 /// `NewJob`'s `publish` (RabbitMQ), on a server with `--amqp`; without it the field is unknown,

@@ -24,6 +24,8 @@ pub enum ApiError {
     InvalidJson(String),
     /// 404 `not_found`: no job with that id.
     NotFound,
+    /// 404 `not_found`: no recurring schedule with that id.
+    ScheduleNotFound,
     /// 404 `journal_disabled`: a journal route (a job's history, the restore) on a server
     /// without a journal (`--journal`).
     JournalDisabled,
@@ -78,7 +80,9 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidField { .. } | ApiError::InvalidJson(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotFound | ApiError::JournalDisabled => StatusCode::NOT_FOUND,
+            ApiError::NotFound | ApiError::ScheduleNotFound | ApiError::JournalDisabled => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::Exists | ApiError::WrongState(_) | ApiError::RestoreRunning => {
                 StatusCode::CONFLICT
             }
@@ -94,7 +98,7 @@ impl ApiError {
         match self {
             ApiError::InvalidField { .. } => "invalid_field",
             ApiError::InvalidJson(_) => "invalid_json",
-            ApiError::NotFound => "not_found",
+            ApiError::NotFound | ApiError::ScheduleNotFound => "not_found",
             ApiError::JournalDisabled => "journal_disabled",
             ApiError::RestoreRunning => "restore_running",
             ApiError::Exists => "exists",
@@ -182,6 +186,7 @@ impl ApiError {
             }
             ApiError::InvalidJson(m) | ApiError::TooManyWaiters(m) => m.clone(),
             ApiError::NotFound => "no job with that id".into(),
+            ApiError::ScheduleNotFound => "no schedule with that id".into(),
             ApiError::JournalDisabled => {
                 "this server runs without a journal (--journal): there is no recorded history \
                  and nothing to restore from"

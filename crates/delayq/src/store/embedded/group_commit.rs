@@ -63,6 +63,9 @@ use tokio::sync::{broadcast, oneshot};
 pub const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 /// Store metadata: `format_version` → [`record::FORMAT_VERSION`].
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Recurring schedules: id → [`record::encode_schedule`]d schedule. In the logs, a schedule's
+/// entry is keyed by [`record::schedule_key`], which no job id can be.
+pub const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 
 /// A leader stops taking queued commits into one batch past this many changes, so one batch
@@ -421,17 +424,31 @@ impl GroupCommit {
     /// within one batch costs nothing on disk.
     fn write(&self, io: &mut Io, changes: Vec<Change>) -> Result<(), Cause> {
         let mut last: HashMap<Key, Option<Value>> = HashMap::with_capacity(changes.len());
+        let mut schedules: HashMap<String, Option<Vec<u8>>> = HashMap::new();
         for change in changes {
             match change {
-                Change::Put(j) => last.insert(Key::Job(j.spec.id.clone()), Some(Value::Job(j))),
-                Change::Remove(id) => last.insert(Key::Job(id), None),
+                Change::Put(j) => {
+                    last.insert(Key::Job(j.spec.id.clone()), Some(Value::Job(j)));
+                }
+                Change::Remove(id) => {
+                    last.insert(Key::Job(id), None);
+                }
                 Change::Settings(topic, s) if s.is_default() => {
-                    last.insert(Key::Settings(topic), None)
+                    last.insert(Key::Settings(topic), None);
                 }
                 Change::Settings(topic, s) => {
-                    last.insert(Key::Settings(topic), Some(Value::Settings(s)))
+                    last.insert(Key::Settings(topic), Some(Value::Settings(s)));
                 }
-            };
+                Change::PutSchedule(sc) => {
+                    schedules.insert(
+                        record::schedule_key(&sc.spec.id),
+                        Some(record::encode_schedule(&sc)),
+                    );
+                }
+                Change::RemoveSchedule(id) => {
+                    schedules.insert(record::schedule_key(&id), None);
+                }
+            }
         }
         if self.inject_failure.swap(false, Ordering::SeqCst) {
             return Err("injected commit failure".into());
@@ -452,6 +469,7 @@ impl GroupCommit {
                 });
                 (key, value)
             })
+            .chain(schedules)
             .collect();
         log.append(&entries)?;
         log.sync()?;
@@ -677,7 +695,26 @@ pub fn apply(
             let mut table = tx.open_table(JOBS).map_err(|e| {
                 Cause::with_source(format_args!("cannot open the jobs table of {shown}"), e)
             })?;
+            let mut schedules = tx.open_table(SCHEDULES).map_err(|e| {
+                Cause::with_source(
+                    format_args!("cannot open the schedules table of {shown}"),
+                    e,
+                )
+            })?;
             for (id, rec) in changes {
+                if let Some(sid) = record::schedule_of_key(&id) {
+                    let written = match rec {
+                        Some(r) => schedules.insert(sid, r.as_slice()).map(drop),
+                        None => schedules.remove(sid).map(drop),
+                    };
+                    written.map_err(|e| {
+                        Cause::with_source(
+                            format_args!("cannot write schedule {sid:?} to {shown}"),
+                            e,
+                        )
+                    })?;
+                    continue;
+                }
                 let written = match rec {
                     Some(r) => table.insert(id.as_str(), r.as_slice()).map(drop),
                     None => table.remove(id.as_str()).map(drop),

@@ -9,6 +9,7 @@
 //! misread it. `callback` came that way, then `publish`.
 
 use crate::job::{Callback, Job, JobId, JobSpec, JobState, Publish, Topic};
+use crate::schedule::{CatchUp, Overlap, Rule, Schedule, ScheduleId, ScheduleSpec};
 use crate::store::TopicSettings;
 use serde::{Deserialize, Serialize};
 
@@ -168,6 +169,116 @@ pub fn decode(id: &str, bytes: &[u8]) -> Result<Job, String> {
         attempts: r.attempts,
         reserved_until: r.reserved_until,
         seq: r.seq,
+    })
+}
+
+/// A recurring schedule's value (its id is the key), in the order written. The job template
+/// is a job record ([`encode`]) of the template with id `<id>@0` and due time 0.
+#[derive(Debug, Serialize, Deserialize)]
+struct ScheduleRecord {
+    cron: Option<String>,
+    tz: String,
+    every_ms: Option<u64>,
+    anchor: u64,
+    job: Vec<u8>,
+    start_at: Option<u64>,
+    end_at: Option<u64>,
+    /// 0 latest, 1 none, 2 all.
+    catch_up: u8,
+    /// 0 allow, 1 skip.
+    overlap: u8,
+    paused: bool,
+    next_tick: Option<u64>,
+    last_tick: Option<u64>,
+    version: u64,
+}
+
+/// Starts a schedule's key in the write-ahead logs, which hold jobs and schedules: a control
+/// character, which no job id has.
+const SCHEDULE_KEY_PREFIX: char = '\u{1}';
+
+/// A schedule's key in the write-ahead logs.
+pub fn schedule_key(id: &ScheduleId) -> String {
+    format!("{SCHEDULE_KEY_PREFIX}{id}")
+}
+
+/// The schedule id of a log key, if it is a schedule's.
+pub fn schedule_of_key(key: &str) -> Option<&str> {
+    key.strip_prefix(SCHEDULE_KEY_PREFIX)
+}
+
+/// Encodes a schedule's value (its id is the key). Also the Redis store's schedule record.
+pub fn encode_schedule(sc: &Schedule) -> Vec<u8> {
+    let (cron, tz, every_ms, anchor) = match &sc.spec.rule {
+        Rule::Cron { expr, tz } => (Some(expr.clone()), tz.clone(), None, 0),
+        Rule::Every { every_ms, anchor } => (None, String::new(), Some(*every_ms), *anchor),
+    };
+    let mut template = sc.spec.job.clone();
+    template.id = sc.spec.id.job_id(0);
+    template.run_at = 0;
+    let r = ScheduleRecord {
+        cron,
+        tz,
+        every_ms,
+        anchor,
+        job: encode(Job::new(template, 0, 0)),
+        start_at: sc.spec.start_at,
+        end_at: sc.spec.end_at,
+        catch_up: match sc.spec.catch_up {
+            CatchUp::Latest => 0,
+            CatchUp::None => 1,
+            CatchUp::All => 2,
+        },
+        overlap: match sc.spec.overlap {
+            Overlap::Allow => 0,
+            Overlap::Skip => 1,
+        },
+        paused: sc.spec.paused,
+        next_tick: sc.next_tick,
+        last_tick: sc.last_tick,
+        version: sc.version,
+    };
+    rmp_serde::to_vec(&r).expect("a schedule record always encodes")
+}
+
+/// Decodes the schedule stored under `id`; the error says what is wrong.
+pub fn decode_schedule(id: &str, bytes: &[u8]) -> Result<Schedule, String> {
+    let sid = ScheduleId::parse(id).map_err(|e| format!("bad key: {e}"))?;
+    let r: ScheduleRecord = rmp_serde::from_slice(bytes).map_err(|e| e.to_string())?;
+    let rule = match (r.cron, r.every_ms) {
+        (Some(expr), None) => Rule::Cron { expr, tz: r.tz },
+        (None, Some(every_ms)) => Rule::Every {
+            every_ms,
+            anchor: r.anchor,
+        },
+        _ => return Err("neither cron nor every_ms, or both".into()),
+    };
+    let job = decode(sid.job_id(0).as_str(), &r.job)?.spec;
+    let catch_up = match r.catch_up {
+        0 => CatchUp::Latest,
+        1 => CatchUp::None,
+        2 => CatchUp::All,
+        c => return Err(format!("bad catch_up code {c}")),
+    };
+    let overlap = match r.overlap {
+        0 => Overlap::Allow,
+        1 => Overlap::Skip,
+        c => return Err(format!("bad overlap code {c}")),
+    };
+    Ok(Schedule {
+        spec: ScheduleSpec {
+            id: sid,
+            rule,
+            job,
+            start_at: r.start_at,
+            end_at: r.end_at,
+            catch_up,
+            overlap,
+            paused: r.paused,
+        },
+        next_tick: r.next_tick,
+        last_tick: r.last_tick,
+        version: r.version,
     })
 }
 

@@ -58,6 +58,7 @@ mod push;
 mod record;
 mod remove;
 mod reserve;
+mod schedules;
 mod scripts;
 mod seq;
 mod stats;

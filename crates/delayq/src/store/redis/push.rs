@@ -196,7 +196,7 @@ fn push_call(
 
 /// A job as it is stored: times and backoff steps clamped at [`MAX_RUN_AT`] (below 2^53, so
 /// exact in Lua's doubles).
-fn stored_spec(j: &JobSpec) -> Cow<'_, JobSpec> {
+pub(super) fn stored_spec(j: &JobSpec) -> Cow<'_, JobSpec> {
     let over = |t: u64| t > MAX_RUN_AT;
     if !over(j.run_at) && !over(j.ttr_ms) && !j.backoff_ms.iter().copied().any(over) {
         return Cow::Borrowed(j);

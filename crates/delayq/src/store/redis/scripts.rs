@@ -35,7 +35,7 @@
 //! `after_refusal`; `redis_store/outages.rs`
 //! `a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds`).
 
-use super::{by_id, flow, kick_topic, list, push, remove, reserve, tick};
+use super::{by_id, flow, kick_topic, list, push, remove, reserve, schedules, tick};
 use std::sync::{LazyLock, OnceLock};
 
 const LIB: &str = include_str!("lib.lua");
@@ -91,6 +91,7 @@ fn all() -> impl Iterator<Item = &'static Function> {
         &tick::FUNCTIONS[..],
         &list::FUNCTIONS[..],
         &flow::FUNCTIONS[..],
+        &schedules::FUNCTIONS[..],
     ]
     .into_iter()
     .flatten()

@@ -1,5 +1,6 @@
-//! `stats` on Redis: one pipeline reads every shard's counts HASH, timeline head, first
-//! far window and flow HASH (settings and hand-outs held back, `flow.rs`), and the replies are summed into [`Stats`]. Read-only.
+//! `stats` on Redis: one pipeline reads every shard's counts HASH, timeline head, first far
+//! window, flow HASH (settings and hand-outs held back, `flow.rs`) and number of recurring
+//! schedules, and the replies are summed into [`Stats`]. Read-only.
 
 use super::record::{array, int, score_ms, state_from_code, string, unexpected};
 use super::{Calls, RedisStore};
@@ -25,11 +26,12 @@ impl Calls {
                 .arg(0)
                 .arg("WITHSCORES");
             pipe.cmd("HGETALL").arg(&k.flow);
+            pipe.cmd("ZCARD").arg(super::schedules::ids_key(k));
         }
         let replies = store.inner.conn.query(&pipe).await?;
         let mut stats = Stats::default();
-        for (shard, four) in replies.chunks(4).enumerate() {
-            let [counts, head, window, flow] = four else {
+        for (shard, five) in replies.chunks(5).enumerate() {
+            let [counts, head, window, flow, schedules] = five else {
                 return Err(StoreError::Corrupt("short stats reply".into()));
             };
             for kv in array(counts)?.chunks(2) {
@@ -52,6 +54,7 @@ impl Calls {
                 }
             }
             super::flow::add_to_stats(&mut stats, flow, shard == 0)?;
+            stats.schedules += int(schedules)?.max(0) as u64;
             for first in [head, window] {
                 if let [_, score] = array(first)? {
                     let t = score_ms(score)?;

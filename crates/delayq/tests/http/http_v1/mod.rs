@@ -34,6 +34,7 @@ mod one_job;
 mod openapi;
 mod push;
 mod reserve;
+mod schedules;
 mod settings;
 mod store_errors;
 mod transitions;

@@ -22,6 +22,7 @@ mod listings;
 mod push;
 mod reserve;
 mod restore;
+mod schedules;
 mod timer;
 
 const T0: UnixMillis = 1_700_000_000_000;

@@ -1,0 +1,401 @@
+//! Recurring schedules over /v1 (docs/schedules.md): `PUT /v1/schedules/{id}` (create or
+//! replace), `GET /v1/schedules` (paged by id), `GET`/`DELETE /v1/schedules/{id}`, and
+//! `POST /v1/schedules/{id}/pause` and `/resume`. The firing itself is `scheduler.rs`'s; a
+//! change made here wakes it.
+//!
+//! A change is read, then written with the version read (`Store::put_schedule` with `expect`),
+//! so a fire or another change that lands in between makes it start again instead of undoing
+//! it.
+
+use super::input::{self, Fields, Query};
+use super::model::{CallbackView, PublishView};
+use super::new_job::{NEW_JOB_FIELDS, new_job};
+use super::{ApiError, ApiResult, Body, DEFAULT_PAGE, IdPath, MAX_PAGE};
+use crate::api::AppState;
+use crate::job::{self, JobSpec, UnixMillis};
+use crate::schedule::{
+    CatchUp, NEXT_RUNS, Overlap, Rule, Schedule, ScheduleId, ScheduleSpec, parse_cron, parse_tz,
+};
+use crate::store::StoreError;
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Serialize;
+
+/// The routes of this file.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/schedules", get(list))
+        .route("/v1/schedules/{id}", get(get_one).put(put).delete(delete))
+        .route("/v1/schedules/{id}/pause", post(pause))
+        .route("/v1/schedules/{id}/resume", post(resume))
+}
+
+/// The fields of a schedule's body.
+const SCHEDULE_FIELDS: &[&str] = &[
+    "cron",
+    "every_ms",
+    "tz",
+    "job",
+    "start_at_ms",
+    "end_at_ms",
+    "catch_up",
+    "overlap",
+    "paused",
+];
+
+/// A `NewJob`'s fields a job template takes: all but its id and due time (`<schedule id>@<tick>`
+/// and the tick) and `replace`.
+fn template_fields() -> Vec<&'static str> {
+    NEW_JOB_FIELDS
+        .iter()
+        .copied()
+        .filter(|f| !matches!(*f, "id" | "delay_ms" | "run_at_ms" | "replace"))
+        .collect()
+}
+
+/// How many times a change is tried again when the schedule moved on under it (a fire).
+const CHANGE_TRIES: usize = 5;
+
+/// The schedule object of docs/api.md.
+#[derive(Debug, Serialize)]
+struct ScheduleView {
+    id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cron: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    every_ms: Option<u64>,
+    tz: String,
+    job: TemplateView,
+    start_at_ms: Option<UnixMillis>,
+    end_at_ms: Option<UnixMillis>,
+    catch_up: &'static str,
+    overlap: &'static str,
+    paused: bool,
+    /// The next fire times (none while paused).
+    next_runs_ms: Vec<UnixMillis>,
+    /// The last tick that pushed a job.
+    last_tick_ms: Option<UnixMillis>,
+}
+
+/// A schedule's job template: a job's fields but its id and due time.
+#[derive(Debug, Serialize)]
+struct TemplateView {
+    topic: String,
+    body: String,
+    ttr_ms: u64,
+    priority: u32,
+    max_attempts: u32,
+    backoff_ms: Vec<u64>,
+    callback: Option<CallbackView>,
+    publish: Option<PublishView>,
+}
+
+#[derive(Debug, Serialize)]
+struct SchedulesPage {
+    schedules: Vec<ScheduleView>,
+    next_cursor: Option<String>,
+}
+
+fn view(sc: Schedule, now: UnixMillis) -> ScheduleView {
+    let next_runs_ms = match (sc.spec.paused, sc.spec.rule.recurrence()) {
+        (false, Ok(r)) => {
+            // The runs from the next tick still to handle on (one just due included).
+            let from = sc.next_tick.map_or(now, |t| t.saturating_sub(1).min(now));
+            sc.spec.next_runs(&r, from, NEXT_RUNS)
+        }
+        _ => Vec::new(),
+    };
+    let (cron, every_ms, tz) = match sc.spec.rule {
+        Rule::Cron { expr, tz } => (Some(expr), None, tz),
+        Rule::Every { every_ms, .. } => (None, Some(every_ms), "UTC".to_string()),
+    };
+    let job = super::model::JobView::from(job::Job::new(sc.spec.job, 0, 0));
+    ScheduleView {
+        id: sc.spec.id.to_string(),
+        cron,
+        every_ms,
+        tz,
+        job: TemplateView {
+            topic: job.topic,
+            body: job.body,
+            ttr_ms: job.ttr_ms,
+            priority: job.priority,
+            max_attempts: job.max_attempts,
+            backoff_ms: job.backoff_ms,
+            callback: job.callback,
+            publish: job.publish,
+        },
+        start_at_ms: sc.spec.start_at,
+        end_at_ms: sc.spec.end_at,
+        catch_up: sc.spec.catch_up.as_str(),
+        overlap: sc.spec.overlap.as_str(),
+        paused: sc.spec.paused,
+        next_runs_ms,
+        last_tick_ms: sc.last_tick,
+    }
+}
+
+/// The schedule id of a path.
+fn path_id(path: IdPath) -> ApiResult<ScheduleId> {
+    let Path(raw) = path.map_err(|r| ApiError::path("id", r))?;
+    ScheduleId::parse(raw).map_err(|e| ApiError::from_invalid("id", e))
+}
+
+fn not_found(e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotFound => ApiError::ScheduleNotFound,
+        e => e.into(),
+    }
+}
+
+/// A time field: at most job.rs's `MAX_RUN_AT`.
+fn time_field(f: &mut Fields, name: &str) -> ApiResult<Option<UnixMillis>> {
+    let t = f.u64(name)?;
+    if let Some(t) = t
+        && t > job::MAX_RUN_AT
+    {
+        return Err(ApiError::field(
+            f.name(name),
+            format!("must be at most {}, got {t}", job::MAX_RUN_AT),
+        ));
+    }
+    Ok(t)
+}
+
+/// A schedule's body, checked completely: the spec, and the rule's zone for an interval (only
+/// checked). `anchor` is where an interval counts from when `start_at_ms` is not given.
+fn read_spec(
+    id: ScheduleId,
+    body: &[u8],
+    st: &AppState,
+    anchor: UnixMillis,
+) -> ApiResult<ScheduleSpec> {
+    let at = st.clock.read();
+    let mut f = Fields::new(input::object(body, false)?, "", SCHEDULE_FIELDS)?;
+    let cron = f.string("cron")?;
+    let every_ms = f.u64("every_ms")?;
+    let tz = f.string("tz")?.unwrap_or_else(|| "UTC".to_string());
+    parse_tz(&tz).map_err(|e| ApiError::from_invalid("tz", e))?;
+    let start_at = time_field(&mut f, "start_at_ms")?;
+    let end_at = time_field(&mut f, "end_at_ms")?;
+    if let (Some(s), Some(e)) = (start_at, end_at)
+        && e < s
+    {
+        return Err(ApiError::field(
+            "end_at_ms",
+            format!("must not be before start_at_ms ({s}), got {e}"),
+        ));
+    }
+    let rule = match (cron, every_ms) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::field(
+                "every_ms",
+                "a schedule has cron or every_ms, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::field(
+                "cron",
+                "one of cron or every_ms is required",
+            ));
+        }
+        (Some(expr), None) => {
+            parse_cron(&expr).map_err(|e| ApiError::from_invalid("cron", e))?;
+            Rule::Cron { expr, tz }
+        }
+        (None, Some(every_ms)) if every_ms > job::MAX_RUN_AT => {
+            return Err(ApiError::field(
+                "every_ms",
+                format!("must be at most {}, got {every_ms}", job::MAX_RUN_AT),
+            ));
+        }
+        (None, Some(every_ms)) => Rule::Every {
+            every_ms,
+            anchor: start_at.unwrap_or(anchor),
+        },
+    };
+    rule.recurrence()
+        .map_err(|e| ApiError::from_invalid(e.field, e))?;
+    let catch_up = match f.string("catch_up")? {
+        None => CatchUp::default(),
+        Some(s) => CatchUp::parse(&s).ok_or_else(|| {
+            ApiError::field(
+                "catch_up",
+                format!(
+                    "must be one of latest, none, all, got {:?}",
+                    input::shorten(&s)
+                ),
+            )
+        })?,
+    };
+    let overlap = match f.string("overlap")? {
+        None => Overlap::default(),
+        Some(s) => Overlap::parse(&s).ok_or_else(|| {
+            ApiError::field(
+                "overlap",
+                format!("must be one of allow, skip, got {:?}", input::shorten(&s)),
+            )
+        })?,
+    };
+    let paused = f.bool("paused")?.unwrap_or(false);
+    let job_value = f
+        .take("job")
+        .ok_or_else(|| ApiError::field("job", "is required"))?;
+    let jf = Fields::from_value(job_value, "job", &template_fields())?;
+    let job: JobSpec = new_job(jf, at, st)?.spec;
+    Ok(ScheduleSpec {
+        id,
+        rule,
+        job,
+        start_at,
+        end_at,
+        catch_up,
+        overlap,
+        paused,
+    })
+}
+
+/// `PUT /v1/schedules/{id}`: 201 and the schedule when created, 200 when replaced. A
+/// replaced schedule keeps its last tick (and an interval its cadence, unless `start_at_ms`
+/// moves it); its next tick is the new rule's first after now.
+#[tracing::instrument(skip_all, fields(schedule = tracing::field::Empty))]
+async fn put(State(st): State<AppState>, path: IdPath, body: Body) -> ApiResult<Response> {
+    let id = path_id(path)?;
+    tracing::Span::current().record("schedule", id.as_str());
+    let body = body?;
+    for _ in 0..CHANGE_TRIES {
+        let now = st.clock.now();
+        let old = match st.store.get_schedule(&id).await {
+            Ok(old) => Some(old),
+            Err(StoreError::NotFound) => None,
+            Err(e) => return Err(e.into()),
+        };
+        // An interval keeps counting from where it did: re-putting the same schedule (a
+        // deploy) does not shift its ticks. A new one counts from the next whole second.
+        let anchor = match old.as_ref().map(|o| &o.spec.rule) {
+            Some(Rule::Every { anchor, .. }) => *anchor,
+            _ => now.div_ceil(1000) * 1000,
+        };
+        let spec = read_spec(id.clone(), &body, &st, anchor)?;
+        let rule = spec
+            .rule
+            .recurrence()
+            .map_err(|e| ApiError::from_invalid(e.field, e))?;
+        let mut sc = Schedule::new(spec, &rule, now);
+        sc.last_tick = old.as_ref().and_then(|o| o.last_tick);
+        let expect = old.as_ref().map(|o| o.version);
+        match st.store.put_schedule(&sc, expect).await {
+            Ok(stored) => {
+                st.scheduler.wake();
+                let status = if old.is_some() {
+                    StatusCode::OK
+                } else {
+                    StatusCode::CREATED
+                };
+                return Ok((status, Json(view(stored, now))).into_response());
+            }
+            // Changed (or deleted) meanwhile: read it again.
+            Err(StoreError::Exists | StoreError::NotFound) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::StoreUnavailable(
+        "the schedule kept changing while it was being replaced".into(),
+    ))
+}
+
+/// `GET /v1/schedules/{id}`.
+#[tracing::instrument(skip_all)]
+async fn get_one(State(st): State<AppState>, path: IdPath) -> ApiResult<Json<ScheduleView>> {
+    let id = path_id(path)?;
+    let sc = st.store.get_schedule(&id).await.map_err(not_found)?;
+    Ok(Json(view(sc, st.clock.now())))
+}
+
+/// `GET /v1/schedules?limit=&cursor=`: one page of the schedules, by id.
+#[tracing::instrument(skip_all)]
+async fn list(State(st): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Json<SchedulesPage>> {
+    let mut q = Query::new(q.as_deref(), &["limit", "cursor"])?;
+    let limit = q.u64("limit")?.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::field(
+            "limit",
+            format!("must be between 1 and {MAX_PAGE}, got {limit}"),
+        ));
+    }
+    let after = q
+        .string("cursor")
+        .map(|c| ScheduleId::parse(c).map_err(|e| ApiError::from_invalid("cursor", e)))
+        .transpose()?;
+    let page = st
+        .store
+        .list_schedules(after.as_ref(), limit as usize)
+        .await?;
+    let next_cursor = (page.len() as u64 >= limit)
+        .then(|| page.last().map(|s| s.spec.id.to_string()))
+        .flatten();
+    let now = st.clock.now();
+    Ok(Json(SchedulesPage {
+        schedules: page.into_iter().map(|s| view(s, now)).collect(),
+        next_cursor,
+    }))
+}
+
+/// `DELETE /v1/schedules/{id}`: 204; the jobs it pushed stay.
+#[tracing::instrument(skip_all)]
+async fn delete(State(st): State<AppState>, path: IdPath) -> ApiResult<StatusCode> {
+    let id = path_id(path)?;
+    st.store.delete_schedule(&id).await.map_err(not_found)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/schedules/{id}/pause`: no tick fires until it is resumed.
+#[tracing::instrument(skip_all)]
+async fn pause(st: State<AppState>, path: IdPath) -> ApiResult<Json<ScheduleView>> {
+    set_paused(st, path, true).await
+}
+
+/// `POST /v1/schedules/{id}/resume`: ticks fire again from now on; those that fell while it was
+/// paused are not missed ones (none fires).
+#[tracing::instrument(skip_all)]
+async fn resume(st: State<AppState>, path: IdPath) -> ApiResult<Json<ScheduleView>> {
+    set_paused(st, path, false).await
+}
+
+async fn set_paused(
+    State(st): State<AppState>,
+    path: IdPath,
+    paused: bool,
+) -> ApiResult<Json<ScheduleView>> {
+    let id = path_id(path)?;
+    for _ in 0..CHANGE_TRIES {
+        let now = st.clock.now();
+        let mut sc = st.store.get_schedule(&id).await.map_err(not_found)?;
+        if sc.spec.paused == paused {
+            return Ok(Json(view(sc, now)));
+        }
+        sc.spec.paused = paused;
+        if !paused {
+            let rule =
+                sc.spec.rule.recurrence().map_err(|e| {
+                    ApiError::Internal(format!("a stored rule does not parse: {e}"))
+                })?;
+            sc.next_tick = sc.spec.next_after(&rule, now);
+        }
+        match st.store.put_schedule(&sc, Some(sc.version)).await {
+            Ok(stored) => {
+                st.scheduler.wake();
+                return Ok(Json(view(stored, now)));
+            }
+            Err(StoreError::Exists) => continue,
+            Err(e) => return Err(not_found(e)),
+        }
+    }
+    Err(ApiError::StoreUnavailable(
+        "the schedule kept changing while it was being paused or resumed".into(),
+    ))
+}

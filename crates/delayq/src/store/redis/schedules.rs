@@ -1,0 +1,383 @@
+//! Recurring schedules on Redis: each schedule lives on the shard of its id, in four keys of
+//! that shard's hash tag (`schedule_put.lua` lists them). The record is the embedded store's
+//! encoding (`embedded/record.rs`), opaque to Lua; its version is kept beside it, and the Lua
+//! side only compares and bumps that version, so every change is a compare-and-set.
+//!
+//! A fire checks the schedule's version, stores its ticks' jobs (one call per jobs' shard,
+//! `schedule_push.lua`, which keeps the latest tick of each schedule it stored and stores no
+//! tick at or before it again), then claims the ticks with a compare-and-set of the schedule at
+//! the version it was planned from. Instances racing on one tick store its job once (the marks)
+//! and one of them moves the schedule on (the claim), however fast the job is finished; a fire
+//! cut short between the two calls (a kill) is completed by the next one, which plans the same
+//! version and finds the ticks stored. The price: a change (a pause) that lands between the
+//! version check and the push lets ticks that were due before it fire.
+
+use super::keys::ShardKeys;
+use super::push::stored_spec;
+use super::record::encode_new;
+use super::record::{array, bytes, int, score_ms, string, unexpected};
+use super::scripts::{Function, Memory};
+use super::{Calls, RedisStore, shard_of};
+use crate::job::JobSpec;
+use crate::job::UnixMillis;
+use crate::schedule::{Schedule, ScheduleFire, ScheduleId};
+use crate::store::embedded::record::{decode_schedule, encode_schedule};
+use crate::store::{DueSchedules, FireOutcome, StoreError, StoreResult};
+use redis::Value;
+use std::collections::BTreeMap;
+
+static SCHEDULE_PUT: Function = Function::new(
+    "schedule_put",
+    include_str!("schedule_put.lua"),
+    Memory::Adds,
+);
+static SCHEDULE_DELETE: Function = Function::new(
+    "schedule_delete",
+    include_str!("schedule_delete.lua"),
+    Memory::Neutral,
+);
+static SCHEDULE_PUSH: Function = Function::new(
+    "schedule_push",
+    include_str!("schedule_push.lua"),
+    Memory::Adds,
+);
+
+/// The functions this file calls, for the library (`scripts.rs`).
+pub(super) static FUNCTIONS: [&Function; 3] = [&SCHEDULE_PUT, &SCHEDULE_DELETE, &SCHEDULE_PUSH];
+
+/// A shard's schedule keys: record, version, due index, listing.
+fn keys(k: &ShardKeys) -> [String; 4] {
+    let t = &k.tag;
+    [
+        format!("{t}:sched"),
+        format!("{t}:schedver"),
+        format!("{t}:schednext"),
+        format!("{t}:schedids"),
+    ]
+}
+
+/// A shard's listing of schedule ids (its size is the shard's number of schedules).
+pub(super) fn ids_key(k: &ShardKeys) -> String {
+    format!("{}:schedids", k.tag)
+}
+
+impl RedisStore {
+    fn schedule_shard(&self, id: &ScheduleId) -> &ShardKeys {
+        &self.inner.shards[usize::from(shard_of(id.as_str(), self.shard_count()))]
+    }
+
+    /// Stores `sc` if its version is `expect` (any when `None`): the new version, or the
+    /// refusal (`NotFound`, `Exists`).
+    async fn schedule_cas(
+        &self,
+        sc: &Schedule,
+        expect: Option<u64>,
+        now: UnixMillis,
+    ) -> StoreResult<u64> {
+        let ks = keys(self.schedule_shard(&sc.spec.id));
+        let key_refs: Vec<&str> = ks.iter().map(String::as_str).collect();
+        let next = sc
+            .next_tick
+            .filter(|_| !sc.spec.paused)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        let call = super::conn::Call::new(SCHEDULE_PUT.registered(), &key_refs)
+            .arg(&self.inner.channel)
+            .arg(now)
+            .arg(sc.spec.id.as_str())
+            .arg(encode_schedule(sc))
+            .arg(expect.map(|v| v.to_string()).unwrap_or_default())
+            .arg(next);
+        let v = self.fcall_one(call).await?;
+        match array(&v)? {
+            [status, version] if string(status)? == "ok" => Ok(int(version)?.max(0) as u64),
+            [status] if string(status)? == "nf" => Err(StoreError::NotFound),
+            [status] if string(status)? == "ex" => Err(StoreError::Exists),
+            _ => Err(unexpected(&v)),
+        }
+    }
+}
+
+/// A schedule from its record and version replies.
+fn decode(id: &str, rec: &Value, version: &Value) -> StoreResult<Option<Schedule>> {
+    if matches!(rec, Value::Nil) {
+        return Ok(None);
+    }
+    let mut sc = decode_schedule(id, bytes(rec)?)
+        .map_err(|e| StoreError::Corrupt(format!("schedule {id:?}: {e}").into()))?;
+    sc.version = int(version)?.max(0) as u64;
+    Ok(Some(sc))
+}
+
+/// The schedules of `ids` on shard `k`, read in one round trip (those deleted meanwhile left
+/// out).
+async fn read_many(
+    store: &RedisStore,
+    per_shard: &[(&ShardKeys, Vec<String>)],
+) -> StoreResult<Vec<Schedule>> {
+    let mut pipe = redis::pipe();
+    let mut asked = 0;
+    for (k, ids) in per_shard {
+        if ids.is_empty() {
+            continue;
+        }
+        let [rec, ver, _, _] = keys(k);
+        pipe.cmd("HMGET").arg(&rec).arg(ids);
+        pipe.cmd("HMGET").arg(&ver).arg(ids);
+        asked += 1;
+    }
+    if asked == 0 {
+        return Ok(Vec::new());
+    }
+    let replies = store.inner.conn.query(&pipe).await?;
+    let mut out = Vec::new();
+    let mut replies = replies.chunks(2);
+    for (_, ids) in per_shard.iter().filter(|(_, ids)| !ids.is_empty()) {
+        let [recs, vers] = replies.next().ok_or_else(|| unexpected(&Value::Nil))? else {
+            return Err(unexpected(&Value::Nil));
+        };
+        let (recs, vers) = (array(recs)?, array(vers)?);
+        for (i, id) in ids.iter().enumerate() {
+            let (Some(r), Some(v)) = (recs.get(i), vers.get(i)) else {
+                return Err(unexpected(&Value::Nil));
+            };
+            out.extend(decode(id, r, v)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Pushes a claimed fire's jobs, one `schedule_push` call per shard, each tick at most once
+/// per shard ever (the shard's mark): one status per call's job.
+async fn push_ticks(
+    store: &RedisStore,
+    fire: &ScheduleFire,
+    now: UnixMillis,
+) -> StoreResult<Vec<String>> {
+    let mut by_shard: BTreeMap<u16, Vec<&JobSpec>> = BTreeMap::new();
+    for j in &fire.jobs {
+        by_shard
+            .entry(shard_of(j.id.as_str(), store.shard_count()))
+            .or_default()
+            .push(j);
+    }
+    if by_shard.is_empty() {
+        // A fire that only moves the schedule on (its ticks skipped).
+        return Ok(Vec::new());
+    }
+    let mut calls = Vec::new();
+    for (shard, jobs) in &by_shard {
+        let keys = &store.inner.shards[usize::from(*shard)];
+        let mark = format!("{}:schedmark", keys.tag);
+        let mut all_keys: Vec<&str> = keys.all().to_vec();
+        all_keys.push(&mark);
+        let seq = store.stamp(now, jobs.len() as u64);
+        let mut call = super::conn::Call::new(SCHEDULE_PUSH.registered(), &all_keys)
+            .arg(&store.inner.channel)
+            .arg(now)
+            .arg(fire.id.as_str());
+        for (k, j) in jobs.iter().enumerate() {
+            let stored = stored_spec(j);
+            let state = stored.initial_state(now);
+            call = call
+                .arg(j.id.as_str())
+                .arg(encode_new(&stored, state, seq + k as u64, 0))
+                .arg(j.queue().as_str())
+                .arg(stored.run_at)
+                .arg(j.priority)
+                .arg(seq + k as u64)
+                .arg(stored.run_at);
+        }
+        calls.push(call);
+    }
+    let mut out = Vec::new();
+    for (reply, (_, jobs)) in store.inner.conn.fcall(&calls).await?.iter().zip(&by_shard) {
+        let statuses = array(reply)?;
+        if statuses.len() != jobs.len() {
+            return Err(unexpected(reply));
+        }
+        for s in statuses {
+            out.push(string(s)?.to_string());
+        }
+    }
+    Ok(out)
+}
+
+impl Calls {
+    pub(in crate::store) async fn put_schedule(
+        store: &RedisStore,
+        schedule: &Schedule,
+        expect: Option<u64>,
+    ) -> StoreResult<Schedule> {
+        let version = store.schedule_cas(schedule, expect, 0).await?;
+        let mut sc = schedule.clone();
+        sc.version = version;
+        Ok(sc)
+    }
+
+    pub(in crate::store) async fn get_schedule(
+        store: &RedisStore,
+        id: &ScheduleId,
+    ) -> StoreResult<Schedule> {
+        let k = store.schedule_shard(id);
+        read_many(store, &[(k, vec![id.as_str().to_string()])])
+            .await?
+            .pop()
+            .ok_or(StoreError::NotFound)
+    }
+
+    pub(in crate::store) async fn list_schedules(
+        store: &RedisStore,
+        after: Option<&ScheduleId>,
+        limit: usize,
+    ) -> StoreResult<Vec<Schedule>> {
+        let limit = limit.max(1);
+        let from = match after {
+            Some(a) => {
+                let mut f = b"(".to_vec();
+                f.extend_from_slice(a.as_str().as_bytes());
+                f
+            }
+            None => b"-".to_vec(),
+        };
+        let mut pipe = redis::pipe();
+        for k in &store.inner.shards {
+            pipe.cmd("ZRANGEBYLEX")
+                .arg(&keys(k)[3])
+                .arg(&from)
+                .arg("+")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit);
+        }
+        let replies = store.inner.conn.query(&pipe).await?;
+        let mut ids: Vec<(String, usize)> = Vec::new();
+        for (shard, r) in replies.iter().enumerate() {
+            for id in array(r)? {
+                ids.push((string(id)?.to_string(), shard));
+            }
+        }
+        ids.sort();
+        ids.truncate(limit);
+        let per_shard: Vec<(&ShardKeys, Vec<String>)> = store
+            .inner
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let mine = ids
+                    .iter()
+                    .filter(|(_, s)| *s == i)
+                    .map(|(id, _)| id.clone());
+                (k, mine.collect())
+            })
+            .collect();
+        let mut out = read_many(store, &per_shard).await?;
+        out.sort_by(|a, b| a.spec.id.cmp(&b.spec.id));
+        Ok(out)
+    }
+
+    pub(in crate::store) async fn delete_schedule(
+        store: &RedisStore,
+        id: &ScheduleId,
+    ) -> StoreResult<()> {
+        let ks = keys(store.schedule_shard(id));
+        let key_refs: Vec<&str> = ks.iter().map(String::as_str).collect();
+        let call = super::conn::Call::new(SCHEDULE_DELETE.registered(), &key_refs)
+            .arg(&store.inner.channel)
+            .arg(0)
+            .arg(id.as_str());
+        match int(&store.fcall_one(call).await?)? {
+            1 => Ok(()),
+            _ => Err(StoreError::NotFound),
+        }
+    }
+
+    pub(in crate::store) async fn due_schedules(
+        store: &RedisStore,
+        now: UnixMillis,
+        limit: usize,
+    ) -> StoreResult<DueSchedules> {
+        let limit = limit.max(1);
+        let mut pipe = redis::pipe();
+        for k in &store.inner.shards {
+            // The shard's earliest `limit + 1`: its due ones and the next after them.
+            pipe.cmd("ZRANGE")
+                .arg(&keys(k)[2])
+                .arg(0)
+                .arg(limit)
+                .arg("WITHSCORES");
+        }
+        let replies = store.inner.conn.query(&pipe).await?;
+        let mut entries: Vec<(UnixMillis, String, usize)> = Vec::new();
+        for (shard, r) in replies.iter().enumerate() {
+            for pair in array(r)?.chunks(2) {
+                let [id, score] = pair else {
+                    return Err(unexpected(r));
+                };
+                entries.push((score_ms(score)?, string(id)?.to_string(), shard));
+            }
+        }
+        entries.sort();
+        let mut out = DueSchedules::default();
+        let mut due: Vec<(String, usize)> = Vec::new();
+        for (t, id, shard) in entries {
+            if t > now || due.len() >= limit {
+                out.next = Some(t);
+                break;
+            }
+            due.push((id, shard));
+        }
+        let per_shard: Vec<(&ShardKeys, Vec<String>)> = store
+            .inner
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let mine = due
+                    .iter()
+                    .filter(|(_, s)| *s == i)
+                    .map(|(id, _)| id.clone());
+                (k, mine.collect())
+            })
+            .collect();
+        let mut schedules = read_many(store, &per_shard).await?;
+        schedules.retain(|s| s.is_due(now));
+        schedules.sort_by_key(|s| s.next_tick);
+        out.due = schedules;
+        Ok(out)
+    }
+
+    pub(in crate::store) async fn fire_schedule(
+        store: &RedisStore,
+        fire: &ScheduleFire,
+        now: UnixMillis,
+    ) -> StoreResult<FireOutcome> {
+        let mut sc = match Calls::get_schedule(store, &fire.id).await {
+            Ok(sc) if sc.version == fire.version => sc,
+            Ok(_) | Err(StoreError::NotFound) => return Ok(FireOutcome::Stale),
+            Err(e) => return Err(e),
+        };
+        sc.next_tick = fire.next_tick;
+        sc.last_tick = fire.last_tick;
+        // The ticks' jobs first, each stored at most once ever (the shards' marks), then the
+        // claim: a fire cut short between the two (a kill) is done again by the next one from the
+        // same version, which finds its ticks stored and only moves the schedule on.
+        let (mut pushed, mut existed) = (0, 0);
+        for status in push_ticks(store, fire, now).await? {
+            match status.as_str() {
+                "e" => existed += 1,
+                // 'c', or 'd': stored by a push of this same fire cut short, or by a racing
+                // instance that will lose the claim: this fire's tick either way.
+                _ => pushed += 1,
+            }
+        }
+        // The claim: only one instance moves the schedule on from `fire.version`.
+        match store.schedule_cas(&sc, Some(fire.version), now).await {
+            Ok(_) => {}
+            Err(StoreError::NotFound | StoreError::Exists) => return Ok(FireOutcome::Stale),
+            Err(e) => return Err(e),
+        }
+        Ok(FireOutcome::Fired { pushed, existed })
+    }
+}

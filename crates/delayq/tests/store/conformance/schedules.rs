@@ -1,0 +1,276 @@
+//! Recurring schedules in the store: put (with and without an expected version), get, the
+//! listing, delete, the due schedules, and the fire: one atomic compare-and-set that pushes a
+//! tick's job once, whatever the number of racing firers and however soon the job is finished.
+
+use super::*;
+use delayq::schedule::{CatchUp, Overlap, Rule, Schedule, ScheduleId, ScheduleSpec};
+use delayq::store::FireOutcome;
+
+fn sid(s: &str) -> ScheduleId {
+    ScheduleId::parse(s).unwrap()
+}
+
+/// A schedule every second from T0, its jobs on topic `t`.
+fn every_second(name: &str) -> Schedule {
+    let rule = Rule::Every {
+        every_ms: SEC,
+        anchor: T0,
+    };
+    let spec = ScheduleSpec {
+        id: sid(name),
+        job: job("t", "template", "{\"tick\":true}", 0),
+        rule: rule.clone(),
+        start_at: None,
+        end_at: None,
+        catch_up: CatchUp::Latest,
+        overlap: Overlap::Allow,
+        paused: false,
+    };
+    Schedule::new(spec, &rule.recurrence().unwrap(), T0)
+}
+
+async fn put(b: &Backend, sc: &Schedule) -> Schedule {
+    b.store.put_schedule(sc, None).await.unwrap()
+}
+
+async fn schedules_are_put_read_listed_and_deleted(b: &Backend) {
+    let a = put(b, &every_second("a")).await;
+    assert_eq!(
+        (a.version, a.next_tick, a.last_tick),
+        (1, Some(T0 + SEC), None)
+    );
+    let got = b.store.get_schedule(&sid("a")).await.unwrap();
+    assert_eq!(got, a, "every field reads back as put");
+    assert_eq!(got.spec.job.body, "{\"tick\":true}");
+
+    let mut changed = every_second("a");
+    changed.spec.paused = true;
+    let changed = put(b, &changed).await;
+    assert_eq!(changed.version, 2, "a replace moves the version on");
+    assert!(b.store.get_schedule(&sid("a")).await.unwrap().spec.paused);
+
+    // With an expected version: refused when at another one, or absent.
+    assert_eq!(
+        b.store.put_schedule(&every_second("a"), Some(1)).await,
+        Err(StoreError::Exists)
+    );
+    assert_eq!(
+        b.store.put_schedule(&every_second("zz"), Some(1)).await,
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(
+        b.store.get_schedule(&sid("zz")).await,
+        Err(StoreError::NotFound)
+    );
+    let again = b.store.put_schedule(&every_second("a"), Some(2)).await;
+    assert_eq!(again.map(|s| s.version), Ok(3));
+
+    for name in ["c", "b", "e", "d"] {
+        put(b, &every_second(name)).await;
+    }
+    let names = |page: Vec<Schedule>| -> Vec<String> {
+        page.iter().map(|s| s.spec.id.to_string()).collect()
+    };
+    let first = b.store.list_schedules(None, 2).await.unwrap();
+    assert_eq!(names(first.clone()), ["a", "b"]);
+    let next = b
+        .store
+        .list_schedules(Some(&first[1].spec.id), 10)
+        .await
+        .unwrap();
+    assert_eq!(names(next), ["c", "d", "e"]);
+
+    assert_eq!(b.store.delete_schedule(&sid("c")).await, Ok(()));
+    assert_eq!(
+        b.store.delete_schedule(&sid("c")).await,
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(
+        names(b.store.list_schedules(None, 10).await.unwrap()),
+        ["a", "b", "d", "e"]
+    );
+}
+
+async fn due_schedules_are_the_unpaused_ones_whose_tick_came(b: &Backend) {
+    let mut late = every_second("late");
+    late.next_tick = Some(T0 + 10 * SEC);
+    put(b, &late).await;
+    let mut paused = every_second("paused");
+    paused.spec.paused = true;
+    put(b, &paused).await;
+    let mut early = every_second("early");
+    early.next_tick = Some(T0 + 500);
+    put(b, &early).await;
+    put(b, &every_second("on-time")).await; // T0 + 1 s
+
+    let due = b.store.due_schedules(T0 + 400, 10).await.unwrap();
+    assert!(due.due.is_empty());
+    assert_eq!(due.next, Some(T0 + 500));
+
+    let due = b.store.due_schedules(T0 + SEC, 10).await.unwrap();
+    let ids: Vec<String> = due.due.iter().map(|s| s.spec.id.to_string()).collect();
+    assert_eq!(
+        ids,
+        ["early", "on-time"],
+        "earliest first, the paused one left out"
+    );
+    assert_eq!(due.next, Some(T0 + 10 * SEC));
+
+    let due = b.store.due_schedules(T0 + SEC, 1).await.unwrap();
+    assert_eq!(due.due.len(), 1, "at most the limit");
+    assert!(
+        due.next.is_some_and(|t| t <= T0 + SEC),
+        "more are due at once"
+    );
+}
+
+async fn a_fire_pushes_the_tick_s_job_and_moves_the_schedule_on(b: &Backend) {
+    let sc = put(b, &every_second("rep")).await;
+    let rule = sc.spec.rule.recurrence().unwrap();
+    let now = T0 + SEC + 3;
+    let plan = sc.plan(&rule, now, false);
+    let fire = plan.fire.expect("due");
+    assert_eq!(fire.jobs.len(), 1);
+    assert_eq!(
+        b.store.fire_schedule(&fire, now).await,
+        Ok(FireOutcome::Fired {
+            pushed: 1,
+            existed: 0
+        })
+    );
+    let j = b
+        .store
+        .get(&id(&format!("rep@{}", T0 + SEC)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (j.spec.run_at, j.state, j.spec.topic.as_str()),
+        (T0 + SEC, JobState::Ready, "t")
+    );
+    assert_eq!(j.spec.body, "{\"tick\":true}");
+    let after = b.store.get_schedule(&sid("rep")).await.unwrap();
+    assert_eq!(
+        (after.version, after.next_tick, after.last_tick),
+        (2, Some(T0 + 2 * SEC), Some(T0 + SEC))
+    );
+    // The same plan again is stale: the schedule moved on.
+    assert_eq!(
+        b.store.fire_schedule(&fire, now).await,
+        Ok(FireOutcome::Stale)
+    );
+    // A deleted schedule's fire is stale too, and its jobs stay.
+    let plan = after.plan(&rule, T0 + 2 * SEC, false).fire.unwrap();
+    b.store.delete_schedule(&sid("rep")).await.unwrap();
+    assert_eq!(
+        b.store.fire_schedule(&plan, T0 + 2 * SEC).await,
+        Ok(FireOutcome::Stale)
+    );
+    assert!(b.store.get(&id(&format!("rep@{}", T0 + SEC))).await.is_ok());
+    assert_eq!(
+        b.store.get(&id(&format!("rep@{}", T0 + 2 * SEC))).await,
+        Err(StoreError::NotFound)
+    );
+}
+
+async fn racing_fires_push_each_tick_once_even_when_its_job_is_finished_at_once(b: &Backend) {
+    put(b, &every_second("race")).await;
+    let mut delivered = Vec::new();
+    for tick in 1..=5u64 {
+        let now = T0 + tick * SEC;
+        // Eight firers read the schedule and plan the same tick, then all fire at once.
+        let sc = b.store.get_schedule(&sid("race")).await.unwrap();
+        let rule = sc.spec.rule.recurrence().unwrap();
+        let fire = sc.plan(&rule, now, false).fire.unwrap();
+        let outcomes =
+            futures::future::join_all((0..8).map(|_| b.store.fire_schedule(&fire, now))).await;
+        let fired = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(FireOutcome::Fired { .. })))
+            .count();
+        assert_eq!(fired, 1, "tick {tick}: {outcomes:?}");
+        // The consumer takes and finishes the job at once: its id is free again.
+        for j in b.store.reserve(&[topic("t")], 10, now).await.unwrap() {
+            delivered.push(j.spec.id.as_str().to_string());
+            b.store.finish(&j.spec.id).await.unwrap();
+        }
+        // Late firers with the same plan change nothing.
+        assert_eq!(
+            b.store.fire_schedule(&fire, now).await,
+            Ok(FireOutcome::Stale)
+        );
+        assert!(
+            b.store
+                .reserve(&[topic("t")], 10, now)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+    let want: Vec<String> = (1..=5).map(|k| format!("race@{}", T0 + k * SEC)).collect();
+    assert_eq!(delivered, want);
+}
+
+async fn a_fire_leaves_a_job_of_the_same_id_as_it_is(b: &Backend) {
+    let sc = put(b, &every_second("dup")).await;
+    let tick_id = format!("dup@{}", T0 + SEC);
+    push(b, job("other", &tick_id, "mine", T0 + HOUR), T0).await;
+    let rule = sc.spec.rule.recurrence().unwrap();
+    let fire = sc.plan(&rule, T0 + SEC, false).fire.unwrap();
+    assert_eq!(
+        b.store.fire_schedule(&fire, T0 + SEC).await,
+        Ok(FireOutcome::Fired {
+            pushed: 0,
+            existed: 1
+        })
+    );
+    let j = b.store.get(&id(&tick_id)).await.unwrap();
+    assert_eq!(
+        (j.spec.body.as_str(), j.spec.topic.as_str()),
+        ("mine", "other")
+    );
+    assert_eq!(
+        b.store.get_schedule(&sid("dup")).await.unwrap().next_tick,
+        Some(T0 + 2 * SEC)
+    );
+}
+
+async fn a_fire_whose_ticks_are_all_skipped_moves_the_schedule_on(b: &Backend) {
+    let mut sc = every_second("skipper");
+    sc.spec.overlap = Overlap::Skip;
+    sc.last_tick = Some(T0);
+    let sc = put(b, &sc).await;
+    let rule = sc.spec.rule.recurrence().unwrap();
+    // The previous tick's job still exists: the plan pushes nothing.
+    let plan = sc.plan(&rule, T0 + SEC, true);
+    assert_eq!(plan.skipped_overlap, 1);
+    let fire = plan.fire.unwrap();
+    assert!(fire.jobs.is_empty());
+    assert_eq!(
+        b.store.fire_schedule(&fire, T0 + SEC).await,
+        Ok(FireOutcome::Fired {
+            pushed: 0,
+            existed: 0
+        })
+    );
+    let after = b.store.get_schedule(&sid("skipper")).await.unwrap();
+    assert_eq!(
+        (after.next_tick, after.last_tick, after.version),
+        (Some(T0 + 2 * SEC), Some(T0), 2)
+    );
+    assert!(
+        b.store
+            .reserve(&[topic("t")], 10, T0 + SEC)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+backend_tests!(
+    a_fire_whose_ticks_are_all_skipped_moves_the_schedule_on,
+    schedules_are_put_read_listed_and_deleted,
+    due_schedules_are_the_unpaused_ones_whose_tick_came,
+    a_fire_pushes_the_tick_s_job_and_moves_the_schedule_on,
+    racing_fires_push_each_tick_once_even_when_its_job_is_finished_at_once,
+    a_fire_leaves_a_job_of_the_same_id_as_it_is,
+);
