@@ -109,6 +109,23 @@ fn decode(id: &str, rec: &Value, version: &Value) -> StoreResult<Option<Schedule
     Ok(Some(sc))
 }
 
+/// Ids found on several shards (id, shard), grouped by shard for [`read_many`].
+fn by_shard<'a>(
+    store: &'a RedisStore,
+    ids: &[(String, usize)],
+) -> Vec<(&'a ShardKeys, Vec<String>)> {
+    store
+        .inner
+        .shards
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let mine = ids.iter().filter(|(_, s)| *s == i);
+            (k, mine.map(|(id, _)| id.clone()).collect())
+        })
+        .collect()
+}
+
 /// The schedules of `ids` on shard `k`, read in one round trip (those deleted meanwhile left
 /// out).
 async fn read_many(
@@ -259,20 +276,7 @@ impl Calls {
         }
         ids.sort();
         ids.truncate(limit);
-        let per_shard: Vec<(&ShardKeys, Vec<String>)> = store
-            .inner
-            .shards
-            .iter()
-            .enumerate()
-            .map(|(i, k)| {
-                let mine = ids
-                    .iter()
-                    .filter(|(_, s)| *s == i)
-                    .map(|(id, _)| id.clone());
-                (k, mine.collect())
-            })
-            .collect();
-        let mut out = read_many(store, &per_shard).await?;
+        let mut out = read_many(store, &by_shard(store, &ids)).await?;
         out.sort_by(|a, b| a.spec.id.cmp(&b.spec.id));
         Ok(out)
     }
@@ -328,20 +332,7 @@ impl Calls {
             }
             due.push((id, shard));
         }
-        let per_shard: Vec<(&ShardKeys, Vec<String>)> = store
-            .inner
-            .shards
-            .iter()
-            .enumerate()
-            .map(|(i, k)| {
-                let mine = due
-                    .iter()
-                    .filter(|(_, s)| *s == i)
-                    .map(|(id, _)| id.clone());
-                (k, mine.collect())
-            })
-            .collect();
-        let mut schedules = read_many(store, &per_shard).await?;
+        let mut schedules = read_many(store, &by_shard(store, &due)).await?;
         schedules.retain(|s| s.is_due(now));
         schedules.sort_by_key(|s| s.next_tick);
         out.due = schedules;
