@@ -162,20 +162,12 @@ pub struct LimitArgs {
     pub no_max_in_flight: bool,
 }
 
+/// What a job is made of, for `push` and for the job of each tick of `schedule put`.
 #[derive(Debug, Args)]
-pub struct PushArgs {
-    /// Topic to push to
+pub struct JobArgs {
+    /// Topic of the job
     #[arg(long)]
     pub topic: String,
-    /// Job id (default: a new UUIDv7 chosen by the server)
-    #[arg(long)]
-    pub id: Option<String>,
-    /// Due this long from now
-    #[arg(long, value_parser = duration, value_name = "DURATION", conflicts_with = "run_at")]
-    pub delay: Option<u64>,
-    /// Due at this Unix time in milliseconds
-    #[arg(long, value_name = "MS")]
-    pub run_at: Option<u64>,
     /// Time to run: how long a consumer may hold the job [server default: 60s]
     #[arg(long, value_parser = duration, value_name = "DURATION")]
     pub ttr: Option<u64>,
@@ -195,15 +187,30 @@ pub struct PushArgs {
     /// How long one call may take [server default: 30s]
     #[arg(long, value_parser = duration, value_name = "DURATION", requires = "callback")]
     pub callback_timeout: Option<u64>,
-    /// Replace an existing job with this id instead of failing
-    #[arg(long)]
-    pub replace: bool,
     /// The body; '-' reads it from stdin [default: empty]
     #[arg(conflicts_with = "body_file")]
     pub body: Option<String>,
     /// Read the body from this file
     #[arg(long, value_name = "FILE")]
     pub body_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Job id (default: a new UUIDv7 chosen by the server)
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Due this long from now
+    #[arg(long, value_parser = duration, value_name = "DURATION", conflicts_with = "run_at")]
+    pub delay: Option<u64>,
+    /// Due at this Unix time in milliseconds
+    #[arg(long, value_name = "MS")]
+    pub run_at: Option<u64>,
+    /// Replace an existing job with this id instead of failing
+    #[arg(long)]
+    pub replace: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -254,33 +261,9 @@ pub struct SchedulePutArgs {
     /// Create it paused
     #[arg(long)]
     pub paused: bool,
-    /// Topic of the jobs
-    #[arg(long)]
-    pub topic: String,
-    /// Time to run: how long a consumer may hold a job [server default: 60s]
-    #[arg(long, value_parser = duration, value_name = "DURATION")]
-    pub ttr: Option<u64>,
-    /// 0 is the most urgent [server default: 1024]
-    #[arg(long, value_name = "N")]
-    pub priority: Option<u32>,
-    /// Deliveries before a job is dead; 0 = unlimited [server default: 0]
-    #[arg(long, value_name = "N")]
-    pub max_attempts: Option<u32>,
-    /// Delays before the 1st, 2nd, ... redelivery; the last repeats (e.g. 15s,3m,10m)
-    #[arg(long, value_parser = duration, value_delimiter = ',', value_name = "DURATIONS")]
-    pub backoff: Option<Vec<u64>>,
-    /// Make its jobs callback jobs: delayq POSTs the body to this URL at each tick
-    #[arg(long, value_name = "URL")]
-    pub callback: Option<String>,
-    /// How long one call may take [server default: 30s]
-    #[arg(long, value_parser = duration, value_name = "DURATION", requires = "callback")]
-    pub callback_timeout: Option<u64>,
-    /// The jobs' body; '-' reads it from stdin [default: empty]
-    #[arg(conflicts_with = "body_file")]
-    pub body: Option<String>,
-    /// Read the body from this file
-    #[arg(long, value_name = "FILE")]
-    pub body_file: Option<PathBuf>,
+    /// The job each tick pushes
+    #[command(flatten)]
+    pub job: JobArgs,
 }
 
 #[derive(Debug, Args)]
@@ -597,21 +580,7 @@ async fn schedule(client: &Client, out: &Output, cmd: ScheduleCommand) -> anyhow
 
 /// The schedule `delayq schedule put` sends: its job built as `push` builds one.
 fn new_schedule(args: SchedulePutArgs) -> anyhow::Result<NewSchedule> {
-    let job = new_job(PushArgs {
-        topic: args.topic,
-        id: None,
-        delay: None,
-        run_at: None,
-        ttr: args.ttr,
-        priority: args.priority,
-        max_attempts: args.max_attempts,
-        backoff: args.backoff,
-        callback: args.callback,
-        callback_timeout: args.callback_timeout,
-        replace: false,
-        body: args.body,
-        body_file: args.body_file,
-    })?;
+    let job = job_of(args.job)?;
     Ok(NewSchedule {
         cron: args.cron,
         every_ms: args.every,
@@ -653,8 +622,19 @@ impl Output {
     }
 }
 
-/// The job `delayq push` sends, with its body from the argument, a file or stdin.
+/// The job `delayq push` sends: [`job_of`] its job flags, with its id, due time and
+/// replacement.
 fn new_job(args: PushArgs) -> anyhow::Result<NewJob> {
+    let mut job = job_of(args.job)?.replace(args.replace);
+    job.id = args.id;
+    job.delay_ms = args.delay;
+    job.run_at_ms = args.run_at;
+    Ok(job)
+}
+
+/// A job made of its flags, with its body from the argument, a file or stdin; only what was
+/// given is set, so the server's defaults apply to the rest.
+fn job_of(args: JobArgs) -> anyhow::Result<NewJob> {
     let body = match (args.body.as_deref(), &args.body_file) {
         (Some("-"), _) => {
             let mut body = String::new();
@@ -672,11 +652,7 @@ fn new_job(args: PushArgs) -> anyhow::Result<NewJob> {
         })?,
         (None, None) => String::new(),
     };
-    let mut job = NewJob::new(args.topic, body).replace(args.replace);
-    // Only what was given is set; the rest is omitted, so the server's defaults apply.
-    job.id = args.id;
-    job.delay_ms = args.delay;
-    job.run_at_ms = args.run_at;
+    let mut job = NewJob::new(args.topic, body);
     job.ttr_ms = args.ttr;
     job.priority = args.priority;
     job.max_attempts = args.max_attempts;
@@ -831,9 +807,9 @@ mod tests {
             panic!("not push");
         };
         assert_eq!(p.delay, Some(15_000));
-        assert_eq!(p.ttr, Some(60_000));
-        assert_eq!(p.backoff, Some(vec![15_000, 180_000, 600_000]));
-        assert_eq!(p.body.as_deref(), Some(r#"{"order":42}"#));
+        assert_eq!(p.job.ttr, Some(60_000));
+        assert_eq!(p.job.backoff, Some(vec![15_000, 180_000, 600_000]));
+        assert_eq!(p.job.body.as_deref(), Some(r#"{"order":42}"#));
         let job = new_job(p).unwrap();
         assert_eq!(
             serde_json::to_value(&job).unwrap(),
@@ -905,7 +881,7 @@ mod tests {
         let Command::Push(p) = command(&["push", "--topic=t", "-"]) else {
             panic!("not push");
         };
-        assert_eq!(p.body.as_deref(), Some("-"));
+        assert_eq!(p.job.body.as_deref(), Some("-"));
     }
 
     #[test]

@@ -192,11 +192,15 @@ local function dead_id_at(topic) return #topic + 9 end
 local function topic_min(topic) return '[' .. topic .. '\0' end
 local function topic_max(topic) return '(' .. topic .. '\1' end
 
--- The topic of a working record: its queue without ',callback' (a callback job's).
-local function topic_of(j)
-  local q = j[QUEUE]
+-- The topic of a queue: the queue without ',callback' (a callback queue's).
+local function queue_topic(q)
   if string.sub(q, -9) == ',callback' then return string.sub(q, 1, -10) end
   return q
+end
+
+-- The topic of a working record.
+local function topic_of(j)
+  return queue_topic(j[QUEUE])
 end
 
 -- A `due` field: topic ('' for every topic) \0 the minute, 5 bytes big-endian.
@@ -375,8 +379,16 @@ local function set_window(id, j, win)
   ids[#ids + 1] = id
 end
 
--- Whether the shard's flow hash exists, once `unindex` has asked (nil: not yet this call).
+-- Whether the shard's flow hash exists, read once per call (nil: not yet this call).
 local flow_any
+
+-- A topic's packed flow control settings, or nil: one EXISTS per call while the shard has
+-- none, so topics without settings cost nothing more.
+local function flow_settings(topic)
+  if flow_any == nil then flow_any = redis.call('EXISTS', FLOW) == 1 end
+  if not flow_any then return nil end
+  return redis.call('HGET', FLOW, 's' .. topic)
+end
 
 -- Removes a job's index entries and count (not its record). A delayed job in a window list
 -- stays there (see the header): the drain drops it.
@@ -386,12 +398,10 @@ local function unindex(id, j)
   if s == 'd' or s == 'x' then
     redis.call('ZREM', TIMELINE, id)
     if s == 'd' then count_due(j, -1) end
-    -- A reservation ends: a topic with flow control may let a ready job out now. Whether the
-    -- shard has any flow control is read once per call.
+    -- A reservation ends: a topic with flow control may let a ready job out now.
     if s == 'x' then
-      if flow_any == nil then flow_any = redis.call('EXISTS', FLOW) == 1 end
       local topic = topic_of(j)
-      if flow_any and redis.call('HEXISTS', FLOW, 's' .. topic) == 1 then
+      if flow_settings(topic) then
         emit_ready(topic)
         emit_ready(topic .. ',callback')
       end

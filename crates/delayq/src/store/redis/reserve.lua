@@ -6,8 +6,8 @@
 -- paused, no more than its bucket's whole tokens (refilled to now at the shard's share of the
 -- rate, up to its share of the burst) and no more than its share of max_in_flight less the
 -- topic's reserved jobs (pull and callback). When jobs are left waiting for a token, the
--- timeline gets the member \0<queue> at the next token's time (tick.lua announces it). A
--- topic without settings costs one HGET.
+-- timeline gets the member \0<queue> at the next token's time (tick.lua announces it). While
+-- the shard has no settings at all, a call pays one EXISTS (lib.lua flow_settings).
 -- KEYS: the shard's keys (lib.lua).
 -- ARGV[1] channel, ARGV[2] now, ARGV[3] max, ARGV[4..] topics in preference order.
 -- Returns {id, record, id, record, ...} in delivery order.
@@ -22,14 +22,14 @@ end
 
 local function has_ready(queue)
   flush_index()
-  return #redis.call('ZRANGEBYLEX', READY, topic_min(queue), topic_max(queue), 'LIMIT', 0, 1) > 0
+  return #redis.call('ZRANGEBYLEX', READY, topic_min(queue), topic_max(queue), 'LIMIT', '0', '1')
+    > 0
 end
 
 -- How many of `want` jobs of `queue` its flow control lets out, and its bucket (nil: no rate).
 local function allowance(queue, want)
-  local topic = queue
-  if string.sub(queue, -9) == ',callback' then topic = string.sub(queue, 1, -10) end
-  local raw = redis.call('HGET', FLOW, 's' .. topic)
+  local topic = queue_topic(queue)
+  local raw = flow_settings(topic)
   if not raw or want == 0 or not has_ready(queue) then return want, nil end
   local f = cmsgpack.unpack(raw)
   if f[2] == 1 then
