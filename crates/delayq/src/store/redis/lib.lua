@@ -485,6 +485,107 @@ local function kick_record(j)
   j[RUN_AT] = NOW
 end
 
+-- reserve.lua's steps (here, not in its body, so a call does not build them anew).
+
+-- A count as this run sees it (its own changes are summed until flush_events).
+local function current(f)
+  return tonumber(redis.call('HGET', COUNTS, f) or '0') + (count_delta[f] or 0)
+end
+
+local function has_ready(queue)
+  flush_index()
+  return #redis.call('ZRANGEBYLEX', READY, topic_min(queue), topic_max(queue), 'LIMIT', '0', '1')
+    > 0
+end
+
+-- How many of `want` jobs of `queue` its flow control lets out, and its bucket (nil: no rate).
+local function allowance(queue, want)
+  local topic = queue_topic(queue)
+  local raw = flow_settings(topic)
+  if not raw or want == 0 or not has_ready(queue) then return want, nil end
+  local f = cmsgpack.unpack(raw)
+  if f[2] == 1 then
+    redis.call('HINCRBY', FLOW, 'hp' .. topic, 1)
+    return 0, nil
+  end
+  local room, bucket = want, nil
+  local rate, burst, limit = f[6], f[7], f[8]
+  if rate > 0 then
+    local b = redis.call('HGET', FLOW, 'b' .. topic)
+    local tokens, stamp = burst, NOW
+    if b then
+      local t = cmsgpack.unpack(b)
+      tokens, stamp = t[1], t[2]
+    end
+    if NOW > stamp then
+      tokens = math.min(burst, tokens + (NOW - stamp) * rate / 1e9)
+      stamp = NOW
+    end
+    bucket = {tokens, stamp, rate, topic}
+    local whole = math.floor(tokens)
+    if whole < room then
+      redis.call('HINCRBY', FLOW, 'hr' .. topic, 1)
+      room = whole
+    end
+  end
+  if limit > 0 then
+    local left = limit - current('x' .. topic) - current('x' .. topic .. ',callback')
+    if left < 0 then left = 0 end
+    if left < room then
+      redis.call('HINCRBY', FLOW, 'hm' .. topic, 1)
+      room = left
+    end
+  end
+  return room, bucket
+end
+
+-- Takes `n` tokens from `bucket`; jobs left waiting get the next token's wake-up.
+local function spend(queue, bucket, n)
+  local tokens = bucket[1] - n
+  redis.call('HSET', FLOW, 'b' .. bucket[4], cmsgpack.pack({tokens, bucket[2]}))
+  if tokens < 1 and has_ready(queue) then
+    if tokens < 0 then tokens = 0 end
+    set_timer('\0' .. queue, NOW + math.max(1, math.ceil((1 - tokens) * 1e9 / bucket[3])))
+  end
+end
+
+-- A ready job's stored record `raw` (the ready member `m`) as reserved now: state x, attempts
+-- + 1, reserved until now + ttr; returns it packed and its deadline. Works on the stored layout
+-- in place (no working record), so it writes exactly what lib.lua's `encode` would: every
+-- position up to 11 present (reserved_until is never the default). nil, nil when the record
+-- does not decode or does not match `m` (stale); nil, true for the 11-element layout, which
+-- takes `reserve_working`.
+local function reserve_stored(id, raw, m)
+  local ok, r = pcall(cmsgpack.unpack, raw)
+  if not ok or type(r) ~= 'table' or r[1] ~= 'r' or type(r[2]) ~= 'string'
+    or type(r[4]) ~= 'number' or type(r[5]) ~= 'number' then
+    return nil, nil
+  end
+  if #r == 11 and type(r[11]) == 'table' then return nil, true end
+  local ttr, prio = r[6] or DEFAULT_TTR, r[7] or DEFAULT_PRIO
+  local backoff, att = r[9] or {}, r[10] or 0
+  if type(ttr) ~= 'number' or type(prio) ~= 'number' or type(backoff) ~= 'table'
+    or type(att) ~= 'number' then
+    return nil, nil
+  end
+  local queue = r[2]
+  if r[12] then queue = queue .. ',callback' end
+  if queue .. '\0' .. struct.pack('>I4I6I7', prio, r[4], r[5]) .. id ~= m then return nil, nil end
+  local until_ = after(NOW, ttr)
+  r[1], r[6], r[7], r[8], r[9], r[10], r[11] = 'x', ttr, prio, r[8] or 0, backoff, att + 1, until_
+  return cmsgpack.pack(r), until_
+end
+
+-- The same through a working record (the 11-element layout): packed and deadline, or nil.
+local function reserve_working(id, m)
+  local j = load_lenient(id)
+  if not (j and j[S] == 'r' and ready_member(id, j) == m) then return nil end
+  j[S] = 'x'
+  j[ATT] = j[ATT] + 1
+  j[RU] = after(NOW, j[TTR])
+  return encode(j), j[RU]
+end
+
 -- Starts a call: binds its keys and arguments and empties the per-call state (a call that
 -- failed half way left its own behind).
 local function begin(keys, args)

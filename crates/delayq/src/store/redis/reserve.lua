@@ -15,92 +15,47 @@ local max = tonumber(ARGV[3])
 local out = {}
 local got = 0
 
--- A count as this run sees it (its own changes are summed until flush_events).
-local function current(f)
-  return tonumber(redis.call('HGET', COUNTS, f) or '0') + (count_delta[f] or 0)
-end
-
-local function has_ready(queue)
-  flush_index()
-  return #redis.call('ZRANGEBYLEX', READY, topic_min(queue), topic_max(queue), 'LIMIT', '0', '1')
-    > 0
-end
-
--- How many of `want` jobs of `queue` its flow control lets out, and its bucket (nil: no rate).
-local function allowance(queue, want)
-  local topic = queue_topic(queue)
-  local raw = flow_settings(topic)
-  if not raw or want == 0 or not has_ready(queue) then return want, nil end
-  local f = cmsgpack.unpack(raw)
-  if f[2] == 1 then
-    redis.call('HINCRBY', FLOW, 'hp' .. topic, 1)
-    return 0, nil
-  end
-  local room, bucket = want, nil
-  local rate, burst, limit = f[6], f[7], f[8]
-  if rate > 0 then
-    local b = redis.call('HGET', FLOW, 'b' .. topic)
-    local tokens, stamp = burst, NOW
-    if b then
-      local t = cmsgpack.unpack(b)
-      tokens, stamp = t[1], t[2]
-    end
-    if NOW > stamp then
-      tokens = math.min(burst, tokens + (NOW - stamp) * rate / 1e9)
-      stamp = NOW
-    end
-    bucket = {tokens, stamp, rate, topic}
-    local whole = math.floor(tokens)
-    if whole < room then
-      redis.call('HINCRBY', FLOW, 'hr' .. topic, 1)
-      room = whole
-    end
-  end
-  if limit > 0 then
-    local left = limit - current('x' .. topic) - current('x' .. topic .. ',callback')
-    if left < 0 then left = 0 end
-    if left < room then
-      redis.call('HINCRBY', FLOW, 'hm' .. topic, 1)
-      room = left
-    end
-  end
-  return room, bucket
-end
-
--- Takes `n` tokens from `bucket`; jobs left waiting get the next token's wake-up.
-local function spend(queue, bucket, n)
-  local tokens = bucket[1] - n
-  redis.call('HSET', FLOW, 'b' .. bucket[4], cmsgpack.pack({tokens, bucket[2]}))
-  if tokens < 1 and has_ready(queue) then
-    if tokens < 0 then tokens = 0 end
-    set_timer('\0' .. queue, NOW + math.max(1, math.ceil((1 - tokens) * 1e9 / bucket[3])))
-  end
-end
-
 for t = 4, #ARGV do
   if got >= max then break end
   local topic = ARGV[t]
   local room, bucket = allowance(topic, max - got)
   local stop = got + room
   local before = got
+  local id_at = ready_id_at(topic)
   while got < stop do
-    local want = stop - got
+    -- At most 500 entries a read: every command's arguments stay within Lua's stack.
+    local want = math.min(stop - got, 500)
     local heads = redis.call('ZRANGEBYLEX', READY, topic_min(topic), topic_max(topic),
       'LIMIT', '0', num(want))
-    for _, m in ipairs(heads) do
-      local id = string.sub(m, ready_id_at(topic))
-      local j = load_lenient(id)
-      if j and j[S] == 'r' and ready_member(id, j) == m then
-        unindex(id, j)
-        j[S] = 'x'
-        j[ATT] = j[ATT] + 1
-        j[RU] = after(NOW, j[TTR])
-        out[#out + 1] = id
-        out[#out + 1] = put(id, j)
-        got = got + 1
-      else
-        redis.call('ZREM', READY, m)
+    if #heads == 0 then break end
+    -- One read of every record, one removal of every entry (taken or stale) and one write of
+    -- every reserved record per batch.
+    local ids = {}
+    for i, m in ipairs(heads) do ids[i] = string.sub(m, id_at) end
+    local raws = redis.call('HMGET', JOBS, unpack(ids))
+    local writes = {}
+    for i, m in ipairs(heads) do
+      local id = ids[i]
+      local packed, until_ = nil, nil
+      if raws[i] then
+        packed, until_ = reserve_stored(id, raws[i], m)
+        if packed == nil and until_ == true then packed, until_ = reserve_working(id, m) end
       end
+      if packed then
+        set_timer(id, until_)
+        writes[#writes + 1] = id
+        writes[#writes + 1] = packed
+        out[#out + 1] = id
+        out[#out + 1] = packed
+        got = got + 1
+      end
+    end
+    redis.call('ZREM', READY, unpack(heads))
+    local n = #writes / 2
+    if n > 0 then
+      redis.call('HSET', JOBS, unpack(writes))
+      count(topic, 'r', -n)
+      count(topic, 'x', n)
     end
     -- A short read means the topic's range is exhausted: no second, empty read.
     if #heads < want then break end

@@ -310,3 +310,66 @@ async fn a_foreign_value_in_the_indexes_never_blocks_the_timer_or_reserve() {
         Some(NOW + 5 + 60_000)
     );
 }
+
+#[tokio::test]
+async fn a_record_in_the_11_element_layout_is_reserved_and_rewritten_in_the_current_one() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    // {state, topic, body, run_at, ttr_ms, priority, max_attempts, attempts, reserved_until,
+    // seq, backoff_ms}, as earlier builds wrote every record: a ready job due at NOW.
+    let mut record = vec![0x9b, 0xa1, b'r', 0xa1, b't', 0xa4];
+    record.extend_from_slice(b"body");
+    record.push(0xcf);
+    record.extend_from_slice(&NOW.to_be_bytes());
+    record.extend_from_slice(&[0xcd, 0x13, 0x88]); // ttr 5,000
+    record.extend_from_slice(&[0xcd, 0x04, 0x00]); // priority 1,024
+    record.extend_from_slice(&[0x03, 0x01, 0x00, 0x07, 0x90]); // 3 max, 1 attempt, seq 7
+    let mut member = b"t\0".to_vec();
+    member.extend_from_slice(&1024u32.to_be_bytes());
+    member.extend_from_slice(&NOW.to_be_bytes()[2..]);
+    member.extend_from_slice(&7u64.to_be_bytes()[1..]);
+    member.extend_from_slice(b"old");
+    let mut c = raw(&server).await;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("{dq:0}:jobs")
+        .arg("old")
+        .arg(record)
+        .cmd("ZADD")
+        .arg("{dq:0}:ready")
+        .arg(0)
+        .arg(member)
+        .cmd("HSET")
+        .arg("{dq:0}:counts")
+        .arg("rt")
+        .arg(1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let got = s.reserve(&[topic("t")], 10, NOW + 1).await.unwrap();
+    assert_eq!(ids(&got), ["old"]);
+    let j = &got[0];
+    assert_eq!(
+        (
+            j.spec.body.as_ref(),
+            j.spec.ttr_ms,
+            j.spec.max_attempts,
+            j.attempts
+        ),
+        (&b"body"[..], 5_000, 3, 2)
+    );
+    assert_eq!(j.reserved_until, Some(NOW + 1 + 5_000));
+    // Read back from Redis: the record the reserve wrote, in the current layout.
+    let back = s.get(&id("old")).await.unwrap();
+    assert_eq!(back.state, JobState::Reserved);
+    assert_eq!((back.attempts, back.reserved_until), (2, Some(NOW + 5_001)));
+    let stored: Vec<u8> = redis::cmd("HGET")
+        .arg("{dq:0}:jobs")
+        .arg("old")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // The 11-element layout ends with the backoff array (here empty, 0x90); the current one
+    // with reserved_until.
+    assert_ne!(stored.last(), Some(&0x90), "left in the 11-element layout");
+}
