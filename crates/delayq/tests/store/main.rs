@@ -8,6 +8,7 @@
 mod support;
 
 mod conformance;
+mod embedded_backup;
 mod embedded_crash;
 mod embedded_store;
 mod model;
