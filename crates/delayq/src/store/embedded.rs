@@ -53,6 +53,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use tokio::sync::broadcast;
 
+pub use record::FORMAT_VERSION;
+
 /// Name of the redb file inside the data directory.
 pub const DB_FILE_NAME: &str = "delayq.redb";
 
@@ -225,6 +227,7 @@ impl EmbeddedStore {
         tracing::info!(
             file = %file.display(),
             jobs = n,
+            format_version = record::FORMAT_VERSION,
             load_ms = started.elapsed().as_millis() as u64,
             "embedded store opened"
         );
@@ -288,15 +291,30 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
             .map(|v| v.value());
         match version {
             Some(record::FORMAT_VERSION) => {}
-            Some(v) => {
-                return Err(StoreError::Corrupt(
+            Some(v) if v > record::FORMAT_VERSION => {
+                return Err(StoreError::Unavailable(
                     format!(
-                        "{shown}: data format version {v}, but this delayq reads version {}",
+                        "{shown}: data format version {v} was written by a newer delayq; this \
+                         delayq ({}) reads version {} and left it untouched: run the newer \
+                         delayq, or, to go back to this one, restore a backup taken before \
+                         the upgrade (docs/upgrading.md)",
+                        env!("CARGO_PKG_VERSION"),
                         record::FORMAT_VERSION
                     )
                     .into(),
                 ));
             }
+            Some(v) => {
+                return Err(StoreError::Corrupt(
+                    format!(
+                        "{shown}: data format version {v} is not one delayq ever wrote (the \
+                         first is 1)"
+                    )
+                    .into(),
+                ));
+            }
+            // A new file. (Every data directory delayq wrote has a version: the first build
+            // recorded version 1.)
             None => {
                 meta.insert(FORMAT_VERSION_KEY, record::FORMAT_VERSION)
                     .map_err(|e| corrupt(file, e))?;

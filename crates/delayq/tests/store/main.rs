@@ -11,6 +11,7 @@ mod conformance;
 mod embedded_backup;
 mod embedded_crash;
 mod embedded_store;
+mod embedded_versions;
 mod model;
 mod multi_instance;
 mod redis_auth;

@@ -28,6 +28,7 @@ use support::backends::Backend;
 use support::failing::FailingStore;
 
 mod bad_input;
+mod backup;
 mod batch;
 mod listings;
 mod one_job;
