@@ -23,8 +23,8 @@ mod types;
 
 pub use error::ClientError;
 pub use types::{
-    BackedUp, Callback, FinishResult, Health, Job, JobState, JobTemplate, NewJob, NewSchedule, PushResult,
-    PushStatus, Readiness, Reschedule, Rescheduled, Restored, Schedule, SchedulesPage,
+    BackedUp, Callback, FinishResult, Health, Job, JobState, JobTemplate, NewJob, NewSchedule,
+    PushResult, PushStatus, Readiness, Reschedule, Rescheduled, Restored, Schedule, SchedulesPage,
     SettingsChange, Stats, TopicSettings, TopicStats,
 };
 
@@ -32,8 +32,8 @@ use reqwest::{Method, RequestBuilder, Url};
 use serde::de::DeserializeOwned;
 use std::time::Duration;
 use types::{
-    BackupRequest, FinishBatchRequest, KickTopicRequest, KickTopicResponse, PushBatchRequest, PushBatchResponse,
-    ReleaseRequest, ReserveRequest, ReserveResponse, RestoreRequest,
+    BackupRequest, FinishBatchRequest, KickTopicRequest, KickTopicResponse, PushBatchRequest,
+    PushBatchResponse, ReleaseRequest, ReserveRequest, ReserveResponse, RestoreRequest,
 };
 
 /// How long an ordinary request may take, end to end, unless [`Client::with_timeout`] says

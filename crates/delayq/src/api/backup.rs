@@ -10,7 +10,7 @@
 //! refused like `..`. So a generated or hostile request can at worst fill `backup_dir`.
 //!
 //! Answers: 200 with what was written (`dir` as written, `jobs`, `schedules`, `bytes`,
-//! `took_ms`); 400 `invalid_field` naming `dir`; 409 `backup_unsupported` on a store without
+//! `took_ms`); 400 `invalid_field` naming `dir`; 503 or 500 when the store fails, as any call; 409 `backup_unsupported` on a store without
 //! an online backup (Redis, Cluster, memory: the message says what to do instead), 409
 //! `backup_disabled` without `backup_dir`, 409 `backup_running` while another runs; 500
 //! `backup_failed` when the copy cannot be written (the message names the file and the
@@ -28,14 +28,14 @@ use bytes::Bytes;
 use serde_json::Value;
 use std::path::{Component, Path, PathBuf};
 
-/// The route's path (also exempt from the request deadline, `api/mod.rs`).
+/// The route's path (exempt from the request deadline, `api/mod.rs`).
 pub const BACKUP_PATH: &str = "/v1/backup";
 
 /// Longest `dir` accepted, in characters (Linux's `PATH_MAX` is 4096 bytes).
 const MAX_DIR_CHARS: usize = 4096;
 
 pub fn routes() -> Router<AppState> {
-    Router::new().route(BACKUP_PATH, post(backup))
+    Router::new().route("/v1/backup", post(backup))
 }
 
 /// What `POST /v1/backup` answers.
@@ -73,7 +73,10 @@ fn dir_of(body: &[u8]) -> Result<String, ApiError> {
         ));
     }
     if dir.chars().any(char::is_control) {
-        return Err(ApiError::field("dir", "must not contain control characters"));
+        return Err(ApiError::field(
+            "dir",
+            "must not contain control characters",
+        ));
     }
     Ok(dir)
 }
@@ -140,6 +143,8 @@ async fn backup(
 ) -> Result<Json<BackupView>, ApiError> {
     let dir = dir_of(&body?)?;
     let store = state.store.clone();
+    // A store that has failed refuses a backup as it refuses any call.
+    store.ping().await?;
     if store.online_backup().is_none() {
         return Err(ApiError::BackupUnsupported(store.kind()));
     }

@@ -194,7 +194,10 @@ async fn one_backup_runs_at_a_time() {
     assert_eq!(first.unwrap().jobs, 1);
     assert_eq!(second, Err(BackupError::Running));
     // Once it is done, the next may run.
-    assert_eq!(backup.backup(&tmp.path().join("three")).await.unwrap().jobs, 1);
+    assert_eq!(
+        backup.backup(&tmp.path().join("three")).await.unwrap().jobs,
+        1
+    );
 }
 
 #[tokio::test]
@@ -212,8 +215,8 @@ mod under_load {
     use serde_json::{Value, json};
     use std::collections::HashSet;
     use std::process::Command;
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
 
     const TOKEN: &str = "backup-test-token-0123456789";
@@ -286,10 +289,18 @@ mod under_load {
     /// The longest time between two consecutive answers among `acks` (sorted) that falls
     /// within `from..to`, edges included.
     fn longest_gap(acks: &[Instant], from: Instant, to: Instant) -> Duration {
-        let mut inside: Vec<Instant> = acks.iter().copied().filter(|t| *t >= from && *t <= to).collect();
+        let mut inside: Vec<Instant> = acks
+            .iter()
+            .copied()
+            .filter(|t| *t >= from && *t <= to)
+            .collect();
         inside.insert(0, from);
         inside.push(to);
-        inside.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
+        inside
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,7 +370,10 @@ mod under_load {
         );
         let report: Value = serde_json::from_slice(&backup.stdout).unwrap();
         let copy = backups.join("nightly");
-        assert_eq!(report["dir"], copy.canonicalize().unwrap().to_str().unwrap());
+        assert_eq!(
+            report["dir"],
+            copy.canonicalize().unwrap().to_str().unwrap()
+        );
 
         let mut times: Vec<Instant> = acked.iter().map(|(_, t)| *t).collect();
         times.sort();
@@ -372,8 +386,13 @@ mod under_load {
             "backup of {} jobs took {:?} ({} ms by the server, {} bytes); {} pushes answered \
              meanwhile; longest time without an answer: {:?} during the backup, {:?} in as long \
              a time before it",
-            report["jobs"], done - asked, report["took_ms"], report["bytes"], during_backup,
-            during, before
+            report["jobs"],
+            done - asked,
+            report["took_ms"],
+            report["bytes"],
+            during_backup,
+            during,
+            before
         );
 
         let before_backup: HashSet<&str> = acked
@@ -394,7 +413,10 @@ mod under_load {
         let unique: HashSet<&str> = load.iter().map(String::as_str).collect();
         assert_eq!(unique.len(), load.len(), "a job listed twice");
         let missing: Vec<&&str> = before_backup.difference(&unique).collect();
-        assert!(missing.is_empty(), "acknowledged before the backup, missing: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "acknowledged before the backup, missing: {missing:?}"
+        );
         let unknown: Vec<&&str> = unique.difference(&all_acked).collect();
         assert!(unknown.is_empty(), "never pushed: {unknown:?}");
         assert_eq!(listed(&restored.base_url, "preload").await.len(), preload);

@@ -64,7 +64,9 @@ fn schedule() -> Schedule {
 /// a topic's settings and a paused schedule.
 async fn fill(store: &EmbeddedStore) {
     let push = |s: JobSpec| store.push(s, PushMode::Reject, NOW);
-    push(spec("orders", "delayed", NOW + 86_400_000)).await.unwrap();
+    push(spec("orders", "delayed", NOW + 86_400_000))
+        .await
+        .unwrap();
     push(spec("orders", "ready", NOW)).await.unwrap();
     push(spec("held", "reserved", NOW)).await.unwrap();
     let mut dead = spec("doomed", "dead", NOW);
@@ -150,7 +152,10 @@ async fn a_data_directory_of_every_earlier_format_opens_with_every_job() {
         };
         use JobState::*;
         assert_eq!(states, [Delayed, Ready, Reserved, Dead, Delayed]);
-        assert_eq!(store.stats().await.unwrap(), reference.stats().await.unwrap());
+        assert_eq!(
+            store.stats().await.unwrap(),
+            reference.stats().await.unwrap()
+        );
         assert_eq!(
             store.list_schedules(None, 10).await.unwrap(),
             reference.list_schedules(None, 10).await.unwrap()
@@ -168,7 +173,10 @@ async fn a_data_directory_of_a_newer_format_is_refused_untouched_saying_what_to_
     let file = tmp.path().join(DB_FILE_NAME);
     set_format_version(&file, FORMAT_VERSION + 1);
 
-    let err = open(tmp.path()).await.err().expect("a newer format must be refused");
+    let err = open(tmp.path())
+        .await
+        .err()
+        .expect("a newer format must be refused");
     let StoreError::Unavailable(cause) = &err else {
         panic!("{err:?}")
     };
@@ -183,7 +191,11 @@ async fn a_data_directory_of_a_newer_format_is_refused_untouched_saying_what_to_
             env!("CARGO_PKG_VERSION")
         )
     );
-    assert_eq!(format_version(&file), FORMAT_VERSION + 1, "the version was changed");
+    assert_eq!(
+        format_version(&file),
+        FORMAT_VERSION + 1,
+        "the version was changed"
+    );
 }
 
 const META: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");

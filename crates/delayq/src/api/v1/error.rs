@@ -103,9 +103,7 @@ impl ApiError {
             ApiError::StoreUnavailable(_)
             | ApiError::JournalUnavailable(_)
             | ApiError::TooManyWaiters(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) | ApiError::BackupFailed(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            ApiError::Internal(_) | ApiError::BackupFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 

@@ -28,8 +28,7 @@ use super::{DB_FILE_NAME, record};
 use crate::store::{BackupError, BackupReport, Cause};
 use redb::backends::FileBackend;
 use redb::{
-    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, TableError,
-    TableHandle,
+    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, TableError, TableHandle,
 };
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -138,7 +137,9 @@ fn copy(snapshot: ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<Bac
     let mut step = |key: &str| {
         rows += 1;
         if rows.is_multiple_of(CANCEL_CHECK_EVERY) && cancel.load(Ordering::SeqCst) {
-            return Err(Cause::from("the store stopped before the backup was complete"));
+            return Err(Cause::from(
+                "the store stopped before the backup was complete",
+            ));
         }
         Ok::<_, Cause>(key.to_string())
     };
@@ -218,9 +219,8 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, BackupError> {
 /// Gives the complete copy its name and makes the name durable.
 pub fn finish(dir: &Path, partial: &Path) -> Result<(), Cause> {
     let done = dir.join(DB_FILE_NAME);
-    std::fs::rename(partial, &done).map_err(|e| {
-        Cause::with_source(format_args!("cannot rename {}", partial.display()), e)
-    })?;
+    std::fs::rename(partial, &done)
+        .map_err(|e| Cause::with_source(format_args!("cannot rename {}", partial.display()), e))?;
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| Cause::with_source(format_args!("cannot sync {}", dir.display()), e))

@@ -27,8 +27,8 @@ use support::app::{Reply, TestApp};
 use support::backends::Backend;
 use support::failing::FailingStore;
 
-mod bad_input;
 mod backup;
+mod bad_input;
 mod batch;
 mod listings;
 mod one_job;

@@ -41,7 +41,10 @@ async fn every_key_is_under_the_prefix_with_one_hash_tag_per_shard() {
     // format version.
     assert!(keys.contains(&"{dq:layout}".to_string()), "{keys:?}");
     assert!(keys.contains(&"{dq:format}".to_string()), "{keys:?}");
-    for k in keys.iter().filter(|k| *k != "{dq:layout}" && *k != "{dq:format}") {
+    for k in keys
+        .iter()
+        .filter(|k| *k != "{dq:layout}" && *k != "{dq:format}")
+    {
         let rest = k
             .strip_prefix("{dq:")
             .unwrap_or_else(|| panic!("{k} not under the prefix"));
@@ -328,8 +331,14 @@ async fn each_prefix_records_its_format_version() {
     let _a = store(&server, "a", 1).await;
     let _b = store(&server, "b", 2).await;
     let current = delayq::store::redis::FORMAT_VERSION.to_string();
-    assert_eq!(get(&server, "{a:format}").await.as_deref(), Some(current.as_str()));
-    assert_eq!(get(&server, "{b:format}").await.as_deref(), Some(current.as_str()));
+    assert_eq!(
+        get(&server, "{a:format}").await.as_deref(),
+        Some(current.as_str())
+    );
+    assert_eq!(
+        get(&server, "{b:format}").await.as_deref(),
+        Some(current.as_str())
+    );
     // A newer format under one prefix does not concern the other.
     let mut c = raw(&server).await;
     command(&mut c, &["SET", "{a:format}", "99"]).await;
@@ -363,7 +372,10 @@ async fn data_of_a_newer_format_is_refused_untouched_saying_what_to_do() {
         )),
         "{message}"
     );
-    assert!(message.contains("run the newer delayq on every instance"), "{message}");
+    assert!(
+        message.contains("run the newer delayq on every instance"),
+        "{message}"
+    );
     assert!(message.contains("docs/upgrading.md"), "{message}");
     assert_eq!(all_keys(&server).await, keys_before);
     assert_eq!(get(&server, "{dq:format}").await, Some(newer));
