@@ -211,7 +211,7 @@ fn set_format_version(file: &Path, version: u64) {
 }
 
 fn format_version(file: &Path) -> u64 {
-    use redb::{ReadableDatabase, ReadableTable};
+    use redb::ReadableDatabase;
     let db = redb::Database::open(file).unwrap();
     let tx = db.begin_read().unwrap();
     let meta = tx.open_table(META).unwrap();
