@@ -23,8 +23,8 @@ mod types;
 
 pub use error::ClientError;
 pub use types::{
-    Callback, FinishResult, Health, Job, JobState, JobTemplate, NewJob, NewSchedule, PushResult,
-    PushStatus, Readiness, Reschedule, Rescheduled, Restored, Schedule, SchedulesPage,
+    BackedUp, Callback, FinishResult, Health, Job, JobState, JobTemplate, NewJob, NewSchedule,
+    PushResult, PushStatus, Readiness, Reschedule, Rescheduled, Restored, Schedule, SchedulesPage,
     SettingsChange, Stats, TopicSettings, TopicStats,
 };
 
@@ -32,8 +32,8 @@ use reqwest::{Method, RequestBuilder, Url};
 use serde::de::DeserializeOwned;
 use std::time::Duration;
 use types::{
-    FinishBatchRequest, KickTopicRequest, KickTopicResponse, PushBatchRequest, PushBatchResponse,
-    ReleaseRequest, ReserveRequest, ReserveResponse, RestoreRequest,
+    BackupRequest, FinishBatchRequest, KickTopicRequest, KickTopicResponse, PushBatchRequest,
+    PushBatchResponse, ReleaseRequest, ReserveRequest, ReserveResponse, RestoreRequest,
 };
 
 /// How long an ordinary request may take, end to end, unless [`Client::with_timeout`] says
@@ -42,6 +42,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a restore may take: one of millions of jobs takes minutes.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// How long a backup may take: the copy of millions of jobs takes a while.
+const BACKUP_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How long connecting may take; a server that does not accept within this is down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -282,6 +285,17 @@ impl Client {
             .request(Method::POST, &["v1", "restore"])
             .timeout(RESTORE_TIMEOUT)
             .json(&body);
+        self.call(req).await
+    }
+
+    /// `POST /v1/backup`: an online backup of the server's embedded store into `dir`, a new or
+    /// empty directory under the server's `backup_dir` (relative to it, or absolute inside
+    /// it). Waits as long as the copy takes, whatever [`Client::with_timeout`] says.
+    pub async fn backup(&self, dir: &str) -> Result<BackedUp> {
+        let req = self
+            .request(Method::POST, &["v1", "backup"])
+            .timeout(BACKUP_TIMEOUT)
+            .json(&BackupRequest { dir });
         self.call(req).await
     }
 

@@ -414,6 +414,21 @@ pub struct Restored {
     pub skipped_finished: u64,
 }
 
+/// The answer of `POST /v1/backup`: what the online backup wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BackedUp {
+    /// The directory written, absolute, on the server's machine.
+    pub dir: String,
+    /// Jobs in the copy.
+    pub jobs: u64,
+    /// Recurring schedules in the copy.
+    pub schedules: u64,
+    /// Size of the copy's file.
+    pub bytes: u64,
+    /// How long the backup took.
+    pub took_ms: u64,
+}
+
 /// The answer of `GET /healthz`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
@@ -470,6 +485,11 @@ pub(crate) struct FinishBatchRequest<'a> {
 #[derive(Serialize)]
 pub(crate) struct KickTopicRequest {
     pub max: u64,
+}
+
+#[derive(Serialize)]
+pub(crate) struct BackupRequest<'a> {
+    pub dir: &'a str,
 }
 
 #[derive(Serialize)]

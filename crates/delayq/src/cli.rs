@@ -112,6 +112,14 @@ pub enum Command {
     /// Recurring schedules: a job pushed at every tick of a cron expression or an interval
     #[command(subcommand)]
     Schedule(ScheduleCommand),
+    /// Write a consistent copy of the server's embedded store into DIR while it serves (a
+    /// server run with --backup-dir; DIR is on the server's machine, under that directory)
+    Backup {
+        /// A new or empty directory under the server's backup_dir: relative to it, or
+        /// absolute inside it. `delayq serve --data-dir DIR` serves the copy
+        #[arg(value_name = "DIR")]
+        dir: String,
+    },
     /// Put back the journaled jobs the server's store lost (a server run with --journal)
     Restore {
         /// Leave out jobs already due (and record that, so no later restore brings them back)
@@ -453,6 +461,15 @@ async fn run_client(client: &Client, json: bool, command: Command) -> anyhow::Re
         Command::Kick { id } => {
             let job = client.kick(&id).await?;
             out.print_transition("kicked", &job);
+        }
+        Command::Backup { dir } => {
+            let r = client.backup(&dir).await?;
+            out.print(&r, || {
+                format!(
+                    "backed up {} jobs and {} schedules into {} ({} bytes, {} ms)\n",
+                    r.jobs, r.schedules, r.dir, r.bytes, r.took_ms
+                )
+            });
         }
         Command::Restore { skip_overdue, id } => {
             let r = client.restore(skip_overdue, id.as_deref()).await?;
@@ -957,6 +974,15 @@ mod tests {
             command(&["kick-topic", "orders", "--max", "7"]),
             Command::KickTopic { max: 7, .. }
         ));
+    }
+
+    #[test]
+    fn backup_takes_the_directory() {
+        assert!(matches!(
+            command(&["backup", "nightly/2026-11-26"]),
+            Command::Backup { dir } if dir == "nightly/2026-11-26"
+        ));
+        assert!(parse(&["backup"]).is_err());
     }
 
     #[test]

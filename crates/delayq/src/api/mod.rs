@@ -12,6 +12,7 @@
 //! the API the path belongs to ([`refusal`]).
 
 pub mod auth;
+pub mod backup;
 pub mod compat;
 pub mod openapi;
 pub mod origin;
@@ -79,6 +80,7 @@ pub fn router(state: AppState) -> Router {
         .merge(compat::routes())
         .merge(v1::routes())
         .merge(restore::routes())
+        .merge(backup::routes())
         .merge(ui::routes())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -151,6 +153,10 @@ impl Deadlines {
 /// reserved by a dropped long poll is handed out again after its TTR.
 async fn deadline(State(d): State<Deadlines>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
+    if path == backup::BACKUP_PATH {
+        // A backup answers when its copy is complete, however long that takes.
+        return next.run(req).await;
+    }
     let limit = if LONG_POLL_PATHS.contains(&path.as_str()) {
         d.long_poll
     } else {

@@ -151,6 +151,20 @@ settings! {
             rule: NonEmptyPath,
             default: PathBuf::from("./delayq-data"),
         },
+        /// Off by default: a request makes the server write files, so only where it is told it
+        /// may (and a backup is a copy of every job body).
+        backup_dir: Option<PathBuf> {
+            key: backup_dir,
+            flag: "backup-dir",
+            env: "DELAYQ_BACKUP_DIR",
+            value_name: "DIR",
+            help: "Directory under which `POST /v1/backup` (`delayq backup`) writes online \
+                   backups of the embedded store; backups are refused without it \
+                   (docs/operations.md)",
+            given: PathBuf,
+            rule: NonEmptyPath,
+            default: None,
+        },
         /// Lets several namespaces share one Redis.
         prefix: String {
             key: prefix,

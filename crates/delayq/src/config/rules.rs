@@ -72,6 +72,13 @@ impl Rule<PathBuf, PathBuf> for NonEmptyPath {
     }
 }
 
+/// An optional setting's path, by [`NonEmptyPath`].
+impl Rule<PathBuf, Option<PathBuf>> for NonEmptyPath {
+    fn apply(&self, path: PathBuf) -> Result<Option<PathBuf>, String> {
+        Rule::<PathBuf, PathBuf>::apply(self, path).map(Some)
+    }
+}
+
 /// A Redis key prefix, by the Redis store's own rule.
 pub(super) struct KeyPrefix;
 

@@ -95,7 +95,9 @@ pub enum JournalError {
     /// The database was migrated by a newer delayq.
     #[error(
         "journal: the database's journal schema is version {found}, newer than this delayq \
-         knows ({supported}); run a delayq at least as new as the one that migrated it"
+         knows ({supported}), and was left untouched; run a delayq at least as new as the one \
+         that migrated it, or, to go back to this one, restore a backup of the database taken \
+         before the upgrade (docs/upgrading.md)"
     )]
     NewerSchema { found: i64, supported: i64 },
     /// A statement failed: what was being done, and the database's error.

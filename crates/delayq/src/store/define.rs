@@ -230,6 +230,11 @@ macro_rules! store_calls {
             /// A receiver of this store's events (from every instance sharing it).
             fn subscribe(&self) -> tokio::sync::broadcast::Receiver<StoreEvent>;
 
+            /// The store's online backup, if it has one (the embedded store's).
+            fn online_backup(&self) -> Option<&dyn OnlineBackup> {
+                None
+            }
+
             $(
                 $(#[$doc])*
                 #[allow(clippy::extra_unused_lifetimes)]
@@ -291,6 +296,10 @@ macro_rules! store_calls {
                 self.hook().subscribe(self.inner())
             }
 
+            fn online_backup(&self) -> Option<&dyn OnlineBackup> {
+                self.inner().online_backup()
+            }
+
             $(
                 #[allow(clippy::extra_unused_lifetimes)]
                 async fn $name<'a>(&self, $($arg: $ty),*) -> StoreResult<$ret> {
@@ -324,6 +333,10 @@ macro_rules! store_calls {
 
             fn subscribe(&self) -> tokio::sync::broadcast::Receiver<StoreEvent> {
                 self.events().subscribe()
+            }
+
+            fn online_backup(&self) -> Option<&dyn OnlineBackup> {
+                self.durability().online_backup()
             }
 
             $(

@@ -28,6 +28,7 @@
 //! log and redb writes (`embedded/group_commit.rs`, `embedded/wal.rs`). One process per data
 //! directory: redb's file lock refuses a second opener, in this process or another.
 
+mod backup;
 mod group_commit;
 pub(in crate::store) mod record;
 mod wal;
@@ -36,7 +37,10 @@ use crate::job::{Job, Topic};
 use crate::schedule::Schedule;
 use crate::store::engine::{Effects, Engine};
 use crate::store::engine_store::{CommitMode, Durability, EngineStore};
-use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreResult, TopicSettings};
+use crate::store::{
+    BackupError, BackupReport, EVENT_CHANNEL_CAPACITY, OnlineBackup, StoreError, StoreResult,
+    TopicSettings,
+};
 use group_commit::{FORMAT_VERSION_KEY, GroupCommit, JOBS, META, Ticket};
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageError,
@@ -45,9 +49,11 @@ use std::error::Error;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use tokio::sync::broadcast;
+
+pub use record::FORMAT_VERSION;
 
 /// Name of the redb file inside the data directory.
 pub const DB_FILE_NAME: &str = "delayq.redb";
@@ -74,6 +80,8 @@ pub struct WriteAhead {
     /// Joined on drop, after it has checkpointed everything, so the database (and its lock)
     /// is closed when the store is gone and the directory can be opened again at once.
     housekeeper: Option<JoinHandle<()>>,
+    /// Set while an online backup runs: one at a time.
+    backing_up: Arc<AtomicBool>,
 }
 
 impl Durability for WriteAhead {
@@ -94,6 +102,70 @@ impl Durability for WriteAhead {
     async fn wait(ack: Self::Ack) -> StoreResult<()> {
         ack.wait().await
     }
+
+    fn online_backup(&self) -> Option<&dyn OnlineBackup> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl OnlineBackup for WriteAhead {
+    /// See `embedded/backup.rs`. Runs in a task of its own: a caller that goes away (a
+    /// cancelled request) leaves it to finish, so it never leaves a half-named copy.
+    async fn backup(&self, dir: &Path) -> Result<BackupReport, BackupError> {
+        if self.backing_up.swap(true, Ordering::SeqCst) {
+            return Err(BackupError::Running);
+        }
+        let running = BackingUp(self.backing_up.clone());
+        let (log, dir) = (self.log.clone(), dir.to_path_buf());
+        tokio::spawn(async move {
+            let _running = running;
+            run_backup(log, dir).await
+        })
+        .await
+        .map_err(|e| BackupError::Store(StoreError::unavailable("backup task failed", e)))?
+    }
+}
+
+/// Clears [`WriteAhead::backing_up`] when the backup ends, however it ends.
+struct BackingUp(Arc<AtomicBool>);
+
+impl Drop for BackingUp {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// One online backup into `dir` (`embedded/backup.rs`).
+async fn run_backup(log: Arc<GroupCommit>, dir: PathBuf) -> Result<BackupReport, BackupError> {
+    let started = std::time::Instant::now();
+    let blocking = |e| BackupError::Store(StoreError::unavailable("backup task failed", e));
+    let target = dir.clone();
+    let partial = tokio::task::spawn_blocking(move || backup::prepare(&target))
+        .await
+        .map_err(blocking)??;
+    let (req, done) = backup::Request::new(partial.clone());
+    let ticket = log.backup(req).map_err(BackupError::Store)?;
+    ticket.wait().await.map_err(BackupError::Store)?;
+    let copied = done
+        .await
+        .unwrap_or_else(|_| Err("the embedded store stopped during the backup".into()));
+    let mut report = copied.map_err(|cause| BackupError::Write(cause.to_string()))?;
+    let target = dir.clone();
+    tokio::task::spawn_blocking(move || backup::finish(&target, &partial))
+        .await
+        .map_err(blocking)?
+        .map_err(|cause| BackupError::Write(cause.to_string()))?;
+    report.took_ms = started.elapsed().as_millis() as u64;
+    tracing::info!(
+        dir = %dir.display(),
+        jobs = report.jobs,
+        schedules = report.schedules,
+        bytes = report.bytes,
+        took_ms = report.took_ms,
+        "online backup written"
+    );
+    Ok(report)
 }
 
 impl Drop for WriteAhead {
@@ -155,12 +227,14 @@ impl EmbeddedStore {
         tracing::info!(
             file = %file.display(),
             jobs = n,
+            format_version = record::FORMAT_VERSION,
             load_ms = started.elapsed().as_millis() as u64,
             "embedded store opened"
         );
         let durability = WriteAhead {
             log,
             housekeeper: Some(housekeeper),
+            backing_up: Arc::default(),
         };
         Ok(EngineStore::with_durability(engine, events, durability))
     }
@@ -217,15 +291,30 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
             .map(|v| v.value());
         match version {
             Some(record::FORMAT_VERSION) => {}
-            Some(v) => {
-                return Err(StoreError::Corrupt(
+            Some(v) if v > record::FORMAT_VERSION => {
+                return Err(StoreError::Unavailable(
                     format!(
-                        "{shown}: data format version {v}, but this delayq reads version {}",
+                        "{shown}: data format version {v} was written by a newer delayq; this \
+                         delayq ({}) reads version {} and left it untouched: run the newer \
+                         delayq, or, to go back to this one, restore a backup taken before \
+                         the upgrade (docs/upgrading.md)",
+                        env!("CARGO_PKG_VERSION"),
                         record::FORMAT_VERSION
                     )
                     .into(),
                 ));
             }
+            Some(v) => {
+                return Err(StoreError::Corrupt(
+                    format!(
+                        "{shown}: data format version {v} is not one delayq ever wrote (the \
+                         first is 1)"
+                    )
+                    .into(),
+                ));
+            }
+            // A new file. (Every data directory delayq wrote has a version: the first build
+            // recorded version 1.)
             None => {
                 meta.insert(FORMAT_VERSION_KEY, record::FORMAT_VERSION)
                     .map_err(|e| corrupt(file, e))?;

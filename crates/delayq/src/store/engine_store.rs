@@ -24,7 +24,7 @@
 //! The durability is a type parameter, not a trait object: each store is compiled for its own.
 
 use crate::store::engine::{Effects, Engine};
-use crate::store::{CallKind, StoreEvent, StoreResult};
+use crate::store::{CallKind, OnlineBackup, StoreEvent, StoreResult};
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::broadcast;
@@ -49,6 +49,11 @@ pub trait Durability: Send + Sync + 'static {
 
     /// Resolves once the commit `ack` belongs to is durable, or failed.
     fn wait(ack: Self::Ack) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// The store's online backup (`Store::online_backup`): none unless it keeps something.
+    fn online_backup(&self) -> Option<&dyn OnlineBackup> {
+        None
+    }
 }
 
 /// Whether anyone waits for a commit.

@@ -72,6 +72,47 @@ impl TopicCounts {
     }
 }
 
+/// A store that can copy itself while it serves (`POST /v1/backup`): the embedded store.
+/// Redis has backups of its own (RDB snapshots, AOF); the memory store keeps nothing.
+#[async_trait::async_trait]
+pub trait OnlineBackup: Send + Sync {
+    /// Writes a copy of the store into `dir` (created with its missing parents, or an empty
+    /// directory) that, opened as a data directory, holds every change acknowledged before
+    /// this call. Serves meanwhile; one backup at a time.
+    async fn backup(&self, dir: &std::path::Path) -> Result<BackupReport, BackupError>;
+}
+
+/// What an online backup wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BackupReport {
+    /// Jobs in the copy.
+    pub jobs: u64,
+    /// Recurring schedules in the copy.
+    pub schedules: u64,
+    /// Size of the copy's file.
+    pub bytes: u64,
+    /// How long the backup took, from the call to the copy's last sync.
+    pub took_ms: u64,
+}
+
+/// Why an online backup was not made. Whatever it wrote is removed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackupError {
+    /// The directory cannot take a backup (not empty, not a directory, cannot be created).
+    #[error("{0}")]
+    Target(String),
+    /// Another backup of this store is running.
+    #[error("a backup of this store is already running")]
+    Running,
+    /// The copy could not be written (the destination's disk, most likely).
+    #[error("the backup could not be written: {0}")]
+    Write(String),
+    /// The store has failed or stopped.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Topics with at least one pull job (one without a callback).

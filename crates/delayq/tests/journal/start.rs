@@ -101,6 +101,10 @@ async fn a_newer_schema_is_refused(db: &TestDb) {
         }
     );
     assert!(err.to_string().starts_with("journal: "), "{err}");
+    assert!(
+        err.to_string().contains("docs/upgrading.md"),
+        "names what to do: {err}"
+    );
 }
 
 async fn tables_are_created_and_reopening_migrates_nothing(db: &TestDb) {

@@ -8,8 +8,10 @@
 mod support;
 
 mod conformance;
+mod embedded_backup;
 mod embedded_crash;
 mod embedded_store;
+mod embedded_versions;
 mod model;
 mod multi_instance;
 mod redis_auth;

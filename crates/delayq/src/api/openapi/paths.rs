@@ -378,6 +378,7 @@ pub(super) fn paths(features: Features) -> Value {
         paths.extend(journal_paths());
     }
     paths.extend(schedule_paths());
+    paths.extend(backup_paths());
     Value::Object(paths)
 }
 
@@ -436,6 +437,29 @@ fn schedule_paths() -> serde_json::Map<String, Value> {
         "/v1/schedules/{id}/resume": {
             "parameters": [id],
             "post": op("resumeSchedule", "Resume a paused schedule: ticks fire again from now on (none of those that fell while it was paused)", json!({"200": schedule, "404": not_found}))
+        }
+    }))
+}
+
+/// The online backup (docs/operations.md), on every server: a store without one, or a server
+/// without `backup_dir`, answers 409 naming why.
+fn backup_paths() -> serde_json::Map<String, Value> {
+    map(json!({
+        "/v1/backup": {
+            "post": {
+                "operationId": "backup",
+                "summary": "Write a consistent copy of the embedded store into a new or empty directory under the server's `backup_dir`, while it serves; `delayq serve --data-dir` on that directory has every job acknowledged before the request. Answers when the copy is complete (no request deadline)",
+                "tags": ["admin"],
+                "requestBody": request("BackupRequest", true),
+                "responses": {
+                    "200": ok("The copy is complete and synced", "BackupReply"),
+                    "400": error("`invalid_field` naming `dir` (outside `backup_dir`, not empty, not a directory), or `invalid_json`"),
+                    "409": error("`backup_unsupported`: the store has no online backup (Redis, Redis Cluster: back up Redis itself; memory: nothing to back up); `backup_disabled`: the server has no `backup_dir`; `backup_running`: another backup is running"),
+                    "413": error("`too_large`: the request body is over the limit"),
+                    "500": error("`backup_failed`: the copy could not be written (the message says why)"),
+                    "503": error("`store_unavailable`: the store has failed or is stopping")
+                }
+            }
         }
     }))
 }

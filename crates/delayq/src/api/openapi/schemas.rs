@@ -326,6 +326,25 @@ pub(super) fn schemas(limits: &Limits, features: Features) -> Value {
                 "max_in_flight": described(or_null(int(1, flow)), "null removes the limit")
             }
         },
+        "BackupRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["dir"],
+            "properties": {
+                "dir": described(json!({"type": "string", "maxLength": 4096, "pattern": pattern_without(&[('\u{0}', '\u{1f}'), ('\u{7f}', '\u{9f}')])}), "A directory under the server's `backup_dir`: relative to it, or absolute inside it; no `..`. Created, or must be empty")
+            }
+        },
+        "BackupReply": {
+            "type": "object",
+            "required": ["dir", "jobs", "schedules", "bytes", "took_ms"],
+            "properties": {
+                "dir": described(json!({"type": "string"}), "The directory written, absolute"),
+                "jobs": described(json!({"type": "integer", "minimum": 0}), "Jobs in the copy"),
+                "schedules": described(json!({"type": "integer", "minimum": 0}), "Recurring schedules in the copy"),
+                "bytes": described(json!({"type": "integer", "minimum": 0}), "Size of the copy (`delayq.redb`)"),
+                "took_ms": described(json!({"type": "integer", "minimum": 0}), "How long the backup took")
+            }
+        },
         "Stats": {
             "type": "object",
             "required": ["topics", "callbacks", "settings", "next_due_ms"],
@@ -400,7 +419,7 @@ pub(super) fn schemas(limits: &Limits, features: Features) -> Value {
                     "type": "object",
                     "required": ["code", "field", "message"],
                     "properties": {
-                        "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "unauthorized", "host_not_allowed", "cross_site", "timeout", "store_unavailable", "too_many_waiters", "internal", "restore_running", "journal_disabled"]},
+                        "code": {"type": "string", "enum": ["invalid_field", "invalid_json", "not_found", "exists", "wrong_state", "too_large", "unauthorized", "host_not_allowed", "cross_site", "timeout", "store_unavailable", "too_many_waiters", "internal", "restore_running", "journal_disabled", "backup_unsupported", "backup_disabled", "backup_running", "backup_failed"]},
                         "field": {"type": ["string", "null"], "description": "The offending field (`jobs[3].topic` in batches) for `invalid_field`, and for `too_large` about a job body"},
                         "message": {"type": "string"},
                         "state": described(json!({"allOf": [schema_ref("JobState")]}), "Only with `wrong_state`: the job's current state")

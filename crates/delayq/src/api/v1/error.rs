@@ -42,6 +42,16 @@ pub enum ApiError {
     },
     /// 409 `restore_running`: another restore runs (here or on a server sharing the journal).
     RestoreRunning,
+    /// 409 `backup_unsupported`: `POST /v1/backup` on a store without an online backup (its
+    /// kind: `redis`, `memory`).
+    BackupUnsupported(&'static str),
+    /// 409 `backup_disabled`: `POST /v1/backup` on a server without `backup_dir`.
+    BackupDisabled,
+    /// 409 `backup_running`: another backup of this store runs.
+    BackupRunning,
+    /// 500 `backup_failed`: the copy could not be written. The message names the file and
+    /// the error: the operator asking for the backup needs them.
+    BackupFailed(String),
     /// 503 `store_unavailable`: the store could not be reached. The detail is logged only.
     StoreUnavailable(String),
     /// 503 `store_unavailable`: the journal could not be read or written (a history, a
@@ -83,14 +93,17 @@ impl ApiError {
             ApiError::NotFound | ApiError::ScheduleNotFound | ApiError::JournalDisabled => {
                 StatusCode::NOT_FOUND
             }
-            ApiError::Exists | ApiError::WrongState(_) | ApiError::RestoreRunning => {
-                StatusCode::CONFLICT
-            }
+            ApiError::Exists
+            | ApiError::WrongState(_)
+            | ApiError::RestoreRunning
+            | ApiError::BackupUnsupported(_)
+            | ApiError::BackupDisabled
+            | ApiError::BackupRunning => StatusCode::CONFLICT,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::StoreUnavailable(_)
             | ApiError::JournalUnavailable(_)
             | ApiError::TooManyWaiters(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal(_) | ApiError::BackupFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -101,6 +114,10 @@ impl ApiError {
             ApiError::NotFound | ApiError::ScheduleNotFound => "not_found",
             ApiError::JournalDisabled => "journal_disabled",
             ApiError::RestoreRunning => "restore_running",
+            ApiError::BackupUnsupported(_) => "backup_unsupported",
+            ApiError::BackupDisabled => "backup_disabled",
+            ApiError::BackupRunning => "backup_running",
+            ApiError::BackupFailed(_) => "backup_failed",
             ApiError::Exists => "exists",
             ApiError::WrongState(_) => "wrong_state",
             ApiError::TooLarge { .. } => "too_large",
@@ -202,6 +219,28 @@ impl ApiError {
             ApiError::RestoreRunning => {
                 "a restore is already running; try again when it has finished".into()
             }
+            ApiError::BackupUnsupported("memory") => {
+                "this server keeps jobs in memory only (--memory): there is nothing on disk to \
+                 back up"
+                    .into()
+            }
+            ApiError::BackupUnsupported("redis") => {
+                "this server keeps jobs in Redis, which delayq does not copy: back up Redis \
+                 itself (RDB snapshots or the append-only file; docs/operations.md)"
+                    .into()
+            }
+            ApiError::BackupUnsupported(kind) => {
+                format!("the {kind} store has no online backup; only the embedded store has")
+            }
+            ApiError::BackupDisabled => {
+                "backups are off on this server: start it with backup_dir (--backup-dir, \
+                 DELAYQ_BACKUP_DIR), the directory backups are written under"
+                    .into()
+            }
+            ApiError::BackupRunning => {
+                "a backup is already running; try again when it has finished".into()
+            }
+            ApiError::BackupFailed(m) => m.clone(),
             ApiError::StoreUnavailable(detail) if detail.contains(crate::journal::UNWRITABLE) => {
                 crate::journal::UNWRITABLE_ANSWER.into()
             }
@@ -229,6 +268,7 @@ impl ApiError {
                 tracing::warn!(error = %detail, "journal cannot be read or written");
             }
             ApiError::Internal(detail) => tracing::error!(error = %detail, "internal error"),
+            ApiError::BackupFailed(detail) => tracing::error!(error = %detail, "backup failed"),
             _ => {}
         }
     }

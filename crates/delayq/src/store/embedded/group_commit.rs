@@ -44,7 +44,7 @@
 //! not), so it refuses them all and records why in [`Failure`]; the store then refuses every
 //! request until a restart reloads the last durable state (redb, then the logs).
 
-use super::{record, wal};
+use super::{backup, record, wal};
 use crate::job::{Job, JobId, Topic};
 use crate::store::engine::{Change, Effects};
 use crate::store::engine_store::CommitMode;
@@ -129,6 +129,18 @@ struct Commit {
     /// Where its waiter is told its [`Turn`]. `None` for a lazy commit, which nobody waits
     /// for; for a leader's own commit; and for one whose waiter was handed the lead or gave up.
     turn: Option<oneshot::Sender<Turn>>,
+    /// An online backup (`backup.rs`), which has no changes: once its batch is written, the
+    /// log is rotated and the backup handed to the checkpoint thread behind that rotation,
+    /// so the copy holds every commit queued before it.
+    backup: Option<backup::Request>,
+}
+
+/// What the leader hands the checkpoint thread, in order.
+enum Handed {
+    /// Changes to write to redb, and the log that holds them (retired once they are).
+    Checkpoint(Changes, PathBuf),
+    /// An online backup: a copy of redb as of every checkpoint handed before it.
+    Backup(backup::Request),
 }
 
 /// The queue, under the lock every commit takes (briefly, inside the engine lock).
@@ -150,7 +162,7 @@ struct Io {
     /// When the last checkpoint was handed over.
     since: Instant,
     /// To the checkpoint thread; `None` once the store has stopped.
-    checkpoints: Option<mpsc::SyncSender<(Changes, PathBuf)>>,
+    checkpoints: Option<mpsc::SyncSender<Handed>>,
 }
 
 /// The write-ahead log's group commit, shared by the store, the tickets of the requests in
@@ -218,7 +230,7 @@ impl GroupCommit {
         events: broadcast::Sender<StoreEvent>,
     ) -> StoreResult<(Arc<GroupCommit>, JoinHandle<()>)> {
         let failure = Failure::default();
-        let (checkpoints, to_apply) = mpsc::sync_channel::<(Changes, PathBuf)>(CHECKPOINTS_PENDING);
+        let (checkpoints, to_apply) = mpsc::sync_channel::<Handed>(CHECKPOINTS_PENDING);
         let spawned = {
             let (file, dir, failure) = (file.clone(), dir.clone(), failure.clone());
             std::thread::Builder::new()
@@ -302,6 +314,7 @@ impl GroupCommit {
                 changes,
                 events: Vec::new(),
                 turn: None,
+                backup: None,
             });
             return Ok(None);
         }
@@ -317,6 +330,7 @@ impl GroupCommit {
             changes,
             events: std::mem::take(&mut fx.events),
             turn,
+            backup: None,
         });
         Ok(Some(Ticket {
             log: self.clone(),
@@ -324,6 +338,40 @@ impl GroupCommit {
             turn: waits,
             settled: false,
         }))
+    }
+
+    /// Queues an online backup behind every commit queued so far (`backup.rs`). The ticket
+    /// resolves once they are all written and the backup is handed to the checkpoint thread;
+    /// `req.done` then tells how the copy went. Takes no engine lock: the copy is made from
+    /// redb, off every request's path.
+    pub fn backup(self: &Arc<Self>, req: backup::Request) -> StoreResult<Ticket> {
+        self.check()?;
+        let mut q = lock(&self.queue);
+        if q.stopping {
+            return Err(stopped());
+        }
+        let seq = q.next_seq;
+        q.next_seq += 1;
+        let (turn, waits) = if q.leading {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            q.leading = true;
+            (None, None)
+        };
+        q.pending.push_back(Commit {
+            seq,
+            changes: Vec::new(),
+            events: Vec::new(),
+            turn,
+            backup: Some(req),
+        });
+        Ok(Ticket {
+            log: self.clone(),
+            seq,
+            turn: waits,
+            settled: false,
+        })
     }
 
     /// Leads: writes batches until the commit `until` is durable (`None`: until nothing is
@@ -394,9 +442,11 @@ impl GroupCommit {
     fn write_batch(&self, io: &mut Io, batch: Vec<Commit>) -> StoreResult<()> {
         let mut changes = Vec::new();
         let mut waiting = Vec::with_capacity(batch.len());
+        let mut backups = Vec::new();
         for c in batch {
             changes.extend(c.changes);
             waiting.push((c.events, c.turn));
+            backups.extend(c.backup);
         }
         let result = match self.failure.get() {
             Some(reason) => Err(reason.clone()),
@@ -404,6 +454,12 @@ impl GroupCommit {
                 .write(io, changes)
                 .inspect_err(|reason| self.fail(reason.clone())),
         };
+        for req in backups {
+            match &result {
+                Ok(()) => self.hand_backup(io, req),
+                Err(reason) => req.refuse(reason.clone()),
+            }
+        }
         let result = result.map_err(|reason| failed_error(&reason));
         for (events, turn) in waiting {
             if result.is_ok() {
@@ -481,6 +537,27 @@ impl GroupCommit {
         fail(&self.failure, &self.file, reason);
     }
 
+    /// Hands a backup to the checkpoint thread right behind a checkpoint of everything
+    /// logged so far (a rotation, even if none is due), so its copy of redb holds all of it.
+    fn hand_backup(&self, io: &mut Io, req: backup::Request) {
+        self.rotate(io, Rotation::Continue);
+        if !io.changes.is_empty() {
+            // No new log could be started: the changes are still only in the log.
+            req.refuse(format!("cannot start a new log in {}", self.dir.display()).into());
+            return;
+        }
+        match &io.checkpoints {
+            Some(checkpoints) => {
+                if let Err(mpsc::SendError(Handed::Backup(req))) =
+                    checkpoints.send(Handed::Backup(req))
+                {
+                    req.refuse("the checkpoint thread has stopped".into());
+                }
+            }
+            None => req.refuse("the embedded store has stopped".into()),
+        }
+    }
+
     /// Hands the changes logged so far to the checkpoint thread, with the log that holds them
     /// (retired once they are in redb), and starts a new log unless this is the last rotation.
     fn rotate(&self, io: &mut Io, rotation: Rotation) {
@@ -517,7 +594,7 @@ impl GroupCommit {
         let changes = std::mem::take(&mut io.changes);
         if let Some(checkpoints) = &io.checkpoints {
             let handed = Instant::now();
-            let _ = checkpoints.send((changes, old.path.clone()));
+            let _ = checkpoints.send(Handed::Checkpoint(changes, old.path.clone()));
             let waited = handed.elapsed();
             if waited > CHECKPOINT_EVERY {
                 // Every commit waited meanwhile: redb is behind the log.
@@ -632,16 +709,29 @@ impl Drop for Ticket {
 }
 
 /// The checkpoint thread: writes each handed-over set of changes to redb durably, then
-/// retires the log that held them (`wal::retire`). Owns the database; closes it when the
-/// writer is done.
+/// retires the log that held them (`wal::retire`); starts each backup handed over from a
+/// read transaction taken then, in a thread of its own (`backup.rs`), so checkpoints go on
+/// while it copies. Owns the database; closes it when the writer is done, after stopping
+/// the backups still copying (their read transactions hold the file).
 fn checkpoint_loop(
     db: Database,
     file: &Path,
     dir: &Path,
     failure: &Failure,
-    to_apply: mpsc::Receiver<(Changes, PathBuf)>,
+    to_apply: mpsc::Receiver<Handed>,
 ) {
-    for (changes, log) in to_apply {
+    let mut backups = backup::Running::default();
+    for handed in to_apply {
+        let (changes, log) = match handed {
+            Handed::Checkpoint(changes, log) => (changes, log),
+            Handed::Backup(req) => {
+                match failure.get() {
+                    Some(reason) => req.refuse(reason.clone()),
+                    None => backups.start(&db, file, req),
+                }
+                continue;
+            }
+        };
         if failure.get().is_some() {
             continue;
         }
@@ -661,6 +751,7 @@ fn checkpoint_loop(
             Err(reason) => fail(failure, file, reason),
         }
     }
+    backups.stop();
 }
 
 /// Records why the store stopped (a failed log write or checkpoint): every later request is

@@ -13,8 +13,14 @@ use crate::schedule::{CatchUp, Overlap, Rule, Schedule, ScheduleId, ScheduleSpec
 use crate::store::TopicSettings;
 use serde::{Deserialize, Serialize};
 
-/// Version of the record layout, stored in the `meta` table. A data directory written with
-/// another version is refused rather than misread.
+/// Version of the data directory's format (this file's records, the tables, the write-ahead
+/// log's frames), stored in the `meta` table; docs/upgrading.md lists each release's. A
+/// directory of a newer version is refused, untouched, with what to do; every build has
+/// refused one since version 1, the first. A change that older builds would misread (or
+/// silently drop, as a table they do not know) bumps it; the build that bumps it opens the
+/// previous version by migrating it at open (`embedded.rs` `open_db`, in the transaction that
+/// records the new version), and the fixture of each version (`tests/fixtures/`) must go on
+/// opening with every job.
 pub const FORMAT_VERSION: u64 = 1;
 
 /// A [`Job`] without its id, in the order written. Owned, so encoding moves the job's strings

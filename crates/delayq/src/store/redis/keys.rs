@@ -247,6 +247,12 @@ pub fn layout_key(prefix: &str) -> String {
     format!("{{{prefix}:layout}}")
 }
 
+/// The key recording the version of the key layout and record format a prefix's data is in
+/// ([`super::layout::FORMAT_VERSION`]): a hash tag of its own, beside [`layout_key`].
+pub fn format_key(prefix: &str) -> String {
+    format!("{{{prefix}:format}}")
+}
+
 /// What [`layout_key`] holds: the shard count and the tag format (server or cluster), the two
 /// settings that decide which keys a job lives under. Instances that disagree on either would
 /// each see part of the jobs, so the first instance records them and the others must match.

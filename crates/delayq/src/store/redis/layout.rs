@@ -1,16 +1,67 @@
-//! The start-up check that this instance lays jobs out as the data under its prefix already
-//! is: the same shard count and the same deployment kind (server or cluster tags). Starting
-//! with another layout would strand the jobs laid out the other way, so a mismatch refuses
-//! the start with [`StoreError::Unavailable`] and says what to change.
+//! The start-up checks that this instance reads the data under its prefix as it was written:
+//! the format version ([`check_format`]: the key layout and record format, which a newer
+//! delayq may change) and the layout ([`check_layout`]: the same shard count and the same
+//! deployment kind, server or cluster tags). Starting with another layout would strand the
+//! jobs laid out the other way, and a newer format would be misread, so a mismatch refuses the
+//! start with [`StoreError::Unavailable`] and says what to change.
 //!
-//! It reads and writes only the layout key and, on one server, probes the jobs HASHes of
-//! shards beyond this instance's count; it never touches jobs.
+//! It reads and writes only the format and layout keys and, on one server, probes the jobs
+//! HASHes of shards beyond this instance's count; it never touches jobs.
 
 use super::conn::Conn;
 use super::keys::{self, MAX_SHARDS, ShardKeys};
 use super::record::{int, string};
 use crate::store::{StoreError, StoreResult};
 use redis::Value;
+
+/// The version of the key layout and record format this build writes, kept under
+/// [`keys::format_key`]; docs/upgrading.md lists each release's. Every instance checks it at
+/// start: a newer one is refused, untouched. A change that older builds would misread bumps
+/// it; the build that bumps it migrates the previous version (or refuses it, saying how to
+/// migrate) in [`check_format`].
+pub const FORMAT_VERSION: u64 = 1;
+
+/// Records [`FORMAT_VERSION`] under the prefix if no version is, and fails if a newer one
+/// is. Data written before the version was recorded has the layout of version 1 (the first),
+/// so it is given that version.
+pub(super) async fn check_format(conn: &Conn, prefix: &str) -> StoreResult<()> {
+    let key = keys::format_key(prefix);
+    let mut get = redis::pipe();
+    get.cmd("GET").arg(&key);
+    let mut recorded = conn.query(&get).await?.first().cloned();
+    if matches!(recorded, None | Some(Value::Nil)) {
+        // Another instance may record it at the same moment: the first SET wins.
+        let mut set = redis::pipe();
+        set.cmd("SET").arg(&key).arg(FORMAT_VERSION).arg("NX");
+        conn.query(&set).await?;
+        recorded = conn.query(&get).await?.first().cloned();
+    }
+    let text = match &recorded {
+        Some(v @ (Value::BulkString(_) | Value::SimpleString(_))) => string(v)?.to_string(),
+        other => format!("{other:?}"),
+    };
+    match text.parse::<u64>() {
+        Ok(FORMAT_VERSION) => Ok(()),
+        Ok(v) if v > FORMAT_VERSION => Err(StoreError::Unavailable(
+            format!(
+                "Redis holds delayq data under prefix {prefix:?} in format version {v}, written \
+                 by a newer delayq; this delayq ({}) reads version {FORMAT_VERSION} and left it \
+                 untouched: run the newer delayq on every instance of this prefix, or, to go \
+                 back to this one, restore a Redis backup taken before the upgrade \
+                 (docs/upgrading.md)",
+                env!("CARGO_PKG_VERSION")
+            )
+            .into(),
+        )),
+        _ => Err(StoreError::Corrupt(
+            format!(
+                "Redis key {key} holds {text:?}, not a delayq format version: it was not \
+                 written by delayq; use another --prefix"
+            )
+            .into(),
+        )),
+    }
+}
 
 /// Records this instance's layout `mine` under the prefix if none is, and fails if a
 /// different one is.

@@ -65,6 +65,7 @@ mod stats;
 mod tick;
 
 pub use keys::{MAX_SHARDS, ShardKeys, key_slot, shard_of, validate_prefix};
+pub use layout::FORMAT_VERSION;
 
 use crate::job::{Job, JobId, JobState, UnixMillis};
 use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreEvent, StoreResult};
@@ -231,6 +232,7 @@ impl RedisStore {
             }
         };
         let cluster = matches!(opts.target, RedisTarget::Cluster(_));
+        layout::check_format(&conn, &opts.prefix).await?;
         layout::check_layout(
             &conn,
             &opts.prefix,

@@ -27,6 +27,7 @@ use support::app::{Reply, TestApp};
 use support::backends::Backend;
 use support::failing::FailingStore;
 
+mod backup;
 mod bad_input;
 mod batch;
 mod listings;

@@ -1,5 +1,6 @@
 //! The data in Redis: every key under the prefix with one hash tag per shard, prefixes that do
-//! not see each other, ids that look like internal keys, bodies byte for byte, records packed
+//! not see each other, the format version recorded per prefix (a newer one refused untouched,
+//! data from before it was recorded given version 1), ids that look like internal keys, bodies byte for byte, records packed
 //! by Rust as the scripts would pack them, and foreign values reported as corrupt without
 //! blocking the timer or reserve.
 
@@ -36,9 +37,14 @@ async fn every_key_is_under_the_prefix_with_one_hash_tag_per_shard() {
         "jobs", "timeline", "ready", "dead", "counts", "windows", "due", "dueidx",
     ];
     let windows = [(NOW + 3_600_000) / 60_000, (NOW + 3_639_000) / 60_000];
-    // Besides the shards, one key records the layout (shard count and tag format).
+    // Besides the shards, one key records the layout (shard count and tag format), one the
+    // format version.
     assert!(keys.contains(&"{dq:layout}".to_string()), "{keys:?}");
-    for k in keys.iter().filter(|k| *k != "{dq:layout}") {
+    assert!(keys.contains(&"{dq:format}".to_string()), "{keys:?}");
+    for k in keys
+        .iter()
+        .filter(|k| *k != "{dq:layout}" && *k != "{dq:format}")
+    {
         let rest = k
             .strip_prefix("{dq:")
             .unwrap_or_else(|| panic!("{k} not under the prefix"));
@@ -50,8 +56,8 @@ async fn every_key_is_under_the_prefix_with_one_hash_tag_per_shard() {
         assert!(allowed.contains(&name) || window, "{k}: unexpected key");
     }
     // No key per job: 80 jobs in 4 shards make at most 8 keys plus 2 window lists per shard,
-    // and the layout key.
-    assert!(keys.len() <= 41, "{keys:?}");
+    // and the layout and format keys.
+    assert!(keys.len() <= 42, "{keys:?}");
 }
 
 #[tokio::test]
@@ -372,4 +378,97 @@ async fn a_record_in_the_11_element_layout_is_reserved_and_rewritten_in_the_curr
     // The 11-element layout ends with the backoff array (here empty, 0x90); the current one
     // with reserved_until.
     assert_ne!(stored.last(), Some(&0x90), "left in the 11-element layout");
+}
+
+async fn get(server: &RedisServer, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn each_prefix_records_its_format_version() {
+    let server = RedisServer::start();
+    let _a = store(&server, "a", 1).await;
+    let _b = store(&server, "b", 2).await;
+    let current = delayq::store::redis::FORMAT_VERSION.to_string();
+    assert_eq!(
+        get(&server, "{a:format}").await.as_deref(),
+        Some(current.as_str())
+    );
+    assert_eq!(
+        get(&server, "{b:format}").await.as_deref(),
+        Some(current.as_str())
+    );
+    // A newer format under one prefix does not concern the other.
+    let mut c = raw(&server).await;
+    command(&mut c, &["SET", "{a:format}", "99"]).await;
+    store(&server, "b", 2).await;
+}
+
+#[tokio::test]
+async fn data_of_a_newer_format_is_refused_untouched_saying_what_to_do() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    s.push(job("t", "kept", "x", NOW + 60_000), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    drop(s);
+    let newer = (delayq::store::redis::FORMAT_VERSION + 1).to_string();
+    let mut c = raw(&server).await;
+    command(&mut c, &["SET", "{dq:format}", &newer]).await;
+    let keys_before = all_keys(&server).await;
+
+    let err = refused(&server, "dq", 1, "a newer format").await;
+    let StoreError::Unavailable(cause) = &err else {
+        panic!("{err:?}")
+    };
+    let message = cause.message();
+    assert!(
+        message.starts_with(&format!(
+            "Redis holds delayq data under prefix \"dq\" in format version {newer}, written by a \
+             newer delayq; this delayq ({}) reads version {}",
+            env!("CARGO_PKG_VERSION"),
+            delayq::store::redis::FORMAT_VERSION
+        )),
+        "{message}"
+    );
+    assert!(
+        message.contains("run the newer delayq on every instance"),
+        "{message}"
+    );
+    assert!(message.contains("docs/upgrading.md"), "{message}");
+    assert_eq!(all_keys(&server).await, keys_before);
+    assert_eq!(get(&server, "{dq:format}").await, Some(newer));
+}
+
+#[tokio::test]
+async fn data_written_before_the_format_was_recorded_is_given_version_1() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 2).await;
+    s.push(job("t", "old", "x", NOW + 60_000), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    drop(s);
+    // As builds before the format key left their data.
+    let mut c = raw(&server).await;
+    command(&mut c, &["DEL", "{dq:format}"]).await;
+
+    let s = store(&server, "dq", 2).await;
+    assert_eq!(get(&server, "{dq:format}").await.as_deref(), Some("1"));
+    assert_eq!(s.get(&id("old")).await.unwrap().spec.body, "x");
+}
+
+#[tokio::test]
+async fn a_format_key_delayq_did_not_write_is_refused() {
+    let server = RedisServer::start();
+    let mut c = raw(&server).await;
+    command(&mut c, &["SET", "{dq:format}", "banana"]).await;
+    let err = refused(&server, "dq", 1, "a foreign format key").await;
+    assert!(
+        err.to_string().contains("not a delayq format version"),
+        "{err}"
+    );
 }
