@@ -23,7 +23,10 @@
 #   --capture  reuse an earlier run's $OUT/capture (skips step 1): compare builds on one capture
 #   --out      default bench/results/<UTC date>-<git rev-parse --short HEAD>/redis-functions
 # Environment: DELAYQ, the delayq binary whose library is measured (default
-# target/release/delayq): another build's, to compare two builds on one capture.
+# target/release/delayq): another build's, to compare two builds on one capture. LUA_SRC, a
+# directory of Lua sources (a copy of crates/delayq/src/store/redis, e.g. from `git archive`)
+# whose library is measured instead (bench/redis_library.py builds it): a Lua change judged
+# without building delayq.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -76,7 +79,7 @@ start_delayq() {
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "versions: $(valgrind --version); $(redis-server --version | cut -d' ' -f1-3);" \
     "delayq $COMMIT$([ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.lock)" ] && echo ' (with uncommitted changes)')"
-  echo "command: bench/redis-functions.sh --jobs $JOBS${CAPTURE:+ --capture $CAPTURE}"
+  echo "command: ${LUA_SRC:+LUA_SRC=$LUA_SRC }bench/redis-functions.sh --jobs $JOBS${CAPTURE:+ --capture $CAPTURE}"
   echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } | tee "$OUT/machine.txt"
 
@@ -102,10 +105,16 @@ JOBS=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["params"
 start_redis valgrind --tool=callgrind --quiet --instr-atstart=no \
   --callgrind-out-file="$TMP/cg.%p"
 CG_PID="$RPID"
-# delayq loads its function library at start.
-start_delayq
-kill "$DPID"; wait "$DPID" 2>/dev/null || true
-LIBRARY=$(redis-cli -p "$RP" function list | grep -m1 -o '^delayq_[0-9a-f]*$')
+if [ -n "${LUA_SRC:-}" ]; then
+  LIBRARY=delayq_0000000000000000
+  python3 "$ROOT/bench/redis_library.py" "$LUA_SRC" "$LIBRARY" >"$TMP/library.lua"
+  redis-cli -p "$RP" -x function load <"$TMP/library.lua" >/dev/null
+else
+  # delayq loads its function library at start.
+  start_delayq
+  kill "$DPID"; wait "$DPID" 2>/dev/null || true
+  LIBRARY=$(redis-cli -p "$RP" function list | grep -m1 -o '^delayq_[0-9a-f]*$')
+fi
 python3 "$ROOT/bench/redis_replay.py" "$CAPTURE/monitor.txt" "$LIBRARY" "$TMP" | tee "$TMP/counts.txt"
 for f in push reserve remove empty; do
   [ -f "$TMP/$f.resp" ] || { echo "no $f calls in $CAPTURE" >&2; exit 1; }
