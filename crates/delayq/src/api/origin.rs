@@ -30,14 +30,19 @@
 use super::refusal;
 use crate::config::{AllowedHosts, Config};
 use axum::extract::{Request, State};
+use axum::http::HeaderName;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::Response;
+use std::borrow::Cow;
 use std::sync::Arc;
+
+/// Looked up by a name made once: a lookup by `&str` parses the name on every request.
+static SEC_FETCH_SITE: HeaderName = HeaderName::from_static("sec-fetch-site");
 
 /// The host of an authority (`host[:port]`, `[v6][:port]`): lowercase, without the port and a
 /// trailing dot. `None` when it is not one (user info, an unbracketed colon, a bad port).
-fn host_of(authority: &str) -> Option<String> {
+fn host_of(authority: &str) -> Option<Cow<'_, str>> {
     if authority.contains('@') {
         return None;
     }
@@ -55,7 +60,13 @@ fn host_of(authority: &str) -> Option<String> {
         }
     };
     let port_ok = port.is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()));
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let host = host.trim_end_matches('.');
+    // Lowercased only when it has capitals: most clients send it lowercase.
+    let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    };
     (port_ok && !host.is_empty()).then_some(host)
 }
 
@@ -155,7 +166,7 @@ fn check(
         return Ok(());
     }
     let fetch_site = headers
-        .get("sec-fetch-site")
+        .get(&SEC_FETCH_SITE)
         .map(|v| v.as_bytes().to_ascii_lowercase());
     match fetch_site.as_deref() {
         Some(b"same-origin") | Some(b"none") => Ok(()),
