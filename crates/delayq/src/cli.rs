@@ -359,8 +359,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(args) => return serve(*args).await.map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
-            let mut out = std::io::stdout().lock();
-            clap_complete::generate(shell, &mut self::command(), "delayq", &mut out);
+            completions(shell, &mut std::io::stdout().lock());
             return Ok(ExitCode::SUCCESS);
         }
         Command::Man { dir } => return man(dir).map(|()| ExitCode::SUCCESS),
@@ -686,6 +685,11 @@ fn job_of(args: JobArgs) -> anyhow::Result<NewJob> {
         job = job.callback(url, args.callback_timeout);
     }
     Ok(job)
+}
+
+/// `delayq completions SHELL`: the shell's completion script for every verb and option.
+fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    clap_complete::generate(shell, &mut command(), "delayq", out);
 }
 
 /// `delayq man`: delayq(1) on stdout, or with `dir` delayq.1 and a page per verb there
@@ -1056,9 +1060,64 @@ mod tests {
     }
 
     #[test]
+    fn completions_offer_every_verb_and_the_settings_of_serve() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut out = Vec::new();
+            completions(shell, &mut out);
+            let script = String::from_utf8(out).unwrap();
+            for word in [
+                "serve",
+                "push",
+                "reserve",
+                "schedule",
+                "listen",
+                "log-format",
+            ] {
+                assert!(script.contains(word), "{shell}: no {word}");
+            }
+        }
+        // The bash script is valid bash.
+        let mut out = Vec::new();
+        completions(clap_complete::Shell::Bash, &mut out);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("delayq.bash");
+        std::fs::write(&path, out).unwrap();
+        let status = std::process::Command::new("bash")
+            .arg("-n")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    #[test]
+    fn man_writes_a_page_per_verb_with_its_options() {
+        let dir = tempfile::tempdir().unwrap();
+        man(Some(dir.path().join("man"))).unwrap();
+        let page = |name: &str| std::fs::read_to_string(dir.path().join("man").join(name)).unwrap();
+        let main = page("delayq.1");
+        assert!(main.contains(".TH delayq 1"), "{main}");
+        assert!(
+            main.contains("delayq\\-serve(1)") || main.contains("serve"),
+            "{main}"
+        );
+        let serve = page("delayq-serve.1");
+        for option in ["listen", "data\\-dir", "DELAYQ_LISTEN", "log\\-format"] {
+            assert!(serve.contains(option), "no {option} in {serve}");
+        }
+        assert!(page("delayq-push.1").contains("topic"));
+    }
+
+    #[test]
     fn version_flag_prints_the_version() {
         let e = parse(&["--version"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion);
-        assert!(e.to_string().contains(env!("CARGO_PKG_VERSION")));
+        let printed = e.to_string();
+        let expected = format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("DELAYQ_COMMIT"));
+        assert!(printed.contains(&expected), "{printed}");
     }
 }
