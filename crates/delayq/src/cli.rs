@@ -695,8 +695,9 @@ fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
 /// `delayq man`: delayq(1) on stdout, or with `dir` delayq.1 and a page per verb there
 /// (delayq-serve.1 lists every setting).
 fn man(dir: Option<PathBuf>) -> anyhow::Result<()> {
-    let mut cmd = command();
-    // Versions and global options reach the verbs' pages as they reach their `--help`.
+    // No page for `help`, which only repeats the others. Built (as `generate_to` does), so that
+    // the version and the global options reach every page as they reach `--help`.
+    let mut cmd = command().disable_help_subcommand(true);
     cmd.build();
     match dir {
         None => clap_mangen::Man::new(cmd)
@@ -1110,6 +1111,18 @@ mod tests {
             assert!(serve.contains(option), "no {option} in {serve}");
         }
         assert!(page("delayq-push.1").contains("topic"));
+        assert!(page("delayq-topic-pause.1").contains("topic"));
+        let help_pages = std::fs::read_dir(dir.path().join("man"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .contains("help")
+            })
+            .count();
+        assert_eq!(help_pages, 0);
     }
 
     #[test]
