@@ -359,8 +359,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(args) => return serve(*args).await.map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
-            completions(shell, &mut std::io::stdout().lock());
-            return Ok(ExitCode::SUCCESS);
+            let mut script = Vec::new();
+            completions(shell, &mut script);
+            return print_all(&script).map(|()| ExitCode::SUCCESS);
         }
         Command::Man { dir } => return man(dir).map(|()| ExitCode::SUCCESS),
         _ => {}
@@ -700,15 +701,31 @@ fn man(dir: Option<PathBuf>) -> anyhow::Result<()> {
     let mut cmd = command().disable_help_subcommand(true);
     cmd.build();
     match dir {
-        None => clap_mangen::Man::new(cmd)
-            .render(&mut std::io::stdout().lock())
-            .context("cannot write the manual page"),
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd)
+                .render(&mut page)
+                .context("cannot render the manual page")?;
+            print_all(&page)
+        }
         Some(dir) => {
             std::fs::create_dir_all(&dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
             clap_mangen::generate_to(cmd, &dir)
                 .with_context(|| format!("cannot write the manual pages to {}", dir.display()))
         }
+    }
+}
+
+/// Writes `bytes` to stdout. A reader that stopped reading (`| head`) is not an error.
+fn print_all(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to stdout")
+        }
+        _ => Ok(()),
     }
 }
 
