@@ -17,9 +17,9 @@
 # its graph names libc, kernel and Redis's exported functions (processCommand, luaCallFunction,
 # lua_pcall, ...) and folds the others into [redis-check-rdb], the file it is linked to.
 #
-# Needs perf (apt-get install -y linux-perf) and inferno (cargo install inferno), and a release
-# build (cargo build --release -p delayq -p delayq-bench; its line tables let dwarf unwinding
-# name inlined Rust frames).
+# Needs perf (apt-get install -y linux-perf) and inferno (cargo install inferno), and a build of
+# the `profiling` profile (cargo build --profile profiling -p delayq -p delayq-bench: the release
+# build with line tables, which let dwarf unwinding name inlined Rust frames).
 #
 # Usage: bench/flame.sh [--jobs 30000] [--freq 999] [--call-graph dwarf,65528] [--out DIR]
 #                       [STORE...]
@@ -28,7 +28,7 @@
 #   --call-graph  how perf unwinds stacks (perf record --call-graph): dwarf,BYTES copies BYTES of
 #                 each sampled stack (the default, 65528, the most perf takes: async Rust stacks
 #                 are deep, and perf's own default of 8192 cuts most of them short); fp follows
-#                 frame pointers, which the release build and redis-server do not keep
+#                 frame pointers, which the profiling build and redis-server do not keep
 #   --out         default bench/results/<UTC date>-<git rev-parse --short HEAD>/flame
 set -euo pipefail
 
@@ -61,10 +61,10 @@ for t in inferno-collapse-perf inferno-flamegraph; do
   command -v "$t" >/dev/null || { echo "$t not on PATH: cargo install inferno" >&2; exit 1; }
 done
 command -v redis-server >/dev/null || { echo "redis-server not on PATH: apt-get install -y redis-server" >&2; exit 1; }
-BENCH="$ROOT/target/release/delayq-bench"
-DELAYQ="$ROOT/target/release/delayq"
+BENCH="$ROOT/target/profiling/delayq-bench"
+DELAYQ="$ROOT/target/profiling/delayq"
 for b in "$BENCH" "$DELAYQ"; do
-  [ -x "$b" ] || { echo "missing $b: cargo build --release -p delayq -p delayq-bench" >&2; exit 1; }
+  [ -x "$b" ] || { echo "missing $b: cargo build --profile profiling -p delayq -p delayq-bench" >&2; exit 1; }
 done
 
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"

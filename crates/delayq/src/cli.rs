@@ -7,7 +7,7 @@
 
 use anyhow::Context as _;
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use delayq::config::{AuthToken, Config, ServeArgs};
+use delayq::config::{AuthToken, Config, LogFormat, ServeArgs};
 use delayq_client::{
     Client, ClientError, FinishResult, Job, NewJob, NewSchedule, Reschedule, Rescheduled, Schedule,
     SettingsChange,
@@ -23,13 +23,17 @@ use crate::output;
 /// Where the client verbs look for a server when neither `--server` nor `DELAYQ_SERVER` says.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:9277";
 
+/// What `delayq --version` prints after the name: the version and the commit built from
+/// (build.rs; `unknown` outside a git checkout).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("DELAYQ_COMMIT"), ")");
+
 /// Most ids sent in one `POST /v1/finish`: the server's default `max_batch`.
 const FINISH_CHUNK: usize = delayq::config::DEFAULT_MAX_BATCH;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "delayq",
-    version,
+    version = VERSION,
     about = "A delay queue: jobs that become ready at a given time",
     after_help = "Durations: 15s, 3m, 1h, 2d, 250ms, or a bare number of milliseconds.\n\
                   Times (--run-at): Unix milliseconds."
@@ -129,6 +133,18 @@ pub enum Command {
         /// Only this job
         #[arg(long, value_name = "ID")]
         id: Option<String>,
+    },
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell)
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page delayq(1) (roff: `delayq man | man -l -`), or write one page per
+    /// verb too with --dir
+    Man {
+        /// Write delayq.1 and delayq-VERB.1 for every verb into this directory
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -348,8 +364,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         json,
         command,
     } = cli;
-    if let Command::Serve(args) = command {
-        return serve(*args).await.map(|()| ExitCode::SUCCESS);
+    match command {
+        Command::Serve(args) => return serve(*args).await.map(|()| ExitCode::SUCCESS),
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            completions(shell, &mut script);
+            return print_all(&script).map(|()| ExitCode::SUCCESS);
+        }
+        Command::Man { dir } => return man(dir).map(|()| ExitCode::SUCCESS),
+        _ => {}
     }
     let mut client = Client::new(&server)?;
     if let Some(token) = token {
@@ -375,7 +398,9 @@ fn with_hint(e: anyhow::Error, server: &str) -> anyhow::Error {
 async fn run_client(client: &Client, json: bool, command: Command) -> anyhow::Result<ExitCode> {
     let out = Output { json };
     match command {
-        Command::Serve(_) => unreachable!("handled above"),
+        Command::Serve(_) | Command::Completions { .. } | Command::Man { .. } => {
+            unreachable!("handled above")
+        }
         Command::Push(args) => {
             let job = client.push(new_job(args)?).await?;
             out.print(&job, || {
@@ -680,17 +705,59 @@ fn job_of(args: JobArgs) -> anyhow::Result<NewJob> {
     Ok(job)
 }
 
+/// `delayq completions SHELL`: the shell's completion script for every verb and option.
+fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    clap_complete::generate(shell, &mut command(), "delayq", out);
+}
+
+/// `delayq man`: delayq(1) on stdout, or with `dir` delayq.1 and a page per verb there
+/// (delayq-serve.1 lists every setting).
+fn man(dir: Option<PathBuf>) -> anyhow::Result<()> {
+    // No page for `help`, which only repeats the others. Built (as `generate_to` does), so that
+    // the version and the global options reach every page as they reach `--help`.
+    let mut cmd = command().disable_help_subcommand(true);
+    cmd.build();
+    match dir {
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd)
+                .render(&mut page)
+                .context("cannot render the manual page")?;
+            print_all(&page)
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            clap_mangen::generate_to(cmd, &dir)
+                .with_context(|| format!("cannot write the manual pages to {}", dir.display()))
+        }
+    }
+}
+
+/// Writes `bytes` to stdout. A reader that stopped reading (`| head`) is not an error.
+fn print_all(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to stdout")
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `delayq serve`: settings, logging, then the server until it stops.
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = Config::from_args(args)?;
-    init_tracing()?;
+    init_tracing(config.log_format)?;
     delayq::server::serve(config).await.context("server failed")
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`). A `RUST_LOG` that does not parse
-/// is an error rather than silently ignored. The AMQP client's log of returned messages is
-/// always off: it shows their bodies (delayq logs the return itself, without the body).
-fn init_tracing() -> anyhow::Result<()> {
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`), as text or one JSON object per line
+/// (`log_format`). A `RUST_LOG` that does not parse is an error rather than silently ignored.
+/// The AMQP client's log of returned messages is always off: it shows their bodies (delayq logs
+/// the return itself, without the body).
+fn init_tracing(format: LogFormat) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
         // The parse error repeats itself as its own source: print it once, not as a chain.
@@ -709,12 +776,16 @@ fn init_tracing() -> anyhow::Result<()> {
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),
     );
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(colour)
-        .try_init()
-        .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+        .with_writer(std::io::stderr);
+    let installed = match format {
+        LogFormat::Text => logs.with_ansi(colour).try_init(),
+        // The event's fields (`message` among them) at the top level of each object, beside
+        // `timestamp`, `level`, `target` and the spans it happened in.
+        LogFormat::Json => logs.json().flatten_event(true).with_ansi(false).try_init(),
+    };
+    installed.map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
 
 /// Whether log lines are coloured: only on a terminal (a log file or a journal gets plain
@@ -1033,9 +1104,76 @@ mod tests {
     }
 
     #[test]
+    fn completions_offer_every_verb_and_the_settings_of_serve() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut out = Vec::new();
+            completions(shell, &mut out);
+            let script = String::from_utf8(out).unwrap();
+            for word in [
+                "serve",
+                "push",
+                "reserve",
+                "schedule",
+                "listen",
+                "log-format",
+            ] {
+                assert!(script.contains(word), "{shell}: no {word}");
+            }
+        }
+        // The bash script is valid bash.
+        let mut out = Vec::new();
+        completions(clap_complete::Shell::Bash, &mut out);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("delayq.bash");
+        std::fs::write(&path, out).unwrap();
+        let status = std::process::Command::new("bash")
+            .arg("-n")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    #[test]
+    fn man_writes_a_page_per_verb_with_its_options() {
+        let dir = tempfile::tempdir().unwrap();
+        man(Some(dir.path().join("man"))).unwrap();
+        let page = |name: &str| std::fs::read_to_string(dir.path().join("man").join(name)).unwrap();
+        let main = page("delayq.1");
+        assert!(main.contains(".TH delayq 1"), "{main}");
+        assert!(
+            main.contains("delayq\\-serve(1)") || main.contains("serve"),
+            "{main}"
+        );
+        let serve = page("delayq-serve.1");
+        for option in ["listen", "data\\-dir", "DELAYQ_LISTEN", "log\\-format"] {
+            assert!(serve.contains(option), "no {option} in {serve}");
+        }
+        assert!(page("delayq-push.1").contains("topic"));
+        assert!(page("delayq-topic-pause.1").contains("topic"));
+        let help_pages = std::fs::read_dir(dir.path().join("man"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .contains("help")
+            })
+            .count();
+        assert_eq!(help_pages, 0);
+    }
+
+    #[test]
     fn version_flag_prints_the_version() {
         let e = parse(&["--version"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion);
-        assert!(e.to_string().contains(env!("CARGO_PKG_VERSION")));
+        let printed = e.to_string();
+        let expected = format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("DELAYQ_COMMIT"));
+        assert!(printed.contains(&expected), "{printed}");
     }
 }

@@ -6,6 +6,9 @@
 //! (main.rs parses the flags); [`run`] serves an already bound listener until a given future
 //! completes, so tests can bind port 0 and stop it at will. What fails is a [`ServeError`].
 //!
+//! Under systemd (`Type=notify`), `serve` sends `READY=1` once the store is open and the
+//! listener bound, and `STOPPING=1` when a signal begins the shutdown.
+//!
 //! Shutdown (SIGINT or SIGTERM for `serve`): stop accepting, answer every waiting pop with
 //! "nothing" (the dispatcher's shutdown), let in-flight requests finish, and give up on
 //! stragglers after [`DRAIN_TIMEOUT`]. Nothing here knows job rules or HTTP routes.
@@ -214,7 +217,23 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let journal = open_journal(&config, clock.clone()).await?;
     tracing::info!(%addr, store = store.kind(), "delayq listening");
     let app = App::with_journal(store, clock, config, journal);
-    run(listener, app, shutdown_signal()).await
+    // The store is open and the listener bound (connections wait in its backlog until `run`
+    // accepts them): a service manager may now start what depends on delayq.
+    notify_service_manager(sd_notify::NotifyState::Ready);
+    let shutdown = async {
+        shutdown_signal().await;
+        notify_service_manager(sd_notify::NotifyState::Stopping);
+    };
+    run(listener, app, shutdown).await
+}
+
+/// Tells systemd (a `Type=notify` unit) that the server is ready or stopping. Does nothing
+/// unless systemd set `NOTIFY_SOCKET`; a failure to tell it is logged, not fatal (systemd
+/// then times the start out, which says more than a server that refuses to run).
+fn notify_service_manager(state: sd_notify::NotifyState<'_>) {
+    if let Err(error) = sd_notify::notify(&[state]) {
+        tracing::warn!(%error, "cannot notify the service manager (NOTIFY_SOCKET)");
+    }
 }
 
 /// Opens the store the configuration selects: the memory store when `memory` is set, Redis

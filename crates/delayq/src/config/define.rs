@@ -209,6 +209,7 @@ pub(super) const CONFIG_FILE: Setting = Setting {
     limits: None,
     default: None,
     shape: <PathBuf as Given>::shape,
+    toml: <PathBuf as Given>::toml,
 };
 
 /// One setting as users see it: its names, and the text of `--help` and of the docs' table.
@@ -233,6 +234,9 @@ pub(super) struct Setting {
     pub default: Option<String>,
     /// Gives the clap argument its value parser and arity.
     pub shape: fn(Arg) -> Arg,
+    /// A value as the TOML file writes it (for the sample file).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub toml: fn(&str) -> String,
 }
 
 impl Setting {
@@ -253,6 +257,7 @@ impl Setting {
             limits: rule.limits(),
             default,
             shape: G::shape,
+            toml: G::toml,
         }
     }
 
@@ -412,6 +417,15 @@ pub(super) trait Given: Sized + Clone + Send + Sync + 'static {
     fn from_matches(m: &ArgMatches, id: &str) -> Option<Self>;
     /// The value from the file's form.
     fn from_file(file: Self::File) -> Result<Self, String>;
+    /// `text`, as a flag would give it, in the TOML file's form: a string by default.
+    fn toml(text: &str) -> String {
+        toml::Value::from(text).to_string()
+    }
+}
+
+/// A comma-separated list as a TOML array of strings.
+fn toml_array(text: &str) -> String {
+    toml::Value::from(text.split(',').collect::<Vec<_>>()).to_string()
 }
 
 /// Integers are unsigned to clap, so a negative flag is clap's usage error naming the flag.
@@ -426,6 +440,9 @@ impl Given for u64 {
     }
     fn from_file(n: i64) -> Result<u64, String> {
         u64::try_from(n).map_err(|_| format!("{n} is negative"))
+    }
+    fn toml(text: &str) -> String {
+        text.to_string()
     }
 }
 
@@ -446,6 +463,9 @@ impl Given for bool {
     }
     fn from_file(v: bool) -> Result<bool, String> {
         Ok(v)
+    }
+    fn toml(text: &str) -> String {
+        text.to_string()
     }
 }
 
@@ -487,6 +507,9 @@ impl Given for Vec<String> {
             UrlList::Joined(s) => s.split(',').map(str::to_string).collect(),
         })
     }
+    fn toml(text: &str) -> String {
+        toml_array(text)
+    }
 }
 
 /// A list given as a TOML array or as one comma-separated string.
@@ -514,6 +537,9 @@ impl Given for Vec<AuthToken> {
     }
     fn from_file(tokens: Vec<String>) -> Result<Self, String> {
         Ok(tokens.into_iter().map(AuthToken::from).collect())
+    }
+    fn toml(text: &str) -> String {
+        toml_array(text)
     }
 }
 

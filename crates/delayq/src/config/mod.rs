@@ -2,7 +2,8 @@
 //! key, flag, `DELAYQ_*` variable), help, given form, rule and default. From that definition
 //! `define.rs` derives [`Config`] and its `Default`, the clap arguments ([`ServeArgs`]), the
 //! keys of the TOML file given with `--config`, and the descriptions of `--help` and of the
-//! table in docs/operations.md (`tests.rs` checks that table; `DELAYQ_BLESS=1` rewrites it).
+//! table in docs/operations.md and of the package's sample file pkg/delayq.toml (`tests.rs` and
+//! `sample.rs` check them; `DELAYQ_BLESS=1` rewrites them).
 //!
 //! Precedence is flag > environment > file > default. Every value is checked here, whatever
 //! its source, and a bad one is an error naming the setting and where it came from
@@ -11,12 +12,14 @@
 //! can still be taken, a valid Redis URL unreachable.
 //!
 //! To add a setting: add its entry to `settings!`, run `DELAYQ_BLESS=1 cargo test -p delayq
-//! --lib config` to update the docs' table, and use the new `Config` field where it matters.
+//! --lib config` to update the docs' table and pkg/delayq.toml, and use the new `Config` field
+//! where it matters.
 
 mod define;
 mod file;
 mod hosts;
 mod journal;
+mod log_format;
 mod rules;
 mod token;
 
@@ -24,6 +27,7 @@ use crate::delivery::allow::AllowList;
 use crate::delivery::sign::WebhookSecret;
 use define::{Origin, settings};
 use journal::{JournalModeRule, JournalUrl};
+use log_format::LogFormatRule;
 use rules::{
     Address, Allow, AmqpName, AmqpUrl, Any, Between, ClusterSeeds, Hosts, KeyPrefix, NonEmptyPath,
     RedisUrl, SomeBetween, WebhookSecrets,
@@ -33,6 +37,7 @@ use std::path::PathBuf;
 use token::{TokenFile, Tokens};
 
 pub use hosts::AllowedHosts;
+pub use log_format::LogFormat;
 pub use token::{AuthToken, MIN_AUTH_TOKEN_LEN};
 
 /// Default shards on one Redis server. Shards exist to spread one topic over a cluster's
@@ -284,6 +289,20 @@ settings! {
             shown: "the open-file limit less 256 and `callback_max_in_flight` (at least half \
                     the limit)",
             default: None,
+        },
+        /// Text for people reading a terminal or `journalctl`; JSON for log shippers, which
+        /// would otherwise have to parse the text's layout.
+        log_format: LogFormat {
+            key: log_format,
+            flag: "log-format",
+            env: "DELAYQ_LOG_FORMAT",
+            value_name: "FORMAT",
+            help: "Form of the log lines on stderr: `text` (coloured only on a terminal, never \
+                   with `NO_COLOR` set) or `json` (one JSON object per line, for log shippers); \
+                   `RUST_LOG` chooses what is logged",
+            given: String,
+            rule: LogFormatRule,
+            default: LogFormat::Text,
         },
         /// Secrets, not shown anywhere; given like tokens (hidden from `--help`, the flag once
         /// per secret) so a rotation can list the old and the new one.
@@ -555,5 +574,7 @@ impl Config {
     }
 }
 
+#[cfg(test)]
+mod sample;
 #[cfg(test)]
 mod tests;

@@ -27,7 +27,7 @@ fn parse(argv: &[&str], env: &[(&str, &str)]) -> Result<ServeArgs, clap::Error> 
     ServeArgs::from_arg_matches(&matches)
 }
 
-fn load(argv: &[&str], env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+pub(super) fn load(argv: &[&str], env: &[(&str, &str)]) -> Result<Config, ConfigError> {
     Config::from_args(parse(argv, env).unwrap())
 }
 
@@ -90,6 +90,7 @@ fn every_setting_is_read_from_flags() {
             "--request-timeout=8",
             "--idle-timeout=9",
             "--max-connections=14",
+            "--log-format=json",
             "--callback-secret=whsec_YWFhYQ==",
             "--callback-secret=whsec_YmJiYg==",
             "--callback-allow=10.0.0.0/8,hooks.example.com",
@@ -129,6 +130,7 @@ fn every_setting_is_read_from_flags() {
             request_timeout_secs: 8,
             idle_timeout_secs: 9,
             max_connections: Some(14),
+            log_format: LogFormat::Json,
             callback_secrets: vec![
                 WebhookSecret::parse("whsec_YWFhYQ==").unwrap(),
                 WebhookSecret::parse("whsec_YmJiYg==").unwrap(),
@@ -192,6 +194,7 @@ fn every_setting_is_read_from_the_file() {
         journal = "postgres://u@h/db"
         journal_mode = "sync"
         journal_retention = 3600
+        log_format = "json"
         "#,
     );
     let c = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap();
@@ -210,6 +213,18 @@ fn every_setting_is_read_from_the_file() {
     assert_eq!(c.journal.as_deref(), Some("postgres://u@h/db"));
     let sync = crate::journal::JournalMode::Sync;
     assert_eq!((c.journal_mode, c.journal_retention_secs), (sync, 3600));
+    assert_eq!(c.log_format, LogFormat::Json);
+}
+
+#[test]
+fn log_format_is_text_or_json_from_any_source() {
+    assert_eq!(load(&[], &[]).unwrap().log_format, LogFormat::Text);
+    let c = load(&[], &[("DELAYQ_LOG_FORMAT", "json")]).unwrap();
+    assert_eq!(c.log_format, LogFormat::Json);
+    let e = load(&["--log-format=xml"], &[]).unwrap_err();
+    let text = e.to_string();
+    assert_eq!(invalid_setting(e).0, "log_format");
+    assert!(text.contains("`text` or `json`"), "{text}");
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! The HTTP tests, one binary: the /v1 API, the compat API, generated bad requests,
 //! timeouts, silent connections, bearer tokens, the host and cross-site checks and `/metrics`
-//! (in-process or on a loopback socket, per backend where it matters), and the Rust client and
-//! CLI verbs against a real server. Run one file's tests with `cargo test -p delayq --test http
-//! http_v1::push::`. The route table the route-wide tests share is `routes.rs`, derived from the
-//! OpenAPI document and the router.
+//! (in-process or on a loopback socket, per backend where it matters), the Rust client and CLI
+//! verbs against a real server, the binary as a service (readiness, logs, version) and the
+//! monitoring files (alert rules, dashboard). Run one file's tests with `cargo test -p delayq
+//! --test http http_v1::push::`. The route table the route-wide tests share is `routes.rs`,
+//! derived from the OpenAPI document and the router.
 
 #[macro_use]
 #[path = "../support/mod.rs"]
@@ -25,5 +26,7 @@ mod http_openapi_server;
 mod http_origin;
 mod http_v1;
 mod metrics_format;
+mod monitoring;
 mod routes;
 mod schedules_dst;
+mod service;

@@ -19,7 +19,7 @@ use support::backends::Backend;
 const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
     application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
-fn promtool() -> Command {
+pub(crate) fn promtool() -> Command {
     let found = Command::new("promtool")
         .arg("--version")
         .output()
