@@ -421,10 +421,11 @@ mod under_load {
         assert!(unknown.is_empty(), "never pushed: {unknown:?}");
         assert_eq!(listed(&restored.base_url, "preload").await.len(), preload);
         assert_eq!(report["jobs"], (preload + load.len()) as u64);
-        // On a machine so busy that the server stalls over 100 ms with no backup at all (in
-        // the same length of time just before it), that stall is the bound instead: a copy
-        // made while requests wait would stall it for the whole copy, far longer.
-        let bound = MAX_PAUSE.max(before);
+        // On a machine so busy that the server stalls for tens of milliseconds with no backup
+        // at all (in the same length of time just before it), twice that stall is the bound
+        // instead: a copy made while requests wait would stall it for the whole copy (over a
+        // second here), far longer.
+        let bound = MAX_PAUSE.max(before * 2);
         assert!(
             during <= bound,
             "the server answered no push for {during:?} during the backup (bound {bound:?})"
