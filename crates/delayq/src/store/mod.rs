@@ -315,6 +315,12 @@ store_calls! {
         /// `attempts` incremented. Never waits.
         Change Reserve fn reserve(topics: &'a [Topic], max: usize, now: UnixMillis) -> Vec<Job>;
 
+        /// Reserves one job named by its id, whatever its topic's order and flow control (the
+        /// beanstalkd front end's `reserve-job`): a delayed, ready or dead job becomes
+        /// `Reserved` until `now + ttr` with `attempts` incremented. A reserved job is refused
+        /// with `WrongState`. Returns the job as it now is.
+        Change ReserveJob fn reserve_job(id: &'a JobId, now: UnixMillis) -> Job;
+
         /// Removes a job (whatever its state: the compat API's `/finish` is `/delete`).
         /// Returns the state it was in.
         Change Finish fn finish(id: &'a JobId) -> JobState;
