@@ -11,11 +11,14 @@ const PUTTERS: usize = 8;
 /// How long they put before the kill.
 const PUT_FOR: Duration = Duration::from_secs(3);
 
+/// The puts answered `INSERTED`: id and body.
+type Acked = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_8_connections_of_puts_loses_no_acknowledged_put() {
     let mut server = Server::start(Backend::Embedded).await;
     let port = server.beanstalk_port;
-    let acked: Arc<Mutex<Vec<(u64, Vec<u8>)>>> = Arc::default();
+    let acked: Acked = Arc::default();
     let mut putters = Vec::new();
     for p in 0..PUTTERS {
         let acked = acked.clone();
