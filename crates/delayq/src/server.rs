@@ -373,6 +373,7 @@ pub async fn run_with(
             state.metrics.clone(),
             beanstalk::Options {
                 max_job_bytes: state.config.max_body_bytes,
+                max_connections: limits.max_connections,
             },
         );
         tokio::spawn(drain_on_sigusr1(front.clone(), stopping.clone()));

@@ -30,10 +30,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// How long the accept loop waits after a failed accept (out of file descriptors, say).
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// Least time between two warnings that the connection limit is reached.
+const FULL_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 
 /// A bound beanstalkd listener.
 pub enum Listener {
@@ -47,6 +50,9 @@ pub enum Listener {
 pub struct Options {
     /// Largest body a `put` may carry (`--max-body-bytes`): `max-job-size`.
     pub max_job_bytes: usize,
+    /// Most connections served at once (`--max-connections`, as for HTTP); past it, new ones
+    /// wait to be accepted.
+    pub max_connections: usize,
 }
 
 /// What connections share: the parts they call, drain mode, and the figures of `stats`.
@@ -143,7 +149,23 @@ impl Beanstalk {
     /// (each hands back the jobs it holds) and returns once all have.
     pub async fn serve(self: Arc<Self>, listener: Listener, shutdown: CancellationToken) {
         let tasks = tokio_util::task::TaskTracker::new();
+        let slots = Arc::new(Semaphore::new(self.options.max_connections.max(1)));
+        let mut warned: Option<Instant> = None;
         loop {
+            if slots.available_permits() == 0
+                && warned.is_none_or(|w| w.elapsed() >= FULL_WARNING_INTERVAL)
+            {
+                tracing::warn!(
+                    max_connections = self.options.max_connections,
+                    "beanstalkd: connection limit reached; new connections wait"
+                );
+                warned = Some(Instant::now());
+            }
+            let slot = tokio::select! {
+                s = slots.clone().acquire_owned() => s,
+                _ = shutdown.cancelled() => break,
+            };
+            let Ok(slot) = slot else { break };
             let accepted = tokio::select! {
                 a = accept(&listener) => a,
                 _ = shutdown.cancelled() => break,
@@ -152,10 +174,18 @@ impl Beanstalk {
                 Ok(Stream::Tcp(s)) => {
                     // Replies are written whole and flushed when no command is pending.
                     let _ = s.set_nodelay(true);
-                    tasks.spawn(conn::serve(self.clone(), s, shutdown.clone()));
+                    let serving = conn::serve(self.clone(), s, shutdown.clone());
+                    tasks.spawn(async move {
+                        serving.await;
+                        drop(slot);
+                    });
                 }
                 Ok(Stream::Unix(s)) => {
-                    tasks.spawn(conn::serve(self.clone(), s, shutdown.clone()));
+                    let serving = conn::serve(self.clone(), s, shutdown.clone());
+                    tasks.spawn(async move {
+                        serving.await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "beanstalkd: accept failed");

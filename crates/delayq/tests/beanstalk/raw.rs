@@ -259,3 +259,19 @@ async fn ids_between_beanstalkd_and_http_on_the_embedded_store() {
 async fn ids_between_beanstalkd_and_http_on_redis() {
     ids_between_beanstalkd_and_http(Backend::Redis).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_a_new_connection_waits_for_one_to_close() {
+    let server = Server::start_with(Backend::Embedded, None, &["--max-connections", "2"]).await;
+    let mut a = server.connect().await;
+    let mut b = server.connect().await;
+    assert_eq!(a.cmd("list-tube-used").await, "USING default");
+    assert_eq!(b.cmd("list-tube-used").await, "USING default");
+    let mut c = server.connect().await;
+    c.send(b"list-tube-used\r\n").await;
+    let early = tokio::time::timeout(Duration::from_millis(500), c.line()).await;
+    assert!(early.is_err(), "served past the limit: {early:?}");
+    drop(a);
+    assert_eq!(c.line().await, "USING default");
+    assert_eq!(b.cmd("list-tube-used").await, "USING default");
+}
