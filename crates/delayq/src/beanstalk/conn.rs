@@ -42,7 +42,7 @@ const WRITE_BATCH: usize = 64 * 1024;
 const PUT_TRIES: usize = 8;
 /// Most ready jobs `stats` and `stats-tube` look at to count the urgent ones, per tube.
 const URGENT_SCAN: usize = 10_000;
-/// A put's id attempts, the ready jobs of `kick`'s delayed pass: the page size.
+/// Jobs per listing page (`kick`'s delayed jobs, the urgent count).
 const PAGE: usize = 1000;
 /// Priorities below this are urgent (beanstalkd's `current-jobs-urgent`).
 const URGENT_PRIORITY: u32 = 1024;
