@@ -155,6 +155,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn<S> {
             let cmd = match proto::parse(&line) {
                 Ok(cmd) => cmd,
                 Err(e) => {
+                    tracing::debug!(line = %String::from_utf8_lossy(&line), error = ?e, "beanstalkd: line refused");
                     self.reply(&e.reply()).await?;
                     continue;
                 }
