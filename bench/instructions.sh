@@ -111,8 +111,10 @@ run() {
     --drain-timeout-s 120 --no-progress --json >"$work/out.json" 2>"$work/bench.err" ||
     { echo "$store $n: the run failed:" >&2; tail -5 "$work/bench.err" >&2; return 1; }
   grep -m1 '^{' "$work/out.json" >>"$OUT/runs.jsonl"
-  # SIGINT: delayq and redis-server shut down and callgrind writes its counts.
-  kill -INT "$dpid"; wait "$dpid" 2>/dev/null || true
+  # SIGINT: delayq and redis-server shut down and callgrind writes its counts; beanstalkd
+  # ignores SIGINT and exits on SIGTERM.
+  case "$store" in beanstalkd*) kill -TERM "$dpid" ;; *) kill -INT "$dpid" ;; esac
+  wait "$dpid" 2>/dev/null || true
   if [ -n "$rpid" ]; then kill -INT "$rpid"; wait "$rpid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
