@@ -425,7 +425,8 @@ impl Engine {
         now: UnixMillis,
         fx: &mut Effects,
     ) -> StoreResult<Job> {
-        let mut j = self.take_in(id, &[JobState::Delayed, JobState::Ready, JobState::Dead])?;
+        // Never a delayed job: nothing is handed out before its due time.
+        let mut j = self.take_in(id, &[JobState::Ready, JobState::Dead])?;
         j.state = JobState::Reserved;
         j.attempts = j.attempts.saturating_add(1);
         j.reserved_until = Some(job::after(now, j.spec.ttr_ms));

@@ -316,9 +316,10 @@ store_calls! {
         Change Reserve fn reserve(topics: &'a [Topic], max: usize, now: UnixMillis) -> Vec<Job>;
 
         /// Reserves one job named by its id, whatever its topic's order and flow control (the
-        /// beanstalkd front end's `reserve-job`): a delayed, ready or dead job becomes
-        /// `Reserved` until `now + ttr` with `attempts` incremented. A reserved job is refused
-        /// with `WrongState`. Returns the job as it now is.
+        /// beanstalkd front end's `reserve-job`): a ready or dead job becomes `Reserved` until
+        /// `now + ttr` with `attempts` incremented. A delayed job (nothing is handed out before
+        /// its due time) or a reserved one is refused with `WrongState`. Returns the job as it
+        /// now is.
         Change ReserveJob fn reserve_job(id: &'a JobId, now: UnixMillis) -> Job;
 
         /// Removes a job (whatever its state: the compat API's `/finish` is `/delete`).

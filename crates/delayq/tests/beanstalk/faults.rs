@@ -110,7 +110,9 @@ async fn three_instances_on_one_redis_reserve_each_job_once_at_a_time() {
                 loop {
                     let reply = b.cmd("reserve-with-timeout 1").await;
                     if reply == "TIMED_OUT" {
-                        return;
+                        // Kept open: closing it would hand back the jobs it holds, as
+                        // beanstalkd does, for another consumer to take.
+                        return b;
                     }
                     let parts: Vec<&str> = reply.split(' ').collect();
                     assert_eq!(parts[0], "RESERVED", "{reply}");
@@ -126,8 +128,9 @@ async fn three_instances_on_one_redis_reserve_each_job_once_at_a_time() {
             }));
         }
     }
+    let mut connections = Vec::new();
     for c in consumers {
-        c.await.unwrap();
+        connections.push(c.await.unwrap());
     }
     let reserved = reserved.lock().unwrap();
     for (id, by) in reserved.iter() {
@@ -140,4 +143,5 @@ async fn three_instances_on_one_redis_reserve_each_job_once_at_a_time() {
         3 * CONSUMERS,
         started.elapsed()
     );
+    drop(connections);
 }

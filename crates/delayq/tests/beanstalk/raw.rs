@@ -51,6 +51,13 @@ async fn bad_lines_get_the_protocol_errors_and_the_connection_goes_on() {
     assert_eq!(b.cmd("pause-tube nosuchtube 1").await, "NOT_FOUND");
     assert_eq!(b.cmd("ignore default").await, "NOT_IGNORED");
     assert_eq!(b.cmd("reserve-with-timeout 0").await, "TIMED_OUT");
+    // reserve-job never hands out a delayed job early; kicked, it does.
+    let later = b.put(0, 3600, 60, b"later").await;
+    assert_eq!(b.cmd(&format!("reserve-job {later}")).await, "NOT_FOUND");
+    assert_eq!(b.cmd(&format!("kick-job {later}")).await, "KICKED");
+    let (got, _) = b.job(&format!("reserve-job {later}"), "RESERVED").await;
+    assert_eq!(got, later);
+    assert_eq!(b.cmd(&format!("delete {later}")).await, "DELETED");
     // Still the same connection.
     assert_eq!(b.cmd("list-tube-used").await, "USING default");
     b.send(b"quit\r\n").await;
