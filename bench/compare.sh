@@ -25,6 +25,9 @@
 #   delayq-redis       delayq serve --redis (its own redis-server), compat API
 #   delayq-embedded    delayq serve --data-dir (temp dir), compat API
 #   delayq-memory      delayq serve --memory (nothing kept: the ceiling of the stores above)
+#   delayq-memory-beanstalk    delayq serve --memory, over its beanstalkd port (--beanstalk-listen)
+#   delayq-embedded-beanstalk  delayq serve --data-dir (temp dir), over its beanstalkd port: each
+#                      put fsynced before INSERTED
 #   beanstalkd         in memory
 #   beanstalkd-binlog  with -b DIR (fsync every 50 ms, the default)
 #   bullmq             BullMQ 6 (Node driver bench/peers/bullmq/bench.mjs) on its own redis-server
@@ -243,6 +246,25 @@ run_system() {
       line=$("$BENCH" "$drv" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" "${wargs[@]}") || true
       stop "$DQ_PID" ;;
+    delayq-memory-beanstalk)
+      [ "$DELAYQ_OK" = 1 ] || return 0
+      local bport
+      bport=$(free_port)
+      start_delayq --memory --beanstalk-listen "127.0.0.1:$bport"
+      wait_port "$bport" "$DQ_PID" "$TMP/delayq-$DQ_PORT.log"
+      line=$("$BENCH" "$drv" --target beanstalkd --addr "127.0.0.1:$bport" --label "$sys" \
+        --server-pid "$DQ_PID" "${wargs[@]}") || true
+      stop "$DQ_PID" ;;
+    delayq-embedded-beanstalk)
+      [ "$DELAYQ_OK" = 1 ] || return 0
+      local bport dir="$TMP/embedded-$RANDOM$RANDOM"
+      bport=$(free_port)
+      mkdir -p "$dir"
+      start_delayq --data-dir "$dir" --beanstalk-listen "127.0.0.1:$bport"
+      wait_port "$bport" "$DQ_PID" "$TMP/delayq-$DQ_PORT.log"
+      line=$("$BENCH" "$drv" --target beanstalkd --addr "127.0.0.1:$bport" --label "$sys" \
+        --server-pid "$DQ_PID" --data-dir "$dir" "${wargs[@]}") || true
+      stop "$DQ_PID"; rm -rf "$dir" ;;
     beanstalkd)
       start_beanstalkd
       line=$("$BENCH" "$drv" --target beanstalkd --addr "127.0.0.1:$BS_PORT" --label "$sys" \

@@ -13,10 +13,16 @@
 # Time-driven work (the timer's passes, a checkpoint a second) grows with a run's length, not
 # its jobs, so it is counted in the difference too: a floor on what a job costs, not a profile.
 #
+# The beanstalkd protocol: STORE memory-beanstalk or embedded-beanstalk is delayq on that store
+# driven over its beanstalkd port (--beanstalk-listen; W1's beanstalkd driver: put, then
+# reserve-with-timeout and delete), beside the peers beanstalkd and beanstalkd-binlog (-b DIR)
+# driven the same way; their server process is named `beanstalkd`.
+#
 # One line per store and process in $OUT/results.txt, each run's JSON in $OUT/runs.jsonl.
 #
 # Usage: bench/instructions.sh [--jobs 2000] [--keep] [--out DIR] [STORE...]
-#   STORE  memory, embedded, redis (default: all three)
+#   STORE  memory, embedded, redis (default: all three); memory-beanstalk, embedded-beanstalk,
+#          beanstalkd, beanstalkd-binlog
 #   --keep keep the callgrind files ($OUT/<store>-<jobs>.<process>.cg.gz, for callgrind_annotate)
 #   --out  default bench/results/<UTC date>-<git rev-parse --short HEAD>/instructions
 set -euo pipefail
@@ -40,7 +46,12 @@ while [ $# -gt 0 ]; do
 done
 [ ${#STORES[@]} -gt 0 ] || STORES=(memory embedded redis)
 for s in "${STORES[@]}"; do
-  case "$s" in memory|embedded|redis) ;; *) echo "unknown STORE $s (memory, embedded or redis)" >&2; exit 2 ;; esac
+  case "$s" in
+    memory|embedded|redis|memory-beanstalk|embedded-beanstalk|beanstalkd|beanstalkd-binlog) ;;
+    *) echo "unknown STORE $s (memory, embedded, redis, memory-beanstalk, embedded-beanstalk, beanstalkd or beanstalkd-binlog)" >&2; exit 2 ;;
+  esac
+  case "$s" in beanstalkd*) command -v beanstalkd >/dev/null ||
+    { echo "beanstalkd not on PATH: apt-get install -y beanstalkd" >&2; exit 1; } ;; esac
 done
 command -v valgrind >/dev/null || { echo "valgrind not on PATH: apt-get install -y valgrind" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "redis-server not on PATH: apt-get install -y redis-server" >&2; exit 1; }
@@ -73,19 +84,37 @@ run() {
     wait_port "$rp" "$rpid" "$work/redis.log" 600
     args=(--redis "redis://127.0.0.1:$rp/0")
   fi
-  [ "$store" = memory ] && args=(--memory)
+  case "$store" in memory|memory-beanstalk) args=(--memory) ;; esac
   hp=$("$BENCH" free-port)
-  "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.delayq.cg" "$DELAYQ" serve \
-    --listen "127.0.0.1:$hp" "${args[@]}" >"$work/delayq.log" 2>&1 &
+  local -a target=(--api compat --addr "127.0.0.1:$hp")
+  case "$store" in
+    beanstalkd|beanstalkd-binlog)
+      local -a flags=()
+      if [ "$store" = beanstalkd-binlog ]; then mkdir -p "$work/binlog"; flags=(-b "$work/binlog"); fi
+      "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.beanstalkd.cg" beanstalkd -l 127.0.0.1 \
+        -p "$hp" "${flags[@]}" >"$work/delayq.log" 2>&1 &
+      target=(--target beanstalkd --addr "127.0.0.1:$hp") ;;
+    *)
+      local bp
+      bp=$("$BENCH" free-port)
+      case "$store" in *-beanstalk)
+        args+=(--beanstalk-listen "127.0.0.1:$bp")
+        target=(--target beanstalkd --addr "127.0.0.1:$bp") ;; esac
+      "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.delayq.cg" "$DELAYQ" serve \
+        --listen "127.0.0.1:$hp" "${args[@]}" >"$work/delayq.log" 2>&1 & ;;
+  esac
   dpid=$!; PIDS+=("$dpid")
   wait_port "$hp" "$dpid" "$work/delayq.log" 600
-  "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.bench.cg" "$BENCH" w1 --api compat \
-    --addr "127.0.0.1:$hp" --jobs "$n" --max-delay-s 1 --producers 8 --consumers 8 \
+  case "$store" in *-beanstalk) wait_port "$bp" "$dpid" "$work/delayq.log" 600 ;; esac
+  "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.bench.cg" "$BENCH" w1 "${target[@]}" \
+    --jobs "$n" --max-delay-s 1 --producers 8 --consumers 8 \
     --drain-timeout-s 120 --no-progress --json >"$work/out.json" 2>"$work/bench.err" ||
     { echo "$store $n: the run failed:" >&2; tail -5 "$work/bench.err" >&2; return 1; }
   grep -m1 '^{' "$work/out.json" >>"$OUT/runs.jsonl"
-  # SIGINT: delayq and redis-server shut down and callgrind writes its counts.
-  kill -INT "$dpid"; wait "$dpid" 2>/dev/null || true
+  # SIGINT: delayq and redis-server shut down and callgrind writes its counts; beanstalkd
+  # ignores SIGINT and exits on SIGTERM.
+  case "$store" in beanstalkd*) kill -TERM "$dpid" ;; *) kill -INT "$dpid" ;; esac
+  wait "$dpid" 2>/dev/null || true
   if [ -n "$rpid" ]; then kill -INT "$rpid"; wait "$rpid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
@@ -102,7 +131,7 @@ for store in "${STORES[@]}"; do
   echo "== $store" >&2
   run "$store" "$JOBS"
   run "$store" "$((2 * JOBS))"
-  for proc in delayq redis bench; do
+  for proc in delayq beanstalkd redis bench; do
     a="$OUT/$store-$JOBS.$proc.cg"; b="$OUT/$store-$((2 * JOBS)).$proc.cg"
     if [ ! -f "$a" ] || [ ! -f "$b" ]; then continue; fi
     echo "$store $proc $(( ($(total "$b") - $(total "$a")) / JOBS )) instructions per job" |

@@ -19,11 +19,14 @@
 //!   job through [`amqp`]) when it is due.
 //! - [`config`]: the settings of `delayq serve`.
 //! - [`api`]: the HTTP APIs (compat and /v1) over what the server built. Only `api` knows HTTP.
+//! - [`beanstalk`]: the beanstalkd protocol front end over the store and the dispatcher. Only
+//!   `beanstalk` knows that protocol.
 //! - [`server`]: wiring: builds every part from the settings and serves until shutdown.
 
 pub mod alarm;
 pub mod amqp;
 pub mod api;
+pub mod beanstalk;
 pub mod clock;
 pub mod config;
 pub mod delivery;

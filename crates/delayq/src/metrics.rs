@@ -655,6 +655,17 @@ impl Metrics {
         self.amqp_up.set(i64::from(up));
     }
 
+    /// Jobs pushed by this instance since it started (every API; beanstalkd's `total-jobs`).
+    pub fn pushed_total(&self) -> u64 {
+        self.pushed.get()
+    }
+
+    /// Reservations whose TTR ran out, handled by this instance's timer since it started
+    /// (beanstalkd's `job-timeouts`).
+    pub fn expired_total(&self) -> u64 {
+        self.expired.get()
+    }
+
     /// Callback jobs held now (`+1` when reserved, `-1` when done with).
     pub fn callbacks_held(&self, delta: i64) {
         self.callbacks_in_flight.inc_by(delta);
@@ -731,6 +742,9 @@ impl StoreHook for Metrics {
                 return;
             }
             Reply::Reserve { out, now, .. } => return self.count_deliveries(out, now),
+            Reply::ReserveJob { out, now, .. } => {
+                return self.count_deliveries(std::slice::from_ref(out), now);
+            }
             Reply::KickTopic { out, .. } => {
                 self.kicked.inc_by(*out);
                 return;

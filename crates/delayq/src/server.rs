@@ -28,8 +28,9 @@
 
 use crate::amqp::{AmqpOptions, Broker};
 use crate::api::{self, AppState};
+use crate::beanstalk::{self, Beanstalk};
 use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
+use crate::config::{BeanstalkListen, Config};
 use crate::delivery::{Deliverer, DeliveryOptions};
 use crate::dispatch::{DispatchOptions, Dispatcher};
 use crate::journal::{Journal, JournalError, Journaled};
@@ -88,6 +89,12 @@ pub enum ServeError {
     #[error("cannot listen on {addr}")]
     Listen {
         addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// `beanstalk_listen` could not be bound.
+    #[error("cannot listen on {addr} (beanstalk_listen)")]
+    BeanstalkListen {
+        addr: BeanstalkListen,
         source: std::io::Error,
     },
     /// The address bound for `listen` could not be read.
@@ -213,6 +220,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         addr: config.listen,
         source,
     })?;
+    let beanstalk = match &config.beanstalk_listen {
+        Some(addr) => Some(bind_beanstalk(addr, !config.auth_tokens.is_empty()).await?),
+        None => None,
+    };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let journal = open_journal(&config, clock.clone()).await?;
     tracing::info!(%addr, store = store.kind(), "delayq listening");
@@ -224,7 +235,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         shutdown_signal().await;
         notify_service_manager(sd_notify::NotifyState::Stopping);
     };
-    run(listener, app, shutdown).await
+    run_with(listener, beanstalk, app, shutdown).await
 }
 
 /// Tells systemd (a `Type=notify` unit) that the server is ready or stopping. Does nothing
@@ -234,6 +245,44 @@ fn notify_service_manager(state: sd_notify::NotifyState<'_>) {
     if let Err(error) = sd_notify::notify(&[state]) {
         tracing::warn!(%error, "cannot notify the service manager (NOTIFY_SOCKET)");
     }
+}
+
+/// Binds the beanstalkd listener. Off loopback it warns: the protocol has no authentication.
+/// A Unix socket's stale file (a socket, nothing else) is replaced.
+async fn bind_beanstalk(
+    addr: &BeanstalkListen,
+    tokens: bool,
+) -> Result<beanstalk::Listener, ServeError> {
+    let failed = |source| ServeError::BeanstalkListen {
+        addr: addr.clone(),
+        source,
+    };
+    let listener = match addr {
+        BeanstalkListen::Tcp(a) => {
+            let l = TcpListener::bind(a).await.map_err(failed)?;
+            if !a.ip().is_loopback() {
+                tracing::warn!(
+                    addr = %a,
+                    tokens_set = tokens,
+                    "the beanstalkd port is open beyond loopback without authentication \
+                     (the beanstalkd protocol has none; tokens do not protect it): anyone who \
+                     reaches it can put, take and delete jobs; restrict it with a firewall or \
+                     use unix:/path"
+                );
+            }
+            beanstalk::Listener::Tcp(l)
+        }
+        BeanstalkListen::Unix(path) => {
+            use std::os::unix::fs::FileTypeExt;
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                std::fs::remove_file(path).map_err(failed)?;
+            }
+            let l = tokio::net::UnixListener::bind(path).map_err(failed)?;
+            beanstalk::Listener::Unix(l, path.clone())
+        }
+    };
+    tracing::info!(%addr, "beanstalkd protocol listening");
+    Ok(listener)
 }
 
 /// Opens the store the configuration selects: the memory store when `memory` is set, Redis
@@ -301,6 +350,17 @@ pub async fn run(
     app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    run_with(listener, None, app, shutdown).await
+}
+
+/// [`run`], with the beanstalkd front end on `beanstalk` when given (SIGUSR1 puts it in drain
+/// mode).
+pub async fn run_with(
+    listener: TcpListener,
+    beanstalk: Option<beanstalk::Listener>,
+    app: App,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     let App {
         state,
         callbacks,
@@ -324,6 +384,20 @@ pub async fn run(
         max_connections = limits.max_connections,
         "connection limit set"
     );
+    let beanstalk = beanstalk.map(|listener| {
+        let front = Beanstalk::new(
+            state.store.clone(),
+            state.dispatch.clone(),
+            state.clock.clone(),
+            state.metrics.clone(),
+            beanstalk::Options {
+                max_job_bytes: state.config.max_body_bytes,
+                max_connections: limits.max_connections,
+            },
+        );
+        tokio::spawn(drain_on_sigusr1(front.clone(), stopping.clone()));
+        tokio::spawn(front.serve(listener, stopping.clone()))
+    });
     let journal = state.journal.clone();
     let app = api::router(state);
 
@@ -351,6 +425,14 @@ pub async fn run(
         }
     };
     stopping.cancel();
+    // Its connections hand back the jobs they hold: before the dispatcher stops.
+    if let Some(beanstalk) = beanstalk
+        && tokio::time::timeout(DRAIN_TIMEOUT, beanstalk)
+            .await
+            .is_err()
+    {
+        tracing::warn!("beanstalkd connections still open after the drain timeout");
+    }
     if tokio::time::timeout(DISPATCH_STOP_TIMEOUT, dispatcher)
         .await
         .is_err()
@@ -386,6 +468,27 @@ pub async fn run(
     }
     tracing::info!("stopped");
     served
+}
+
+/// Puts the beanstalkd front end in drain mode on each SIGUSR1, as beanstalkd does.
+async fn drain_on_sigusr1(front: Arc<Beanstalk>, stopping: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut usr1 = match signal(SignalKind::user_defined1()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGUSR1 (beanstalkd drain mode)");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            got = usr1.recv() => match got {
+                Some(()) => front.drain(),
+                None => return,
+            },
+            _ = stopping.cancelled() => return,
+        }
+    }
 }
 
 /// Raises the soft open-file limit to the hard one, as most servers do: each connection holds

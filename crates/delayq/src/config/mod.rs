@@ -29,8 +29,8 @@ use define::{Origin, settings};
 use journal::{JournalModeRule, JournalUrl};
 use log_format::LogFormatRule;
 use rules::{
-    Address, Allow, AmqpName, AmqpUrl, Any, Between, ClusterSeeds, Hosts, KeyPrefix, NonEmptyPath,
-    RedisUrl, SomeBetween, WebhookSecrets,
+    Address, Allow, AmqpName, AmqpUrl, Any, BeanstalkAddress, Between, ClusterSeeds, Hosts,
+    KeyPrefix, NonEmptyPath, RedisUrl, SomeBetween, WebhookSecrets,
 };
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,6 +39,23 @@ use token::{TokenFile, Tokens};
 pub use hosts::AllowedHosts;
 pub use log_format::LogFormat;
 pub use token::{AuthToken, MIN_AUTH_TOKEN_LEN};
+
+/// Where the beanstalkd front end listens (`beanstalk_listen`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BeanstalkListen {
+    Tcp(SocketAddr),
+    /// `unix:/path`.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for BeanstalkListen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BeanstalkListen::Tcp(a) => write!(f, "{a}"),
+            BeanstalkListen::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
 
 /// Default shards on one Redis server. Shards exist to spread one topic over a cluster's
 /// masters; one server runs every script on one thread whatever the layout, and each more
@@ -88,6 +105,21 @@ settings! {
             given: String,
             rule: Address,
             default: SocketAddr::from(([127, 0, 0, 1], 9277)),
+        },
+        /// beanstalkd's protocol has no authentication: tokens do not protect this port, so
+        /// serving it off loopback logs a warning (server.rs); a Unix socket is protected by
+        /// its file's permissions.
+        beanstalk_listen: Option<BeanstalkListen> {
+            key: beanstalk_listen,
+            flag: "beanstalk-listen",
+            env: "DELAYQ_BEANSTALK_LISTEN",
+            value_name: "ADDR",
+            help: "Serve the beanstalkd protocol at this address (IP:PORT, or `unix:/path` for a \
+                   Unix socket) beside HTTP (docs/beanstalkd.md); it has no authentication: \
+                   tokens do not protect it",
+            given: String,
+            rule: BeanstalkAddress,
+            default: None,
         },
         /// Against DNS rebinding: a page under the attacker's name that resolves to this
         /// server reaches it with that name as `Host`. IP addresses and `localhost` are always

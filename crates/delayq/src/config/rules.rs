@@ -60,6 +60,25 @@ impl Rule<String, SocketAddr> for Address {
     }
 }
 
+/// The beanstalkd listener: `IP:PORT`, or `unix:` and a path.
+pub(super) struct BeanstalkAddress;
+
+impl Rule<String, Option<super::BeanstalkListen>> for BeanstalkAddress {
+    fn apply(&self, text: String) -> Result<Option<super::BeanstalkListen>, String> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(
+                    "`unix:` needs a socket path, e.g. unix:/run/delayq/beanstalk.sock".into(),
+                );
+            }
+            return Ok(Some(super::BeanstalkListen::Unix(PathBuf::from(path))));
+        }
+        text.parse().map(|a| Some(super::BeanstalkListen::Tcp(a))).map_err(|_| {
+            format!("{text:?} is not a socket address (IP:PORT, e.g. 127.0.0.1:11300) nor unix:/path")
+        })
+    }
+}
+
 /// A path that is not empty (an empty one would mean the working directory by accident).
 pub(super) struct NonEmptyPath;
 
@@ -234,6 +253,12 @@ impl Rule<Vec<String>, Option<AllowedHosts>> for Hosts {
 }
 
 impl ShowDefault for AllowedHosts {
+    fn show(&self) -> Option<String> {
+        Some(format!("`{self}`"))
+    }
+}
+
+impl ShowDefault for super::BeanstalkListen {
     fn show(&self) -> Option<String> {
         Some(format!("`{self}`"))
     }

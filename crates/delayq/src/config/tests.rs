@@ -103,6 +103,7 @@ fn every_setting_is_read_from_flags() {
             "--amqp-intake=in",
             "--amqp-publish-timeout=12",
             "--amqp-prefetch=13",
+            "--beanstalk-listen=0.0.0.0:11300",
         ],
         &[],
     )
@@ -111,6 +112,7 @@ fn every_setting_is_read_from_flags() {
         c,
         Config {
             listen: "0.0.0.0:1".parse().unwrap(),
+            beanstalk_listen: Some(BeanstalkListen::Tcp("0.0.0.0:11300".parse().unwrap())),
             allowed_hosts: Some(
                 AllowedHosts::parse(&["queue.example".into(), "*.corp.example".into()]).unwrap()
             ),
@@ -195,6 +197,7 @@ fn every_setting_is_read_from_the_file() {
         journal_mode = "sync"
         journal_retention = 3600
         log_format = "json"
+        beanstalk_listen = "unix:/run/delayq/beanstalk.sock"
         "#,
     );
     let c = load(&["--config", f.path().to_str().unwrap()], &[]).unwrap();
@@ -213,6 +216,10 @@ fn every_setting_is_read_from_the_file() {
     assert_eq!(c.journal.as_deref(), Some("postgres://u@h/db"));
     let sync = crate::journal::JournalMode::Sync;
     assert_eq!((c.journal_mode, c.journal_retention_secs), (sync, 3600));
+    assert_eq!(
+        c.beanstalk_listen,
+        Some(BeanstalkListen::Unix("/run/delayq/beanstalk.sock".into()))
+    );
     assert_eq!(c.log_format, LogFormat::Json);
 }
 
@@ -573,6 +580,25 @@ fn bad_redis_cluster_seeds_are_refused() {
     }
     let e = load(&["--redis-cluster=http://user:secret@host"], &[]).unwrap_err();
     assert!(!e.to_string().contains("secret"), "{e}");
+}
+
+#[test]
+fn beanstalk_listen_is_off_by_default_and_a_bad_one_is_refused() {
+    assert_eq!(load(&[], &[]).unwrap().beanstalk_listen, None);
+    let c = load(&[], &[("DELAYQ_BEANSTALK_LISTEN", "127.0.0.1:11300")]).unwrap();
+    assert_eq!(
+        c.beanstalk_listen,
+        Some(BeanstalkListen::Tcp("127.0.0.1:11300".parse().unwrap()))
+    );
+    for argv in [
+        "--beanstalk-listen=",
+        "--beanstalk-listen=unix:",
+        "--beanstalk-listen=localhost:11300",
+        "--beanstalk-listen=11300",
+    ] {
+        let e = load(&[argv], &[]).expect_err(argv);
+        assert_eq!(invalid_setting(e).0, "beanstalk_listen", "{argv}");
+    }
 }
 
 #[test]

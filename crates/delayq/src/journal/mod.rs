@@ -290,7 +290,8 @@ fn ops_of(reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis) -> Vec<Op> {
         Reply::Release { out, .. } | Reply::Touch { out, .. } => {
             vec![moved(out, Some(JobState::Reserved))]
         }
-        Reply::Bury { out, .. } => vec![moved(out, None)],
+        // From delayed, ready or dead: the row's own state says which.
+        Reply::Bury { out, .. } | Reply::ReserveJob { out, .. } => vec![moved(out, None)],
         Reply::Kick { out, .. } => vec![moved(out, Some(JobState::Dead))],
         // A reschedule may change the body and priority: the whole row.
         Reply::Reschedule {

@@ -419,6 +419,20 @@ impl Engine {
         out
     }
 
+    pub fn reserve_job(
+        &mut self,
+        id: &JobId,
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> StoreResult<Job> {
+        // Never a delayed job: nothing is handed out before its due time.
+        let mut j = self.take_in(id, &[JobState::Ready, JobState::Dead])?;
+        j.state = JobState::Reserved;
+        j.attempts = j.attempts.saturating_add(1);
+        j.reserved_until = Some(job::after(now, j.spec.ttr_ms));
+        Ok(self.put(j, fx))
+    }
+
     /// How many of `want` jobs of `queue` its topic's flow control lets out now (refilling its
     /// bucket to `now`), counting each limit that holds one back.
     fn allowance(&mut self, queue: &Topic, want: usize, now: UnixMillis) -> usize {

@@ -356,6 +356,13 @@ store_calls! {
         /// `attempts` incremented. Never waits.
         Change Reserve fn reserve(topics: &'a [Topic], max: usize, now: UnixMillis) -> Vec<Job>;
 
+        /// Reserves one job named by its id, whatever its topic's order and flow control (the
+        /// beanstalkd front end's `reserve-job`): a ready or dead job becomes `Reserved` until
+        /// `now + ttr` with `attempts` incremented. A delayed job (nothing is handed out before
+        /// its due time) or a reserved one is refused with `WrongState`. Returns the job as it
+        /// now is.
+        Change ReserveJob fn reserve_job(id: &'a JobId, now: UnixMillis) -> Job;
+
         /// Removes a job (whatever its state: the compat API's `/finish` is `/delete`).
         /// Returns the state it was in.
         Change Finish fn finish(id: &'a JobId) -> JobState;

@@ -8,6 +8,7 @@ pub mod app;
 pub mod backends;
 pub mod failing;
 pub mod load;
+pub mod node;
 pub mod process;
 pub mod python;
 pub mod receiver;

@@ -145,6 +145,11 @@ impl DelayqProcess {
         }
     }
 
+    /// The process id (for signals: SIGUSR1 puts the beanstalkd front end in drain mode).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The exit status if the process has exited, `None` while it runs (`Child::try_wait`).
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()

@@ -1,5 +1,5 @@
 //! The transitions of one job named by its id, each one function call on the job's shard:
-//! `release`, `touch`, `bury`, `kick` and `reschedule`; and `get`, one HGET.
+//! `release`, `touch`, `bury`, `kick`, `reserve_job` and `reschedule`; and `get`, one HGET.
 //!
 //! They decide nothing: each `.lua` function checks the job's state and applies job.rs's
 //! rule; this file builds the call and decodes the `{'ok', record, ...} | {'nf'} | {'ws',
@@ -20,11 +20,17 @@ static RELEASE: Function = Function::new("release", include_str!("release.lua"),
 static TOUCH: Function = Function::new("touch", include_str!("touch.lua"), Memory::Neutral);
 static BURY: Function = Function::new("bury", include_str!("bury.lua"), Memory::Neutral);
 static KICK: Function = Function::new("kick", include_str!("kick.lua"), Memory::Neutral);
+static RESERVE_JOB: Function = Function::new(
+    "reserve_job",
+    include_str!("reserve_job.lua"),
+    Memory::Neutral,
+);
 static RESCHEDULE: Function =
     Function::new("reschedule", include_str!("reschedule.lua"), Memory::Adds);
 
 /// The functions this file calls, for the library (`scripts.rs`).
-pub(super) static FUNCTIONS: [&Function; 5] = [&RELEASE, &TOUCH, &BURY, &KICK, &RESCHEDULE];
+pub(super) static FUNCTIONS: [&Function; 6] =
+    [&RELEASE, &TOUCH, &BURY, &KICK, &RESERVE_JOB, &RESCHEDULE];
 
 impl Calls {
     pub(in crate::store) async fn release(
@@ -74,6 +80,17 @@ impl Calls {
     ) -> StoreResult<Job> {
         let call = store
             .shard_fcall(&KICK, store.shard(id), now)
+            .arg(id.as_str());
+        by_id(store, id, call).await
+    }
+
+    pub(in crate::store) async fn reserve_job(
+        store: &RedisStore,
+        id: &JobId,
+        now: UnixMillis,
+    ) -> StoreResult<Job> {
+        let call = store
+            .shard_fcall(&RESERVE_JOB, store.shard(id), now)
             .arg(id.as_str());
         by_id(store, id, call).await
     }

@@ -1,5 +1,6 @@
 //! The transitions of one job by its id: `release` (now or later), `touch`, `bury` and `kick`
-//! (and `kick_topic`) through dead, and `reschedule` of a pending job.
+//! (and `kick_topic`) through dead, `reserve_job` of a ready or dead job, and
+//! `reschedule` of a pending job.
 
 use super::*;
 
@@ -85,6 +86,46 @@ async fn bury_and_kick_move_jobs_through_dead(b: &Backend) {
     assert_eq!(reserve_ids(b, &["t"], 10, T0 + 5).await.len(), 3);
 }
 
+async fn reserve_job_reserves_a_ready_or_dead_job_by_its_id_never_a_delayed_one(b: &Backend) {
+    push(b, job("t", "d", "", T0 + 60 * SEC), T0).await;
+    let mut spec = job("t", "r", "", T0);
+    spec.ttr_ms = 10 * SEC;
+    push(b, spec, T0).await;
+    push(b, job("t", "x", "", T0), T0).await;
+    b.store.bury(&id("x"), T0).await.unwrap();
+    for i in ["r", "x"] {
+        let j = b.store.reserve_job(&id(i), T0 + 1).await.unwrap();
+        assert_eq!(j.state, JobState::Reserved, "{i}");
+        assert_eq!(j.attempts, 1, "{i}");
+        assert_eq!(j.reserved_until, Some(T0 + 1 + j.spec.ttr_ms), "{i}");
+        assert_eq!(state(b, i).await, Ok(JobState::Reserved), "{i}");
+    }
+    // Never early: a delayed job stays delayed.
+    assert_eq!(
+        b.store.reserve_job(&id("d"), T0 + 1).await.unwrap_err(),
+        StoreError::WrongState(JobState::Delayed)
+    );
+    assert_eq!(state(b, "d").await, Ok(JobState::Delayed));
+    assert_eq!(
+        b.store.reserve_job(&id("r"), T0 + 2).await.unwrap_err(),
+        StoreError::WrongState(JobState::Reserved)
+    );
+    assert_eq!(
+        b.store.reserve_job(&id("missing"), T0).await.unwrap_err(),
+        StoreError::NotFound
+    );
+    // Nothing is left for a reserve by topic; the reservation runs out as any other.
+    assert!(reserve_ids(b, &["t"], 10, T0 + 2).await.is_empty());
+    assert_eq!(
+        b.store.tick(T0 + 1 + 10 * SEC, 100).await.unwrap().expired,
+        1
+    );
+    assert_eq!(
+        reserve_ids(b, &["t"], 10, T0 + 1 + 10 * SEC).await,
+        vec!["r"]
+    );
+}
+
 async fn reschedule_changes_a_pending_job_atomically(b: &Backend) {
     let mut spec = job("t", "j", "old", T0 + 60 * SEC);
     spec.priority = 9;
@@ -149,5 +190,6 @@ backend_tests!(
     release_returns_a_reserved_job_now_or_later,
     touch_extends_a_reservation_by_its_ttr,
     bury_and_kick_move_jobs_through_dead,
+    reserve_job_reserves_a_ready_or_dead_job_by_its_id_never_a_delayed_one,
     reschedule_changes_a_pending_job_atomically,
 );
