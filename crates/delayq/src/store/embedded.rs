@@ -29,7 +29,7 @@
 //! directory: redb's file lock refuses a second opener, in this process or another.
 
 mod group_commit;
-pub(in crate::store) mod record;
+pub(crate) mod record;
 mod wal;
 
 use crate::job::{Job, Topic};

@@ -586,12 +586,18 @@ fn journal_schemas() -> serde_json::Map<String, Value> {
         "RowState": {"enum": ["delayed", "ready", "reserved", "dead", "finished", "deleted", "skipped"]},
         "RestoreReply": {
             "type": "object",
-            "required": ["restored", "already_present", "skipped_overdue", "skipped_finished"],
+            "required": ["restored", "already_present", "skipped_overdue", "skipped_finished",
+                "schedules_restored", "schedules_already_present", "settings_restored",
+                "settings_already_present"],
             "properties": {
                 "restored": {"type": "integer", "minimum": 0},
                 "already_present": {"type": "integer", "minimum": 0},
                 "skipped_overdue": {"type": "integer", "minimum": 0},
-                "skipped_finished": {"type": "integer", "minimum": 0}
+                "skipped_finished": {"type": "integer", "minimum": 0},
+                "schedules_restored": described(json!({"type": "integer", "minimum": 0}), "Recurring schedules put back (a restore of the whole journal only)"),
+                "schedules_already_present": described(json!({"type": "integer", "minimum": 0}), "Recurring schedules still in the store, left as they are"),
+                "settings_restored": described(json!({"type": "integer", "minimum": 0}), "Topics whose flow control settings were put back"),
+                "settings_already_present": described(json!({"type": "integer", "minimum": 0}), "Topics with settings still in the store, left as they are")
             }
         }
     }))
