@@ -75,7 +75,11 @@ async fn write_meta(
                 .map(|(sc, _)| sc.spec.id.as_str().to_string())
                 .collect::<Vec<_>>(),
         )
-        .bind(puts.iter().map(|(sc, _)| spec_bytes(sc)).collect::<Vec<_>>())
+        .bind(
+            puts.iter()
+                .map(|(sc, _)| spec_bytes(sc))
+                .collect::<Vec<_>>(),
+        )
         .bind(puts.iter().map(|(sc, _)| i(sc.version)).collect::<Vec<_>>())
         .bind(ticks(|sc| sc.next_tick))
         .bind(ticks(|sc| sc.last_tick))
@@ -152,7 +156,12 @@ async fn write_meta(
                 .map(|(t, _, _)| t.as_str().to_string())
                 .collect::<Vec<_>>(),
         )
-        .bind(settings.iter().map(|(_, s, _)| s.paused).collect::<Vec<_>>())
+        .bind(
+            settings
+                .iter()
+                .map(|(_, s, _)| s.paused)
+                .collect::<Vec<_>>(),
+        )
         .bind(limit(|s| s.rate_micros))
         .bind(limit(|s| s.burst.map(u64::from)))
         .bind(limit(|s| s.max_in_flight.map(u64::from)))
