@@ -88,4 +88,19 @@ for store in $stores; do
   rm -rf "$TMP/data"
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
-"$bin/delayq-bench" compare --baseline delayq-memory "$OUT/results.jsonl" | tee "$OUT/table.txt"
+# One line per store: the figures docs/benchmarks.md quotes.
+python3 - "$OUT/results.jsonl" <<'PY' | tee "$OUT/summary.txt"
+import json, sys
+cols = [("create_per_s", "created/s", 0), ("lateness_p50_ms_median", "p50 ms", 0),
+        ("lateness_p99_ms_median", "p99 ms", 0), ("lateness_p99_ms_worst", "worst p99 ms", 0),
+        ("lateness_max_ms_median", "max ms", 0), ("cpu_per_tick_s_median", "CPU s/tick", 2),
+        ("redis_cpu_per_tick_s_median", "redis CPU s/tick", 2), ("machine_idle_pct", "idle %", 1),
+        ("missing", "missing", 0), ("extra", "extra", 0)]
+print("| store | " + " | ".join(c[1] for c in cols) + " |")
+print("|---" * (len(cols) + 1) + "|")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    m = r["metrics"]
+    cells = [f"{m[k]:,.{d}f}" if k in m else "" for k, _, d in cols]
+    print(f"| {r['label']} | " + " | ".join(cells) + " |")
+PY

@@ -628,6 +628,98 @@ mod tests {
         }
     }
 
+    fn schedule(id: &str, version: u64) -> crate::schedule::Schedule {
+        use crate::schedule::{CatchUp, Overlap, Rule, Schedule, ScheduleSpec};
+        let rule = Rule::Every {
+            every_ms: 1_000,
+            anchor: 0,
+        };
+        let spec = ScheduleSpec {
+            id: ScheduleId::parse(id).unwrap(),
+            rule: rule.clone(),
+            job: JobSpec::new(
+                Topic::parse("t").unwrap(),
+                JobId::parse("x").unwrap(),
+                "",
+                0,
+            ),
+            start_at: None,
+            end_at: None,
+            catch_up: CatchUp::Latest,
+            overlap: Overlap::Allow,
+            paused: false,
+        };
+        let mut sc = Schedule::new(spec, &rule.recurrence().unwrap(), 0);
+        sc.version = version;
+        sc
+    }
+
+    fn fired(id: &str, version: u64, tick: u64) -> Op {
+        Op::FireSchedule {
+            fired: Fired {
+                id: ScheduleId::parse(id).unwrap(),
+                version,
+                next_tick: Some(tick + 1_000),
+                last_tick: Some(tick),
+            },
+            at: tick,
+        }
+    }
+
+    #[test]
+    fn a_batch_leaves_the_latest_of_each_schedule_and_topic() {
+        let put = |id: &str, v| Op::PutSchedule {
+            schedule: schedule(id, v),
+            at: 1,
+        };
+        let settings = |paused| Op::Settings {
+            topic: Topic::parse("t").unwrap(),
+            settings: TopicSettings {
+                paused,
+                ..TopicSettings::default()
+            },
+            at: 2,
+        };
+        let ops = vec![
+            pushed("job"),
+            put("a", 1),
+            fired("a", 2, 5_000),
+            fired("b", 7, 5_000),
+            fired("b", 6, 4_000),
+            settings(true),
+            put("c", 3),
+            Op::DeleteSchedule {
+                id: ScheduleId::parse("c").unwrap(),
+                at: 9,
+            },
+            fired("c", 4, 6_000),
+            settings(false),
+        ];
+        let meta = meta_of(&ops);
+        // a: the fire folded into its put.
+        assert_eq!(meta.puts.len(), 1);
+        let (a, at) = &meta.puts[0];
+        assert_eq!(
+            (a.version, a.next_tick, a.last_tick, *at),
+            (2, Some(6_000), Some(5_000), 5_000)
+        );
+        // b: the higher version of its two fires, whatever their order.
+        assert_eq!(meta.fires.len(), 1);
+        assert_eq!(
+            (meta.fires[0].0.version, meta.fires[0].0.last_tick),
+            (7, Some(5_000))
+        );
+        // c: deleted; a fire queued after the delete does not bring it back.
+        assert_eq!(meta.deletes.len(), 1);
+        assert_eq!(meta.deletes[0].0.as_str(), "c");
+        // The topic's last settings.
+        assert_eq!(meta.settings.len(), 1);
+        assert!(!meta.settings[0].1.paused);
+        // None of it is a job's row or event.
+        assert_eq!(last_of(&ops).puts.len(), 1);
+        assert_eq!(ops.iter().filter_map(event_of).count(), 1);
+    }
+
     #[test]
     fn each_job_leaves_one_row_change_and_a_move_after_a_put_is_folded_into_it() {
         let end = Op::End {
