@@ -7,12 +7,12 @@
 //!
 //! Firing: for each of the next `--ticks` whole minutes after the creation (each schedule
 //! fires at every minute from the first after its creation on, so every one of them fires at
-//! each measured tick), the bench polls `GET /v1/stats` on one connection, as fast as it
-//! answers, from just before the tick until the topic holds the tick's `--count` new jobs.
+//! each measured tick), the bench polls `GET /v1/stats` on one connection, every `--poll-ms`
+//! (2 ms), from just before the tick until the topic holds the tick's `--count` new jobs.
 //! delayq records no push time in a job, so a tick's **lateness** is read from those counts:
 //! the lateness of the k-th job is the time from the tick to the answer of the first poll that
-//! counted k or more of the tick's jobs (an upper bound, by at most one poll's round trip:
-//! `poll_rtt_ms_p50` is reported). p50, p99 and max are those of the k-th jobs for k = 50 %,
+//! counted k or more of the tick's jobs (an upper bound, by at most the poll interval and one
+//! poll's round trip: `poll_rtt_ms_p50` is reported). p50, p99 and max are those of the k-th jobs for k = 50 %,
 //! 99 % and 100 % of `--count`. A job counted before its tick would be early (`early` counts
 //! ticks where it happened). After the last tick, the topic must hold exactly `--ticks ×
 //! --count` jobs: `missing` and `extra` say how far it is off.
@@ -48,6 +48,10 @@ pub struct Params {
     /// Minute ticks to measure.
     #[arg(long, default_value_t = 3)]
     pub ticks: u32,
+    /// Time between two polls of a tick's jobs: the resolution of the lateness (an
+    /// unthrottled poll loop would take a share of the server's CPU from the fires).
+    #[arg(long, default_value_t = 2)]
+    pub poll_ms: u64,
     /// Longest wait for one tick's jobs.
     #[arg(long, default_value_t = 30)]
     pub tick_timeout_s: u64,
@@ -155,6 +159,7 @@ async fn poll_tick(
     tick: u64,
     base: u64,
     n: u64,
+    every: Duration,
     timeout_ms: u64,
 ) -> Result<TickPolls> {
     let mut polls = TickPolls {
@@ -171,6 +176,7 @@ async fn poll_tick(
         if count >= n || at > timeout_ms as i64 {
             return Ok(polls);
         }
+        tokio::time::sleep(every.saturating_sub(sent.elapsed())).await;
     }
 }
 
@@ -225,7 +231,9 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
         let cpu0 = c.probes.server_pid.and_then(process_cpu_s);
         let redis0 = p.redis_pid.and_then(process_cpu_s);
         let before = jobs_of(&mut conn, &topic).await?;
-        let polls = poll_tick(&mut conn, &topic, tick, before, n, p.tick_timeout_s * 1000).await?;
+        let every = Duration::from_millis(p.poll_ms);
+        let timeout = p.tick_timeout_s * 1000;
+        let polls = poll_tick(&mut conn, &topic, tick, before, n, every, timeout).await?;
         if polls.samples.iter().any(|(t, k)| *t < 0 && *k > 0) {
             early += 1;
         }
