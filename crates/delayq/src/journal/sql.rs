@@ -175,7 +175,7 @@ impl Meta<'_> {
 
 pub fn meta_of(ops: &[Op]) -> Meta<'_> {
     enum Left<'a> {
-        Put(Cow<'a, Schedule>, UnixMillis),
+        Put(Box<Cow<'a, Schedule>>, UnixMillis),
         Fire(&'a Fired, UnixMillis),
         Delete(UnixMillis),
     }
@@ -185,9 +185,10 @@ pub fn meta_of(ops: &[Op]) -> Meta<'_> {
     let mut settings: HashMap<&Topic, (TopicSettings, UnixMillis)> = HashMap::new();
     for op in ops {
         let (id, next) = match op {
-            Op::PutSchedule { schedule, at } => {
-                (&schedule.spec.id, Left::Put(Cow::Borrowed(schedule), *at))
-            }
+            Op::PutSchedule { schedule, at } => (
+                &schedule.spec.id,
+                Left::Put(Box::new(Cow::Borrowed(schedule)), *at),
+            ),
             Op::FireSchedule { fired, at } => match left.get_mut(&fired.id) {
                 Some(Left::Put(sc, when)) => {
                     if fired.version > sc.version {
@@ -228,7 +229,7 @@ pub fn meta_of(ops: &[Op]) -> Meta<'_> {
     let mut meta = Meta::default();
     for id in order {
         match left.remove(id) {
-            Some(Left::Put(sc, at)) => meta.puts.push((sc, at)),
+            Some(Left::Put(sc, at)) => meta.puts.push((*sc, at)),
             Some(Left::Fire(f, at)) => meta.fires.push((f, at)),
             Some(Left::Delete(at)) => meta.deletes.push((id, at)),
             None => {}
