@@ -70,6 +70,15 @@ enum Cmd {
         #[command(flatten)]
         params: workload::listing::Params,
     },
+    /// Recurring schedules: creates `--count` of them over /v1 (schedules/s), then measures
+    /// for a few minute ticks how late each tick's jobs are pushed and the server's CPU per
+    /// tick (`--api v1`; `--server-pid` for the CPU).
+    Schedules {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        params: workload::schedules::Params,
+    },
     /// RabbitMQ delayed messages at a steady rate, through delayq's intake (`--system delayq`)
     /// or RabbitMQ's per-message TTL and dead-letter exchange (`--system ttl-dlx`): messages per
     /// second reaching the target queue, lateness, early, lost and duplicates.
@@ -302,6 +311,12 @@ async fn main() -> Result<()> {
             common,
             boxed(move |c, ep| {
                 Box::pin(async move { workload::listing::run(&c, &ep, &params).await })
+            }),
+        ),
+        Cmd::Schedules { common, params } => (
+            common,
+            boxed(move |c, ep| {
+                Box::pin(async move { workload::schedules::run(&c, &ep, &params).await })
             }),
         ),
         Cmd::Callback { common, params } => (

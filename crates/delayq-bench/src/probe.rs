@@ -36,6 +36,24 @@ pub fn process_cpu_s(pid: u32) -> Option<f64> {
     parse_stat_cpu_ticks(&s).map(|t| t as f64 / 100.0)
 }
 
+/// The machine's CPU time so far from the text of `/proc/stat`: (idle + iowait, total), in
+/// clock ticks summed over every core.
+pub fn parse_proc_stat_idle(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    let idle = f.get(3)? + f.get(4).copied().unwrap_or(0);
+    Some((idle, f.iter().take(8).sum()))
+}
+
+/// The machine's (idle, total) CPU ticks so far (`/proc/stat`).
+pub fn machine_idle_ticks() -> Option<(u64, u64)> {
+    parse_proc_stat_idle(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
 /// Redis `used_memory` in bytes.
 pub async fn redis_used_memory(url: &str) -> Result<u64> {
     let client = redis::Client::open(url).with_context(|| format!("redis url {url}"))?;
@@ -114,6 +132,13 @@ mod tests {
         let info = "# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\n";
         assert_eq!(parse_used_memory(info), Some(1_048_576));
         assert_eq!(parse_used_memory("# Memory\r\n"), None);
+    }
+
+    #[test]
+    fn idle_is_idle_plus_iowait_of_the_cpu_line() {
+        let stat = "cpu  100 5 50 800 20 0 3 0 0 0\ncpu0 50 2 25 400 10 0 1 0 0 0\n";
+        assert_eq!(parse_proc_stat_idle(stat), Some((820, 978)));
+        assert_eq!(parse_proc_stat_idle("intr 1 2\n"), None);
     }
 
     #[test]

@@ -412,6 +412,18 @@ pub struct Restored {
     pub skipped_overdue: u64,
     /// Finished or deleted: never restored.
     pub skipped_finished: u64,
+    /// Recurring schedules put back (a restore of the whole journal only).
+    #[serde(default)]
+    pub schedules_restored: u64,
+    /// Recurring schedules still in the store: left alone.
+    #[serde(default)]
+    pub schedules_already_present: u64,
+    /// Topics whose flow control settings were put back.
+    #[serde(default)]
+    pub settings_restored: u64,
+    /// Topics with settings still in the store: left alone.
+    #[serde(default)]
+    pub settings_already_present: u64,
 }
 
 /// The answer of `POST /v1/backup`: what the online backup wrote.

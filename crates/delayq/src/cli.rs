@@ -500,8 +500,17 @@ async fn run_client(client: &Client, json: bool, command: Command) -> anyhow::Re
             let r = client.restore(skip_overdue, id.as_deref()).await?;
             out.print(&r, || {
                 format!(
-                    "restored {}, already present {}, skipped overdue {}, skipped finished {}\n",
-                    r.restored, r.already_present, r.skipped_overdue, r.skipped_finished
+                    "restored {}, already present {}, skipped overdue {}, skipped finished {}; \
+                     schedules restored {}, already present {}; topic settings restored {}, \
+                     already present {}\n",
+                    r.restored,
+                    r.already_present,
+                    r.skipped_overdue,
+                    r.skipped_finished,
+                    r.schedules_restored,
+                    r.schedules_already_present,
+                    r.settings_restored,
+                    r.settings_already_present
                 )
             });
         }

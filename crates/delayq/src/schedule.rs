@@ -65,7 +65,7 @@ impl std::fmt::Display for ScheduleId {
 }
 
 /// When a schedule fires, as given (kept as text so a stored schedule reads back as written).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Rule {
     /// A cron expression (5 fields, or 6 with seconds first), in the zone `tz`.
     Cron { expr: String, tz: String },

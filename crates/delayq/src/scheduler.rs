@@ -9,9 +9,13 @@
 
 use crate::clock::Clock;
 use crate::metrics::Metrics;
-use crate::schedule::{Overlap, Schedule};
+use crate::schedule::{Overlap, Recurrence, Rule, Schedule};
 use crate::store::{FireOutcome, Store, StoreError};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -22,8 +26,13 @@ use tokio_util::sync::CancellationToken;
 pub const MAX_SLEEP: Duration = Duration::from_millis(500);
 /// Due schedules read per store call.
 const BATCH: usize = 1_000;
-/// Due schedules handled at once.
-const CONCURRENT_FIRES: usize = 64;
+/// Due schedules handled at once: the embedded store commits concurrent fires together, and
+/// Redis answers them over one connection, so a minute's thousands of ticks are not one fsync
+/// or round trip after another.
+const CONCURRENT_FIRES: usize = 256;
+/// Parsed rules kept (a cron expression parsed once, not at every tick of every schedule);
+/// past this many distinct rules the cache starts afresh.
+const MAX_CACHED_RULES: usize = 10_000;
 /// How long the task waits after a store error before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -32,6 +41,9 @@ pub struct Scheduler {
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     wake: Notify,
+    /// Each rule seen, parsed: schedules sharing a cron expression and zone (most do) share
+    /// one parse.
+    rules: Mutex<HashMap<Rule, Arc<Recurrence>>>,
 }
 
 impl Scheduler {
@@ -41,7 +53,22 @@ impl Scheduler {
             clock,
             metrics,
             wake: Notify::new(),
+            rules: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// `rule`, parsed (from the cache when seen before).
+    fn recurrence(&self, rule: &Rule) -> Option<Arc<Recurrence>> {
+        let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = rules.get(rule) {
+            return Some(r.clone());
+        }
+        let parsed = Arc::new(rule.recurrence().ok()?);
+        if rules.len() >= MAX_CACHED_RULES {
+            rules.clear();
+        }
+        rules.insert(rule.clone(), parsed.clone());
+        Some(parsed)
     }
 
     /// Makes the task look at the store now (a schedule was created or changed here).
@@ -75,13 +102,16 @@ impl Scheduler {
             let now = self.clock.now();
             let due = self.store.due_schedules(now, BATCH).await?;
             let full = due.due.len() >= BATCH;
-            // Concurrently: the embedded store commits concurrent fires together, and Redis
-            // answers them over one connection, so a minute's thousands of ticks are not one
-            // fsync or round trip after another.
-            for chunk in due.due.chunks(CONCURRENT_FIRES) {
-                let handled: Vec<_> = chunk.iter().map(|sc| self.handle(sc)).collect();
-                for result in futures::future::join_all(handled).await {
-                    result?;
+            // CONCURRENT_FIRES at a time, the next starting as soon as one ends.
+            let mut waiting = due.due.iter();
+            let mut running = FuturesUnordered::new();
+            for sc in waiting.by_ref().take(CONCURRENT_FIRES) {
+                running.push(self.handle(sc));
+            }
+            while let Some(result) = running.next().await {
+                result?;
+                if let Some(sc) = waiting.next() {
+                    running.push(self.handle(sc));
                 }
             }
             if full {
@@ -97,7 +127,7 @@ impl Scheduler {
 
     /// Plans and fires one due schedule.
     async fn handle(&self, sc: &Schedule) -> Result<(), StoreError> {
-        let Ok(rule) = sc.spec.rule.recurrence() else {
+        let Some(rule) = self.recurrence(&sc.spec.rule) else {
             // Only checked rules are stored; one that no longer parses (a zone removed from
             // the tz database) is left as it is.
             tracing::warn!(schedule = %sc.spec.id, "recurring schedule's rule does not parse");

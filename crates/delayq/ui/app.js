@@ -446,9 +446,13 @@
         if (!alive()) return;
         showError(null);
         const sum = res.counts.reduce((a, b) => a + b, 0);
+        const ticks = res.ticks || res.counts.map(() => 0);
+        const tsum = ticks.reduce((a, b) => a + b, 0);
         total.textContent = `${sum} job${sum === 1 ? '' : 's'} due ${r.label.toLowerCase()}` +
-          `${topic ? ` in ${topic}` : ''}, per ${r.step === MINUTE ? 'minute' : 'hour'}.`;
-        chart.replaceChildren(barChart(res.from, res.step, res.counts, r.step === MINUTE));
+          `${topic ? ` in ${topic}` : ''}, per ${r.step === MINUTE ? 'minute' : 'hour'}` +
+          (tsum > 0 || res.ticks_partial ? `, and ${tsum} recurring schedule tick${tsum === 1 ? '' : 's'}` +
+            `${res.ticks_partial ? ' (not every schedule counted: too many)' : ''}` : '') + '.';
+        chart.replaceChildren(barChart(res.from, res.step, res.counts, ticks, r.step === MINUTE));
       } catch (e) {
         if (alive() && e.status !== 401) showError(e);
       }
@@ -461,10 +465,12 @@
   }
 
   // A bar per step, with a y axis (counts) and an x axis (local times).
-  function barChart(from, step, counts, byMinute) {
+  // Jobs due per step, each bar topped by the coming ticks of recurring schedules in its step
+  // (their jobs do not exist yet), in a colour of their own.
+  function barChart(from, step, counts, ticks, byMinute) {
     const W = 960, H = 280, L = 48, R = 12, T = 12, B = 40;
     const pw = W - L - R, ph = H - T - B;
-    const max = Math.max(1, ...counts);
+    const max = Math.max(1, ...counts.map((c, i) => c + (ticks[i] || 0)));
     const top = niceCeil(max);
     const bw = pw / counts.length;
     const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'Jobs falling due per step', class: 'bars' });
@@ -482,7 +488,21 @@
         class: c > 0 ? 'bar' : 'bar empty', dataset: { start, count: c },
       }, s('title', { text: `${fmtTime(start)}: ${c} job${c === 1 ? '' : 's'}` }));
       svg.append(bar);
+      const k = ticks[i] || 0;
+      if (k > 0) {
+        const th = (k / top) * ph;
+        svg.append(s('rect', {
+          x: L + i * bw + (bw > 4 ? 1 : 0), y: T + ph - bh - th, width: Math.max(1, bw - (bw > 4 ? 2 : 0)), height: th,
+          class: 'tick-bar', dataset: { start, ticks: k },
+        }, s('title', { text: `${fmtTime(start)}: ${k} recurring schedule tick${k === 1 ? '' : 's'}` })));
+      }
     });
+    if (ticks.some((k) => k > 0)) {
+      svg.append(s('rect', { x: W - R - 250, y: T, width: 10, height: 10, class: 'key-jobs' }),
+        s('text', { x: W - R - 236, y: T + 9, class: 'axis', text: 'jobs' }),
+        s('rect', { x: W - R - 190, y: T, width: 10, height: 10, class: 'key-ticks' }),
+        s('text', { x: W - R - 176, y: T + 9, class: 'axis', text: 'schedule ticks' }));
+    }
     // x axis labels: every 10 minutes (hour), 3 hours (day), or midnight (week).
     const span = counts.length * step;
     counts.forEach((_, i) => {

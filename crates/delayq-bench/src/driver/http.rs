@@ -468,6 +468,24 @@ impl V1 {
         Ok(b)
     }
 
+    /// `method path` with a JSON `body` (the schedules workload's `PUT /v1/schedules/{id}`):
+    /// the response body of a 2xx, an error otherwise.
+    pub async fn request_json<T: Serialize + ?Sized>(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &T,
+    ) -> Result<Bytes> {
+        let m = Method::from_bytes(method.as_bytes())?;
+        let uri: Uri = path.parse().with_context(|| format!("path {path}"))?;
+        let body = Some(Bytes::from(json(body)?));
+        let (st, b) = self.http.send(m, uri, body, Duration::ZERO).await?;
+        if !st.is_success() {
+            return Err(refused(path, st, &b));
+        }
+        Ok(b)
+    }
+
     pub async fn reserve(&mut self, max: usize, timeout_ms: u64) -> Result<Vec<Delivered>> {
         let req = V1Reserve {
             topics: [&self.http.ep.topic],

@@ -9,6 +9,7 @@ pub mod callback;
 pub mod lifecycle;
 pub mod listing;
 pub mod memory;
+pub mod schedules;
 pub mod steady;
 
 use crate::body;

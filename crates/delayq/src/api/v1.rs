@@ -21,6 +21,7 @@ mod schedules;
 
 pub use due::MAX_DELAY_MS;
 pub use error::ApiError;
+pub use schedules::{MAX_SCHEDULES_COUNTED, MAX_TICKS_COUNTED};
 
 use super::AppState;
 use crate::job::{self, JobId, JobState, Topic, UnixMillis};
@@ -631,7 +632,8 @@ fn schedule_range(q: Option<&str>) -> ApiResult<(UnixMillis, UnixMillis, u64)> {
 }
 
 /// `GET /v1/topics/{topic}/schedule?from=&to=&step=`: the topic's delayed jobs (pull and
-/// callback) falling due in each step.
+/// callback) falling due in each step, and the coming ticks of the recurring schedules whose
+/// jobs go to the topic.
 #[tracing::instrument(skip_all, fields(topic = tracing::field::Empty))]
 async fn topic_schedule(
     State(st): State<AppState>,
@@ -641,11 +643,14 @@ async fn topic_schedule(
     let topic = path_topic(path)?;
     let (from, to, step) = schedule_range(q.as_deref())?;
     let counts = st.store.schedule(Some(&topic), from, to, step).await?;
+    let (ticks, ticks_partial) = schedules::coming_ticks(&st, Some(&topic), from, to, step).await?;
     Ok(Json(ScheduleView {
         from,
         to,
         step,
         counts,
+        ticks,
+        ticks_partial,
     }))
 }
 
@@ -657,11 +662,14 @@ async fn schedule(
 ) -> ApiResult<Json<ScheduleView>> {
     let (from, to, step) = schedule_range(q.as_deref())?;
     let counts = st.store.schedule(None, from, to, step).await?;
+    let (ticks, ticks_partial) = schedules::coming_ticks(&st, None, from, to, step).await?;
     Ok(Json(ScheduleView {
         from,
         to,
         step,
         counts,
+        ticks,
+        ticks_partial,
     }))
 }
 

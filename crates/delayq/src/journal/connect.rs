@@ -7,9 +7,10 @@
 use super::row::{JobRow, Op};
 use super::sql::Event;
 use super::{JournalError, mysql, postgres};
-use crate::job::UnixMillis;
+use crate::job::{Topic, UnixMillis};
 use crate::redact::redact_url;
-use crate::store::Cause;
+use crate::schedule::Schedule;
+use crate::store::{Cause, TopicSettings};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{MySqlPool, PgPool};
@@ -190,6 +191,30 @@ impl Db {
         match self {
             Db::Postgres(p) => postgres::rows(p, after, only, limit).await,
             Db::MySql(p) => mysql::rows(p, after, only, limit).await,
+        }
+    }
+
+    /// Up to `limit` live schedules with ids after `after`, in id order.
+    pub async fn schedules(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Schedule>, JournalError> {
+        match self {
+            Db::Postgres(p) => postgres::schedules(p, after, limit).await,
+            Db::MySql(p) => mysql::schedules(p, after, limit).await,
+        }
+    }
+
+    /// Up to `limit` topics' settings with topics after `after`, in topic order.
+    pub async fn topic_settings(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(Topic, TopicSettings)>, JournalError> {
+        match self {
+            Db::Postgres(p) => postgres::topic_settings(p, after, limit).await,
+            Db::MySql(p) => mysql::topic_settings(p, after, limit).await,
         }
     }
 

@@ -1,7 +1,8 @@
 //! The recovery journal (`--journal`): a copy of every job and every acknowledged state
-//! change in PostgreSQL or MySQL/MariaDB, from which [`Journal::restore`] puts back the jobs a
-//! store lost (a Redis restart without persistence, a failover, a FLUSHALL, a lost data dir).
-//! docs/journal.md describes it for operators.
+//! change in PostgreSQL or MySQL/MariaDB, and of every recurring schedule and topic's flow
+//! control settings, from which [`Journal::restore`] puts back what a store lost (a Redis
+//! restart without persistence, a failover, a FLUSHALL, a lost data dir). docs/journal.md
+//! describes it for operators.
 //!
 //! Written once over [`Store`], for every store: [`Journal`] is a [`StoreHook`], so
 //! [`Journaled`] (`Hooked<Journal>`) sees each call and its answer. From each answer it
@@ -40,7 +41,7 @@ use crate::job::{JobId, JobSpec, JobState, UnixMillis};
 use crate::store::hook::{Call, Hooked, Reply, StoreHook};
 use crate::store::{CallKind, Cause, FireOutcome, PushOutcome, StoreError, StoreResult};
 use connect::Db;
-use row::{JobRow, Moved, Op, RowState};
+use row::{Fired, JobRow, Moved, Op, RowState};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -310,17 +311,29 @@ fn ops_of(reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis) -> Vec<Op> {
             at: now,
         }],
         Reply::KickTopic { .. } => Vec::new(),
+        // A topic's settings as they now are.
+        Reply::SetSettings {
+            topic, now, out, ..
+        } => vec![Op::Settings {
+            topic: topic.clone(),
+            settings: *out,
+            at: now,
+        }],
         // Not changes (see `changes`): never asked for.
         Reply::Get { .. }
         | Reply::Stats { .. }
         | Reply::List { .. }
         | Reply::Schedule { .. }
         | Reply::Settings { .. }
-        | Reply::SetSettings { .. }
         | Reply::Tick { .. }
-        | Reply::Ping { .. } => Vec::new(),
-        // A schedule's jobs are jobs like any other: a row each. The schedules themselves are
-        // not journaled.
+        | Reply::Ping { .. }
+        | Reply::GetSchedule { .. }
+        | Reply::ListSchedules { .. }
+        | Reply::DueSchedules { .. } => Vec::new(),
+        // A schedule's jobs are jobs like any other: a row each; then the schedule's new
+        // place, in the same batch (one transaction), so the journal holds either both or
+        // neither: a restored schedule never fires a tick whose job the journal has, nor
+        // skips one whose job it lacks.
         Reply::FireSchedule {
             fire,
             now,
@@ -332,13 +345,22 @@ fn ops_of(reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis) -> Vec<Op> {
                 row: JobRow::of_push(spec, now),
                 from: None,
             })
+            .chain([Op::FireSchedule {
+                fired: Fired {
+                    id: fire.id.clone(),
+                    version: fire.version + 1,
+                    next_tick: fire.next_tick,
+                    last_tick: fire.last_tick,
+                },
+                at: now,
+            }])
             .collect(),
-        Reply::FireSchedule { .. }
-        | Reply::PutSchedule { .. }
-        | Reply::GetSchedule { .. }
-        | Reply::ListSchedules { .. }
-        | Reply::DeleteSchedule { .. }
-        | Reply::DueSchedules { .. } => Vec::new(),
+        Reply::FireSchedule { .. } => Vec::new(),
+        Reply::PutSchedule { out, .. } => vec![Op::PutSchedule {
+            schedule: out.clone(),
+            at,
+        }],
+        Reply::DeleteSchedule { id, .. } => vec![Op::DeleteSchedule { id: id.clone(), at }],
     }
 }
 

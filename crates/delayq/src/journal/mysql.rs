@@ -5,7 +5,7 @@
 //! an update per ending state, and the events.
 
 use super::row::Op;
-use super::sql::{Last, event_of, last_of, runs};
+use super::sql::{DELETED_VERSION, Last, Meta, event_of, last_of, meta_of, runs, spec_bytes};
 
 super::sql::statements!(
     sqlx::MySql,
@@ -31,12 +31,105 @@ pub async fn write(
 ) -> Result<(), sqlx::Error> {
     let mut tx = sqlx::Connection::begin(&mut **conn).await?;
     for (run, kick) in runs(ops) {
-        write_run(&mut tx, run, instance).await?;
+        if run.iter().any(Op::is_job) {
+            write_run(&mut tx, run, instance).await?;
+        }
         if let Some((queue, n, at)) = kick {
             kick_topic(&mut tx, queue.as_str(), n, at, instance).await?;
         }
     }
+    write_meta(&mut tx, &meta_of(ops)).await?;
     tx.commit().await
+}
+
+/// A schedule row already there is replaced only by a new schedule (version 1) or a higher
+/// version (`sql.rs`'s [`Meta`]); `version` is set last, as MySQL assigns left to right.
+const SCHEDULE_UPSERT: &str = " ON DUPLICATE KEY UPDATE \
+    spec = IF(VALUES(version) = 1 OR VALUES(version) > version, VALUES(spec), spec), \
+    next_tick = IF(VALUES(version) = 1 OR VALUES(version) > version, VALUES(next_tick), next_tick), \
+    last_tick = IF(VALUES(version) = 1 OR VALUES(version) > version, VALUES(last_tick), last_tick), \
+    state = IF(VALUES(version) = 1 OR VALUES(version) > version, 'live', state), \
+    changed_at = IF(VALUES(version) = 1 OR VALUES(version) > version, VALUES(changed_at), changed_at), \
+    version = IF(VALUES(version) = 1 OR VALUES(version) > version, VALUES(version), version)";
+
+/// The schedules' and topic settings' rows of a batch (`sql.rs`'s [`Meta`]), in the batch's
+/// transaction.
+async fn write_meta(
+    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
+    meta: &Meta<'_>,
+) -> Result<(), sqlx::Error> {
+    for chunk in meta.puts.chunks(ROWS_PER_STATEMENT) {
+        let mut q = Q::new(
+            "INSERT INTO delayq_schedules (id, spec, version, next_tick, last_tick, state, \
+             changed_at) ",
+        );
+        q.push_values(chunk, |mut b, (sc, at)| {
+            b.push_bind(sc.spec.id.as_str().to_string())
+                .push_bind(spec_bytes(sc))
+                .push_bind(i(sc.version))
+                .push_bind(sc.next_tick.map(i))
+                .push_bind(sc.last_tick.map(i))
+                .push_bind("live")
+                .push_bind(i(*at));
+        });
+        q.push(SCHEDULE_UPSERT);
+        q.build().execute(&mut **tx).await?;
+    }
+    for chunk in meta.fires.chunks(ROWS_PER_STATEMENT) {
+        let mut q = Q::new("UPDATE delayq_schedules AS s JOIN (");
+        for (k, (f, at)) in chunk.iter().enumerate() {
+            q.push(if k == 0 {
+                "SELECT "
+            } else {
+                " UNION ALL SELECT "
+            });
+            q.push_bind(f.id.as_str().to_string())
+                .push(" AS id, CAST(")
+                .push_bind(i(f.version))
+                .push(" AS SIGNED) AS version, CAST(")
+                .push_bind(f.next_tick.map(i))
+                .push(" AS SIGNED) AS next_tick, CAST(")
+                .push_bind(f.last_tick.map(i))
+                .push(" AS SIGNED) AS last_tick, CAST(")
+                .push_bind(i(*at))
+                .push(" AS SIGNED) AS at");
+        }
+        q.push(
+            ") AS f ON s.id = f.id SET s.next_tick = f.next_tick, s.last_tick = f.last_tick, \
+             s.changed_at = f.at, s.version = f.version WHERE s.version < f.version",
+        );
+        q.build().execute(&mut **tx).await?;
+    }
+    for (id, at) in &meta.deletes {
+        let mut q = Q::new("UPDATE delayq_schedules SET state = 'deleted', version = ");
+        q.push_bind(DELETED_VERSION)
+            .push(", changed_at = ")
+            .push_bind(i(*at))
+            .push(" WHERE id = ")
+            .push_bind(id.as_str().to_string());
+        q.build().execute(&mut **tx).await?;
+    }
+    for chunk in meta.settings.chunks(ROWS_PER_STATEMENT) {
+        let mut q = Q::new(
+            "INSERT INTO delayq_topic_settings (topic, paused, rate_micros, burst, \
+             max_in_flight, changed_at) ",
+        );
+        q.push_values(chunk, |mut b, (topic, s, at)| {
+            b.push_bind(topic.as_str().to_string())
+                .push_bind(s.paused)
+                .push_bind(s.rate_micros.map(i))
+                .push_bind(s.burst.map(i64::from))
+                .push_bind(s.max_in_flight.map(i64::from))
+                .push_bind(i(*at));
+        });
+        q.push(
+            " ON DUPLICATE KEY UPDATE paused = VALUES(paused), rate_micros = VALUES(rate_micros), \
+             burst = VALUES(burst), max_in_flight = VALUES(max_in_flight), \
+             changed_at = VALUES(changed_at)",
+        );
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
 }
 
 /// Ops without kicks of a topic: the last of each job's ops decides its row; every op is an

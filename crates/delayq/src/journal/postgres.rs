@@ -6,7 +6,10 @@
 //! commit); a batch with one is a transaction of a few statements per run between kicks.
 
 use super::row::{Moved, Op};
-use super::sql::{Ends, EventRow, Last, event_of, has_kick, last_of, runs};
+use super::sql::{
+    DELETED_VERSION, Ends, EventRow, Last, Meta, event_of, has_kick, last_of, meta_of, runs,
+    spec_bytes,
+};
 use std::borrow::Cow;
 
 super::sql::statements!(
@@ -24,19 +27,149 @@ pub async fn write(
     ops: &[Op],
     instance: &str,
 ) -> Result<(), sqlx::Error> {
-    if !has_kick(ops) {
+    let meta = meta_of(ops);
+    if !has_kick(ops) && meta.is_empty() {
         return write_one(conn, ops, instance).await;
     }
     let mut tx = sqlx::Connection::begin(&mut **conn).await?;
     for (run, kick) in runs(ops) {
-        if !run.is_empty() {
+        if run.iter().any(Op::is_job) {
             write_run(&mut tx, run, instance).await?;
         }
         if let Some((queue, n, at)) = kick {
             kick_topic(&mut tx, queue.as_str(), n, at, instance).await?;
         }
     }
+    write_meta(&mut tx, &meta).await?;
     tx.commit().await
+}
+
+/// The schedules' and topic settings' rows of a batch (`sql.rs`'s [`Meta`]), one statement
+/// for each kind of change, in the batch's transaction.
+async fn write_meta(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    meta: &Meta<'_>,
+) -> Result<(), sqlx::Error> {
+    let Meta {
+        puts,
+        fires,
+        deletes,
+        settings,
+    } = meta;
+    if !puts.is_empty() {
+        let ticks = |f: fn(&crate::schedule::Schedule) -> Option<u64>| {
+            puts.iter().map(|(sc, _)| f(sc).map(i)).collect::<Vec<_>>()
+        };
+        sqlx::query(
+            "INSERT INTO delayq_schedules (id, spec, version, next_tick, last_tick, state, \
+             changed_at) SELECT p.id, p.spec, p.version, p.next_tick, p.last_tick, 'live', p.at \
+             FROM UNNEST($1::varchar[], $2::bytea[], $3::int8[], $4::int8[], $5::int8[], \
+             $6::int8[]) AS p(id, spec, version, next_tick, last_tick, at) \
+             ON CONFLICT (id) DO UPDATE SET spec = EXCLUDED.spec, version = EXCLUDED.version, \
+             next_tick = EXCLUDED.next_tick, last_tick = EXCLUDED.last_tick, state = 'live', \
+             changed_at = EXCLUDED.changed_at \
+             WHERE EXCLUDED.version = 1 OR EXCLUDED.version > delayq_schedules.version",
+        )
+        .bind(
+            puts.iter()
+                .map(|(sc, _)| sc.spec.id.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            puts.iter()
+                .map(|(sc, _)| spec_bytes(sc))
+                .collect::<Vec<_>>(),
+        )
+        .bind(puts.iter().map(|(sc, _)| i(sc.version)).collect::<Vec<_>>())
+        .bind(ticks(|sc| sc.next_tick))
+        .bind(ticks(|sc| sc.last_tick))
+        .bind(puts.iter().map(|(_, at)| i(*at)).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
+    }
+    if !fires.is_empty() {
+        sqlx::query(
+            "UPDATE delayq_schedules AS s SET version = f.version, next_tick = f.next_tick, \
+             last_tick = f.last_tick, changed_at = f.at \
+             FROM UNNEST($1::varchar[], $2::int8[], $3::int8[], $4::int8[], $5::int8[]) \
+             AS f(id, version, next_tick, last_tick, at) \
+             WHERE s.id = f.id AND s.version < f.version",
+        )
+        .bind(
+            fires
+                .iter()
+                .map(|(f, _)| f.id.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(fires.iter().map(|(f, _)| i(f.version)).collect::<Vec<_>>())
+        .bind(
+            fires
+                .iter()
+                .map(|(f, _)| f.next_tick.map(i))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            fires
+                .iter()
+                .map(|(f, _)| f.last_tick.map(i))
+                .collect::<Vec<_>>(),
+        )
+        .bind(fires.iter().map(|(_, at)| i(*at)).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
+    }
+    if !deletes.is_empty() {
+        sqlx::query(
+            "UPDATE delayq_schedules AS s SET state = 'deleted', version = $3, \
+             changed_at = d.at FROM UNNEST($1::varchar[], $2::int8[]) AS d(id, at) \
+             WHERE s.id = d.id",
+        )
+        .bind(
+            deletes
+                .iter()
+                .map(|(id, _)| id.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(deletes.iter().map(|(_, at)| i(*at)).collect::<Vec<_>>())
+        .bind(DELETED_VERSION)
+        .execute(&mut **tx)
+        .await?;
+    }
+    if !settings.is_empty() {
+        let limit = |f: fn(&crate::store::TopicSettings) -> Option<u64>| {
+            settings
+                .iter()
+                .map(|(_, s, _)| f(s).map(i))
+                .collect::<Vec<_>>()
+        };
+        sqlx::query(
+            "INSERT INTO delayq_topic_settings (topic, paused, rate_micros, burst, \
+             max_in_flight, changed_at) SELECT * FROM UNNEST($1::varchar[], $2::bool[], \
+             $3::int8[], $4::int8[], $5::int8[], $6::int8[]) \
+             ON CONFLICT (topic) DO UPDATE SET paused = EXCLUDED.paused, \
+             rate_micros = EXCLUDED.rate_micros, burst = EXCLUDED.burst, \
+             max_in_flight = EXCLUDED.max_in_flight, changed_at = EXCLUDED.changed_at",
+        )
+        .bind(
+            settings
+                .iter()
+                .map(|(t, _, _)| t.as_str().to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            settings
+                .iter()
+                .map(|(_, s, _)| s.paused)
+                .collect::<Vec<_>>(),
+        )
+        .bind(limit(|s| s.rate_micros))
+        .bind(limit(|s| s.burst.map(u64::from)))
+        .bind(limit(|s| s.max_in_flight.map(u64::from)))
+        .bind(settings.iter().map(|(_, _, at)| i(*at)).collect::<Vec<_>>())
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// A batch without a kick of a topic as one statement ([`PG_ONE`]).

@@ -12,6 +12,12 @@
 //! - dead jobs dead (restored, then buried);
 //! - finished, deleted and skipped jobs never.
 //!
+//! Recurring schedules and topics' flow control settings come back the same way, when the
+//! whole journal is restored (not one job by id): each schedule the store lacks, as the
+//! journal last saw it (its spec, next and last tick), and each topic's settings where the
+//! store keeps none. A fire's jobs and the schedule's new place are journaled together, so a
+//! restored schedule neither fires a tick again whose job the journal has, nor skips one.
+//!
 //! Overdue jobs (due before the restore began: ready jobs, delayed ones whose time passed,
 //! reservations whose deadline passed) fire at once with [`Overdue::Fire`]; with
 //! [`Overdue::Skip`] those the store lost are left out and marked `skipped` in the journal,
@@ -21,7 +27,7 @@
 use super::row::{JobRow, Op, RowState};
 use super::{Journal, JournalError};
 use crate::job::{self, Job, JobId, JobSpec, JobState, UnixMillis};
-use crate::store::{PushOutcome, Store, StoreError};
+use crate::store::{PushOutcome, SettingsChange, Store, StoreError};
 
 /// Rows read from the journal per query, and jobs pushed per call.
 const PAGE: usize = 1_000;
@@ -53,6 +59,18 @@ pub struct RestoreCounts {
     pub skipped_overdue: u64,
     /// Finished or deleted: never restored.
     pub skipped_finished: u64,
+    /// Recurring schedules put back into the store.
+    #[serde(default)]
+    pub schedules_restored: u64,
+    /// Recurring schedules still in the store: left alone.
+    #[serde(default)]
+    pub schedules_already_present: u64,
+    /// Topics whose flow control settings were put back.
+    #[serde(default)]
+    pub settings_restored: u64,
+    /// Topics that still had settings in the store: left alone.
+    #[serde(default)]
+    pub settings_already_present: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -142,6 +160,10 @@ impl Journal {
     ) -> Result<RestoreCounts, RestoreError> {
         self.flush().await.map_err(RestoreError::Flush)?;
         let mut counts = RestoreCounts::default();
+        if options.id.is_none() {
+            // Before the jobs: a paused or limited topic's restored jobs are held back at once.
+            self.restore_settings(store, now, &mut counts).await?;
+        }
         let only = options.id.as_ref().map(|id| id.as_str());
         let mut after: Option<String> = None;
         loop {
@@ -158,9 +180,82 @@ impl Journal {
                 break;
             }
         }
+        if options.id.is_none() {
+            // After the jobs: an `overlap: skip` schedule finds its last tick's job back.
+            self.restore_schedules(store, &mut counts).await?;
+        }
         self.flush().await.map_err(RestoreError::Flush)?;
         tracing::info!(?counts, "journal: restore done");
         Ok(counts)
+    }
+
+    /// Puts back every journaled topic's flow control settings into a store that keeps
+    /// none for the topic (a topic whose settings are the defaults is left out: there is
+    /// nothing to put back).
+    async fn restore_settings(
+        &self,
+        store: &dyn Store,
+        now: UnixMillis,
+        counts: &mut RestoreCounts,
+    ) -> Result<(), RestoreError> {
+        let mut after: Option<String> = None;
+        loop {
+            let rows = self.inner.db.topic_settings(after.as_deref(), PAGE).await?;
+            let full = rows.len() == PAGE;
+            after = rows.last().map(|(t, _)| t.as_str().to_string());
+            for (topic, settings) in rows {
+                if settings.is_default() {
+                    continue;
+                }
+                let current = store.settings(&topic).await.map_err(RestoreError::Store)?;
+                if !current.is_default() {
+                    counts.settings_already_present += 1;
+                    continue;
+                }
+                let change = SettingsChange {
+                    paused: Some(settings.paused),
+                    rate_micros: Some(settings.rate_micros),
+                    burst: Some(settings.burst),
+                    max_in_flight: Some(settings.max_in_flight),
+                };
+                store
+                    .set_settings(&topic, change, now)
+                    .await
+                    .map_err(RestoreError::Store)?;
+                counts.settings_restored += 1;
+            }
+            if !full {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Puts back every journaled schedule the store lacks, as the journal last saw it: its
+    /// spec, next tick and last tick (the version is the store's). Insert-if-absent
+    /// (`Store::put_schedule` expecting version 0): a schedule still in the store is left as
+    /// it is. Its next tick may have passed: the firing task then handles the missed ticks
+    /// by its catch-up policy, as after any outage.
+    async fn restore_schedules(
+        &self,
+        store: &dyn Store,
+        counts: &mut RestoreCounts,
+    ) -> Result<(), RestoreError> {
+        let mut after: Option<String> = None;
+        loop {
+            let rows = self.inner.db.schedules(after.as_deref(), PAGE).await?;
+            let full = rows.len() == PAGE;
+            after = rows.last().map(|sc| sc.spec.id.as_str().to_string());
+            for sc in rows {
+                match store.put_schedule(&sc, Some(0)).await {
+                    Ok(_) => counts.schedules_restored += 1,
+                    Err(StoreError::Exists) => counts.schedules_already_present += 1,
+                    Err(e) => return Err(RestoreError::Store(e)),
+                }
+            }
+            if !full {
+                return Ok(());
+            }
+        }
     }
 
     async fn restore_page(

@@ -1,8 +1,11 @@
 //! What the journal writes: [`Op`], one per acknowledged transition, queued by the hook
 //! (`hook.rs`) and written in order by the writer (`writer.rs`); and [`JobRow`], a job as
-//! its row holds it, read back by the restore.
+//! its row holds it, read back by the restore. Recurring schedules and topics' flow control
+//! settings are rows of their own ([`Op::is_job`] says which ops are about jobs).
 
 use crate::job::{Callback, Job, JobId, JobSpec, JobState, Publish, Topic, UnixMillis};
+use crate::schedule::{Schedule, ScheduleId};
+use crate::store::TopicSettings;
 
 /// The `state` column: a job's [`JobState`], or why it no longer exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,6 +223,29 @@ pub enum Op {
         n: u64,
         at: UnixMillis,
     },
+    /// A recurring schedule as stored now (created or replaced): its whole row.
+    PutSchedule { schedule: Schedule, at: UnixMillis },
+    /// A schedule fired: its new place. Queued after the fire's jobs, in the same batch, so
+    /// the journal never holds the schedule moved past a tick without that tick's job.
+    FireSchedule { fired: Fired, at: UnixMillis },
+    /// A schedule was deleted: its row becomes a tombstone.
+    DeleteSchedule { id: ScheduleId, at: UnixMillis },
+    /// A topic's flow control settings now in force.
+    Settings {
+        topic: Topic,
+        settings: TopicSettings,
+        at: UnixMillis,
+    },
+}
+
+/// A fired schedule's new place: the columns a fire changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fired {
+    pub id: ScheduleId,
+    /// The schedule's version after the fire.
+    pub version: u64,
+    pub next_tick: Option<UnixMillis>,
+    pub last_tick: Option<UnixMillis>,
 }
 
 impl Op {
@@ -229,7 +255,22 @@ impl Op {
             Op::Put { row, .. } => Some(&row.spec.id),
             Op::Move { moved, .. } => Some(&moved.id),
             Op::End { id, .. } => Some(id),
-            Op::KickTopic { .. } => None,
+            Op::KickTopic { .. }
+            | Op::PutSchedule { .. }
+            | Op::FireSchedule { .. }
+            | Op::DeleteSchedule { .. }
+            | Op::Settings { .. } => None,
+        }
+    }
+
+    /// Whether the op is about jobs (their rows and events), not a schedule or settings.
+    pub fn is_job(&self) -> bool {
+        match self {
+            Op::Put { .. } | Op::Move { .. } | Op::End { .. } | Op::KickTopic { .. } => true,
+            Op::PutSchedule { .. }
+            | Op::FireSchedule { .. }
+            | Op::DeleteSchedule { .. }
+            | Op::Settings { .. } => false,
         }
     }
 }

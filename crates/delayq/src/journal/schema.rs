@@ -16,7 +16,7 @@
 //!   a job's history.
 
 /// The schema version this build writes.
-pub const LATEST: i64 = 2;
+pub const LATEST: i64 = 3;
 
 /// The table holding the version (one row).
 pub const VERSION_TABLE: &str = "delayq_journal_schema";
@@ -68,6 +68,29 @@ pub const POSTGRES: &[&[&str]] = &[
         "CREATE INDEX IF NOT EXISTS delayq_job_events_job ON delayq_job_events (job_id)",
         "ALTER TABLE delayq_jobs ADD COLUMN publish TEXT NULL",
     ],
+    // 3: recurring schedules and topics' flow control settings. A schedule's `spec` is the
+    // store's record of it (embedded/record.rs); its place (`version`, `next_tick`,
+    // `last_tick`) is in columns, which a fire updates alone. `state`: `live`, or `deleted` (a
+    // tombstone, pruned after the retention).
+    &[
+        "CREATE TABLE IF NOT EXISTS delayq_schedules (
+        id VARCHAR(256) PRIMARY KEY,
+        spec BYTEA NOT NULL,
+        version BIGINT NOT NULL,
+        next_tick BIGINT NULL,
+        last_tick BIGINT NULL,
+        state VARCHAR(16) NOT NULL,
+        changed_at BIGINT NOT NULL
+    )",
+        "CREATE TABLE IF NOT EXISTS delayq_topic_settings (
+        topic VARCHAR(128) PRIMARY KEY,
+        paused BOOLEAN NOT NULL,
+        rate_micros BIGINT NULL,
+        burst BIGINT NULL,
+        max_in_flight BIGINT NULL,
+        changed_at BIGINT NOT NULL
+    )",
+    ],
 ];
 
 /// MySQL and MariaDB: each migration's statements, in order. Binary collation: ids and topics
@@ -111,5 +134,25 @@ pub const MYSQL: &[&[&str]] = &[
         "ALTER TABLE delayq_jobs DROP INDEX delayq_jobs_state, DROP INDEX delayq_jobs_queue",
         "ALTER TABLE delayq_job_events ADD INDEX delayq_job_events_job (job_id)",
         "ALTER TABLE delayq_jobs ADD COLUMN publish TEXT NULL",
+    ],
+    // 3: recurring schedules and topics' flow control settings, as PostgreSQL's 3.
+    &[
+        "CREATE TABLE IF NOT EXISTS delayq_schedules (
+        id VARCHAR(256) NOT NULL PRIMARY KEY,
+        spec LONGBLOB NOT NULL,
+        version BIGINT NOT NULL,
+        next_tick BIGINT NULL,
+        last_tick BIGINT NULL,
+        state VARCHAR(16) NOT NULL,
+        changed_at BIGINT NOT NULL
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE IF NOT EXISTS delayq_topic_settings (
+        topic VARCHAR(128) NOT NULL PRIMARY KEY,
+        paused BOOLEAN NOT NULL,
+        rate_micros BIGINT NULL,
+        burst BIGINT NULL,
+        max_in_flight BIGINT NULL,
+        changed_at BIGINT NOT NULL
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
     ],
 ];

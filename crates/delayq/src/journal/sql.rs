@@ -6,9 +6,11 @@
 //! written differs and is in each dialect's module.
 
 use super::JournalError;
-use super::row::{JobRow, Moved, Op, RowState};
+use super::row::{Fired, JobRow, Moved, Op, RowState};
 use crate::job::{JobId, Topic, UnixMillis};
-use crate::store::Cause;
+use crate::schedule::{Schedule, ScheduleId};
+use crate::store::embedded::record::{decode_schedule, encode_schedule};
+use crate::store::{Cause, TopicSettings};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -65,7 +67,11 @@ pub fn event_of(op: &Op) -> Option<EventRow<'_>> {
             moved.at,
         )),
         Op::End { id, from, to, at } => Some((id, from.map(RowState::Live), *to, *at)),
-        Op::KickTopic { .. } => None,
+        Op::KickTopic { .. }
+        | Op::PutSchedule { .. }
+        | Op::FireSchedule { .. }
+        | Op::DeleteSchedule { .. }
+        | Op::Settings { .. } => None,
     }
 }
 
@@ -121,7 +127,7 @@ pub fn last_of(ops: &[Op]) -> Last<'_> {
                 _ => Left::Move(moved),
             },
             Op::End { to, at, .. } => Left::End(*to, *at),
-            Op::KickTopic { .. } => continue,
+            _ => continue,
         };
         if left.insert(id, next).is_none() {
             order.push(id);
@@ -137,6 +143,153 @@ pub fn last_of(ops: &[Op]) -> Last<'_> {
         }
     }
     last
+}
+
+/// The `version` of a deleted schedule's row (a tombstone): above every version a store
+/// gives, so a fire or change of the schedule written after its delete (from an instance whose
+/// journal write lagged) changes nothing. Only a new schedule of that id (version 1) replaces
+/// it.
+pub const DELETED_VERSION: i64 = i64::MAX;
+
+/// What a batch's schedule and settings ops leave of each schedule and topic: the last of a
+/// schedule's puts, fires and deletes (a fire after a put in the batch folded into the put),
+/// and the last settings of each topic. A schedule row is written only by a change of a higher
+/// version than it holds (or a new schedule, version 1), so rows written out of order by
+/// several delayqs keep the latest.
+#[derive(Default)]
+pub struct Meta<'a> {
+    pub puts: Vec<(Cow<'a, Schedule>, UnixMillis)>,
+    pub fires: Vec<(&'a Fired, UnixMillis)>,
+    pub deletes: Vec<(&'a ScheduleId, UnixMillis)>,
+    pub settings: Vec<(&'a Topic, TopicSettings, UnixMillis)>,
+}
+
+impl Meta<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.puts.is_empty()
+            && self.fires.is_empty()
+            && self.deletes.is_empty()
+            && self.settings.is_empty()
+    }
+}
+
+pub fn meta_of(ops: &[Op]) -> Meta<'_> {
+    enum Left<'a> {
+        Put(Box<Cow<'a, Schedule>>, UnixMillis),
+        Fire(&'a Fired, UnixMillis),
+        Delete(UnixMillis),
+    }
+    let mut order: Vec<&ScheduleId> = Vec::new();
+    let mut left: HashMap<&ScheduleId, Left<'_>> = HashMap::new();
+    let mut topics: Vec<&Topic> = Vec::new();
+    let mut settings: HashMap<&Topic, (TopicSettings, UnixMillis)> = HashMap::new();
+    for op in ops {
+        let (id, next) = match op {
+            Op::PutSchedule { schedule, at } => (
+                &schedule.spec.id,
+                Left::Put(Box::new(Cow::Borrowed(schedule)), *at),
+            ),
+            Op::FireSchedule { fired, at } => match left.get_mut(&fired.id) {
+                Some(Left::Put(sc, when)) => {
+                    if fired.version > sc.version {
+                        let sc = sc.to_mut();
+                        sc.version = fired.version;
+                        sc.next_tick = fired.next_tick;
+                        sc.last_tick = fired.last_tick;
+                        *when = *at;
+                    }
+                    continue;
+                }
+                Some(Left::Fire(f, when)) => {
+                    if fired.version > f.version {
+                        (*f, *when) = (fired, *at);
+                    }
+                    continue;
+                }
+                Some(Left::Delete(_)) => continue,
+                None => (&fired.id, Left::Fire(fired, *at)),
+            },
+            Op::DeleteSchedule { id, at } => (id, Left::Delete(*at)),
+            Op::Settings {
+                topic,
+                settings: s,
+                at,
+            } => {
+                if settings.insert(topic, (*s, *at)).is_none() {
+                    topics.push(topic);
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        if left.insert(id, next).is_none() {
+            order.push(id);
+        }
+    }
+    let mut meta = Meta::default();
+    for id in order {
+        match left.remove(id) {
+            Some(Left::Put(sc, at)) => meta.puts.push((*sc, at)),
+            Some(Left::Fire(f, at)) => meta.fires.push((f, at)),
+            Some(Left::Delete(at)) => meta.deletes.push((id, at)),
+            None => {}
+        }
+    }
+    for topic in topics {
+        if let Some((s, at)) = settings.remove(topic) {
+            meta.settings.push((topic, s, at));
+        }
+    }
+    meta
+}
+
+/// A schedule's record as the `spec` column holds it: the store's (embedded/record.rs).
+pub fn spec_bytes(sc: &Schedule) -> Vec<u8> {
+    encode_schedule(sc)
+}
+
+/// A schedule from its row's columns: the record, with the place the columns hold.
+pub fn schedule_of(
+    id: &str,
+    spec: &[u8],
+    version: i64,
+    next_tick: Option<i64>,
+    last_tick: Option<i64>,
+) -> Result<Schedule, JournalError> {
+    let corrupt = |e: String| JournalError::Corrupt(format!("schedule {id}: {e}").into());
+    let mut sc = decode_schedule(id, spec).map_err(corrupt)?;
+    let u = |v: i64, column: &str| {
+        u64::try_from(v).map_err(|_| corrupt(format!("column {column} does not parse")))
+    };
+    sc.version = u(version, "version")?;
+    sc.next_tick = next_tick.map(|t| u(t, "next_tick")).transpose()?;
+    sc.last_tick = last_tick.map(|t| u(t, "last_tick")).transpose()?;
+    Ok(sc)
+}
+
+/// A topic's settings from its row's columns.
+pub fn settings_of(
+    topic: String,
+    paused: bool,
+    rate_micros: Option<i64>,
+    burst: Option<i64>,
+    max_in_flight: Option<i64>,
+) -> Result<(Topic, TopicSettings), JournalError> {
+    let corrupt = |c: &str| JournalError::Corrupt(format!("settings of {topic}: {c}").into());
+    let t = Topic::parse(topic.clone()).map_err(|_| corrupt("topic"))?;
+    let settings = TopicSettings {
+        paused,
+        rate_micros: rate_micros
+            .map(|v| u64::try_from(v).map_err(|_| corrupt("rate_micros")))
+            .transpose()?,
+        burst: burst
+            .map(|v| u32::try_from(v).map_err(|_| corrupt("burst")))
+            .transpose()?,
+        max_in_flight: max_in_flight
+            .map(|v| u32::try_from(v).map_err(|_| corrupt("max_in_flight")))
+            .transpose()?,
+    };
+    Ok((t, settings))
 }
 
 /// The statements whose SQL both dialects share, as functions of the calling module over
@@ -318,6 +471,70 @@ macro_rules! statements {
             rows.iter().map(decode).collect()
         }
 
+        /// Up to `limit` live schedules with ids after `after`, in id order.
+        pub async fn schedules(
+            pool: &sqlx::Pool<$db>,
+            after: Option<&str>,
+            limit: usize,
+        ) -> Result<Vec<$crate::schedule::Schedule>, JournalError> {
+            let mut q = Q::new(
+                "SELECT id, spec, version, next_tick, last_tick FROM delayq_schedules \
+                 WHERE state = 'live'",
+            );
+            if let Some(after) = after {
+                q.push(" AND id > ").push_bind(after.to_string());
+            }
+            q.push(" ORDER BY id LIMIT ").push_bind(limit as i64);
+            let rows = q
+                .build()
+                .fetch_all(pool)
+                .await
+                .map_err(|e| db_err("cannot read the journal's schedules", e))?;
+            rows.iter()
+                .map(|r| {
+                    $crate::journal::sql::schedule_of(
+                        &text(r, "id").map_err(corrupt)?,
+                        &r.try_get::<Vec<u8>, _>("spec").map_err(corrupt)?,
+                        r.try_get("version").map_err(corrupt)?,
+                        r.try_get("next_tick").map_err(corrupt)?,
+                        r.try_get("last_tick").map_err(corrupt)?,
+                    )
+                })
+                .collect()
+        }
+
+        /// Up to `limit` topics' settings with topics after `after`, in topic order.
+        pub async fn topic_settings(
+            pool: &sqlx::Pool<$db>,
+            after: Option<&str>,
+            limit: usize,
+        ) -> Result<Vec<($crate::job::Topic, $crate::store::TopicSettings)>, JournalError> {
+            let mut q = Q::new(
+                "SELECT topic, paused, rate_micros, burst, max_in_flight \
+                 FROM delayq_topic_settings WHERE 1 = 1",
+            );
+            if let Some(after) = after {
+                q.push(" AND topic > ").push_bind(after.to_string());
+            }
+            q.push(" ORDER BY topic LIMIT ").push_bind(limit as i64);
+            let rows = q
+                .build()
+                .fetch_all(pool)
+                .await
+                .map_err(|e| db_err("cannot read the journal's topic settings", e))?;
+            rows.iter()
+                .map(|r| {
+                    $crate::journal::sql::settings_of(
+                        text(r, "topic").map_err(corrupt)?,
+                        r.try_get("paused").map_err(corrupt)?,
+                        r.try_get("rate_micros").map_err(corrupt)?,
+                        r.try_get("burst").map_err(corrupt)?,
+                        r.try_get("max_in_flight").map_err(corrupt)?,
+                    )
+                })
+                .collect()
+        }
+
         /// The events of job `id`, oldest first (at most [`HISTORY_LIMIT`], the latest).
         pub async fn history(pool: &sqlx::Pool<$db>, id: &str) -> Result<Vec<Event>, JournalError> {
             let mut q = Q::new(
@@ -369,7 +586,11 @@ macro_rules! statements {
             let mut q = Q::new("DELETE FROM delayq_job_events WHERE at < ");
             q.push_bind(i(before));
             let events = q.build().execute(pool).await?.rows_affected();
-            Ok(jobs + events)
+            let mut q =
+                Q::new("DELETE FROM delayq_schedules WHERE state = 'deleted' AND changed_at < ");
+            q.push_bind(i(before));
+            let tombstones = q.build().execute(pool).await?.rows_affected();
+            Ok(jobs + events + tombstones)
         }
     };
 }
@@ -406,6 +627,98 @@ mod tests {
             },
             from: Some(JobState::Ready),
         }
+    }
+
+    fn schedule(id: &str, version: u64) -> crate::schedule::Schedule {
+        use crate::schedule::{CatchUp, Overlap, Rule, Schedule, ScheduleSpec};
+        let rule = Rule::Every {
+            every_ms: 1_000,
+            anchor: 0,
+        };
+        let spec = ScheduleSpec {
+            id: ScheduleId::parse(id).unwrap(),
+            rule: rule.clone(),
+            job: JobSpec::new(
+                Topic::parse("t").unwrap(),
+                JobId::parse("x").unwrap(),
+                "",
+                0,
+            ),
+            start_at: None,
+            end_at: None,
+            catch_up: CatchUp::Latest,
+            overlap: Overlap::Allow,
+            paused: false,
+        };
+        let mut sc = Schedule::new(spec, &rule.recurrence().unwrap(), 0);
+        sc.version = version;
+        sc
+    }
+
+    fn fired(id: &str, version: u64, tick: u64) -> Op {
+        Op::FireSchedule {
+            fired: Fired {
+                id: ScheduleId::parse(id).unwrap(),
+                version,
+                next_tick: Some(tick + 1_000),
+                last_tick: Some(tick),
+            },
+            at: tick,
+        }
+    }
+
+    #[test]
+    fn a_batch_leaves_the_latest_of_each_schedule_and_topic() {
+        let put = |id: &str, v| Op::PutSchedule {
+            schedule: schedule(id, v),
+            at: 1,
+        };
+        let settings = |paused| Op::Settings {
+            topic: Topic::parse("t").unwrap(),
+            settings: TopicSettings {
+                paused,
+                ..TopicSettings::default()
+            },
+            at: 2,
+        };
+        let ops = vec![
+            pushed("job"),
+            put("a", 1),
+            fired("a", 2, 5_000),
+            fired("b", 7, 5_000),
+            fired("b", 6, 4_000),
+            settings(true),
+            put("c", 3),
+            Op::DeleteSchedule {
+                id: ScheduleId::parse("c").unwrap(),
+                at: 9,
+            },
+            fired("c", 4, 6_000),
+            settings(false),
+        ];
+        let meta = meta_of(&ops);
+        // a: the fire folded into its put.
+        assert_eq!(meta.puts.len(), 1);
+        let (a, at) = &meta.puts[0];
+        assert_eq!(
+            (a.version, a.next_tick, a.last_tick, *at),
+            (2, Some(6_000), Some(5_000), 5_000)
+        );
+        // b: the higher version of its two fires, whatever their order.
+        assert_eq!(meta.fires.len(), 1);
+        assert_eq!(
+            (meta.fires[0].0.version, meta.fires[0].0.last_tick),
+            (7, Some(5_000))
+        );
+        // c: deleted; a fire queued after the delete does not bring it back.
+        assert_eq!(meta.deletes.len(), 1);
+        assert_eq!(meta.deletes[0].0.as_str(), "c");
+        // The topic's last settings.
+        assert_eq!(meta.settings.len(), 1);
+        assert!(!meta.settings[0].1.paused);
+        // None of it is a job's row or event.
+        assert_eq!(last_of(&ops).puts.len(), 1);
+        assert_eq!(ops.iter().filter_map(event_of).count(), 1);
     }
 
     #[test]

@@ -30,7 +30,7 @@
 
 mod backup;
 mod group_commit;
-pub(in crate::store) mod record;
+pub(crate) mod record;
 mod wal;
 
 use crate::job::{Job, Topic};

@@ -752,6 +752,7 @@ impl Engine {
     ) -> StoreResult<Schedule> {
         let current = self.schedules.get(&schedule.spec.id).map(|s| s.version);
         match (expect, current) {
+            (Some(0), None) => {}
             (Some(_), None) => return Err(StoreError::NotFound),
             (Some(v), Some(c)) if v != c => return Err(StoreError::Exists),
             _ => {}

@@ -453,8 +453,10 @@ store_calls! {
 
         /// Creates or replaces a recurring schedule (schedule.rs) with the next tick and last
         /// tick given. With `expect` set, only if the stored schedule is at that version:
-        /// `NotFound` when there is none, `Exists` when it is at another version. Returns the schedule as stored, with its new version (one more than the
-        /// replaced one's, 1 when created).
+        /// `NotFound` when there is none, `Exists` when it is at another version; `Some(0)`
+        /// (no schedule has version 0): only if there is none, else `Exists` (a restore's
+        /// insert-if-absent). Returns the schedule as stored, with its new version (one more
+        /// than the replaced one's, 1 when created).
         Change PutSchedule fn put_schedule(schedule: &'a Schedule, expect: Option<u64>)
             -> Schedule;
 

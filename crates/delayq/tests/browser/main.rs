@@ -337,6 +337,59 @@ async fn the_schedule_chart_has_bars_for_the_jobs_due_in_the_next_hour() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_chart_shows_the_coming_ticks_of_recurring_schedules_apart() {
+    let _one = ONE_BROWSER.lock().await;
+    let server = Server::start(None).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let base = now / MINUTE_MS * MINUTE_MS + MINUTE_MS / 2;
+    // Every 10 minutes from 3.5 minutes ahead: 6 ticks in the next hour, whichever second the
+    // page asks at.
+    server
+        .call(
+            reqwest::Method::PUT,
+            "/v1/schedules/sweep",
+            Some(
+                json!({"every_ms": 10 * MINUTE_MS, "start_at_ms": base + 3 * MINUTE_MS,
+                "job": {"topic": "reports"}}),
+            ),
+        )
+        .await;
+    for i in 0..2 {
+        let job = json!({"topic": "reports", "id": format!("r{i}"),
+            "run_at_ms": base + 5 * MINUTE_MS});
+        server.push(job).await;
+    }
+
+    let b = Browser::start().await;
+    b.open(&format!("{}#/schedule/reports", server.ui())).await;
+    let read = "return [[...document.querySelectorAll('#chart rect.bar')].map(r => Number(r.dataset.count)), \
+        [...document.querySelectorAll('#chart rect.tick-bar')].map(r => Number(r.dataset.ticks))]";
+    let (jobs, ticks): (Vec<u64>, Vec<u64>) = b
+        .wait("the chart's jobs and ticks", || async {
+            let v = b.eval(read, vec![]).await;
+            let (jobs, ticks): (Vec<u64>, Vec<u64>) = serde_json::from_value(v).ok()?;
+            (jobs.iter().sum::<u64>() == 2 && ticks.len() == 6).then_some((jobs, ticks))
+        })
+        .await;
+    assert_eq!(jobs.len(), 60, "a bar of jobs per minute");
+    assert_eq!(
+        ticks,
+        vec![1; 6],
+        "a tick on each of six minutes, apart from the jobs"
+    );
+    b.wait_text(
+        "#schedule-total",
+        "2 jobs due next hour in reports, per minute, and 6 recurring schedule ticks.",
+    )
+    .await;
+    b.screenshot("schedule-ticks").await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_auth_on_the_page_asks_for_the_token_and_shows_nothing_until_given() {
     const TOKEN: &str = "dashboard-token-0123456789";
     let _one = ONE_BROWSER.lock().await;

@@ -79,19 +79,19 @@ async fn restore_answers_counts_on_v1_and_in_the_compat_envelope(db: &TestDb) {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
     assert_eq!(
         r.json,
-        json!({"restored": 1, "already_present": 0, "skipped_overdue": 0, "skipped_finished": 0})
+        json!({"restored": 1, "already_present": 0, "skipped_overdue": 0, "skipped_finished": 0, "schedules_restored": 0, "schedules_already_present": 0, "settings_restored": 0, "settings_already_present": 0})
     );
     let r = second.get("/reStore/a?expire=true").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(
         r.json,
         json!({"code": 0, "message": "操作成功", "data":
-            {"restored": 0, "already_present": 1, "skipped_overdue": 0, "skipped_finished": 0}})
+            {"restored": 0, "already_present": 1, "skipped_overdue": 0, "skipped_finished": 0, "schedules_restored": 0, "schedules_already_present": 0, "settings_restored": 0, "settings_already_present": 0}})
     );
     let r = second.get("/reStore?expire=true").await;
     assert_eq!(
         r.json["data"],
-        json!({"restored": 2, "already_present": 1, "skipped_overdue": 0, "skipped_finished": 1})
+        json!({"restored": 2, "already_present": 1, "skipped_overdue": 0, "skipped_finished": 1, "schedules_restored": 0, "schedules_already_present": 0, "settings_restored": 0, "settings_already_present": 0})
     );
     let job = lost.get(&JobId::parse("b").unwrap()).await.unwrap();
     assert_eq!(job.state, JobState::Delayed);
@@ -350,6 +350,22 @@ async fn the_cli_restores_what_redis_lost(db: &TestDb) {
             .unwrap();
         assert_eq!(r.status(), StatusCode::CREATED);
     }
+    // A schedule and a topic's settings, lost with the jobs and restored with them.
+    let r = http
+        .put(format!("{}/v1/schedules/nightly", server.base_url))
+        .json(&json!({"cron": "0 3 * * *", "tz": "Europe/Berlin", "job": {"topic": "t"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let schedule: serde_json::Value = r.json().await.unwrap();
+    let r = http
+        .put(format!("{}/v1/topics/t/settings", server.base_url))
+        .json(&json!({"max_in_flight": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
     flushall(&redis.url()).await;
     let cli = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_delayq"))
@@ -363,14 +379,31 @@ async fn the_cli_restores_what_redis_lost(db: &TestDb) {
     let text = cli(&["restore", "--skip-overdue", "--id", "b"]);
     assert_eq!(
         text,
-        "restored 0, already present 0, skipped overdue 1, skipped finished 0\n"
+        "restored 0, already present 0, skipped overdue 1, skipped finished 0; schedules \
+         restored 0, already present 0; topic settings restored 0, already present 0\n",
+        "one job by id: no schedules nor settings"
     );
     let text = cli(&["--json", "restore"]);
     let counts: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
         counts,
-        json!({"restored": 1, "already_present": 0, "skipped_overdue": 1, "skipped_finished": 0})
+        json!({"restored": 1, "already_present": 0, "skipped_overdue": 1, "skipped_finished": 0, "schedules_restored": 1, "schedules_already_present": 0, "settings_restored": 1, "settings_already_present": 0})
     );
+    let r = http
+        .get(format!("{}/v1/schedules/nightly", server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let back: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(back, schedule, "the schedule as it was");
+    let r = http
+        .get(format!("{}/v1/topics/t/settings", server.base_url))
+        .send()
+        .await
+        .unwrap();
+    let settings: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(settings["max_in_flight"], 3, "{settings}");
     let r = http
         .get(format!("{}/v1/jobs/a", server.base_url))
         .send()

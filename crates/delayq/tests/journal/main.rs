@@ -7,7 +7,8 @@
 //! 127.0.0.1:3306 and `redis-server` on the PATH).
 //!
 //! restore.rs: the 10,000-job restores on Redis and on the embedded store, restoring twice,
-//! `overdue: skip`, one job by id. http.rs: the routes, 409s, the compat envelope.
+//! `overdue: skip`, one job by id. schedules.rs: recurring schedules and topics' settings
+//! back after a loss, no tick fired twice. http.rs: the routes, 409s, the compat envelope.
 //! start.rs: bad URLs, an unreachable database, a newer schema. faults.rs: kill -9 under
 //! load, PostgreSQL stopped under load in `sync` and `async` mode (a private PostgreSQL,
 //! private_pg.rs).
@@ -22,4 +23,5 @@ mod faults;
 mod http;
 mod private_pg;
 mod restore;
+mod schedules;
 mod start;

@@ -269,6 +269,7 @@ where
         already_present: counts.restored,
         skipped_overdue: 0,
         skipped_finished: counts.skipped_finished,
+        ..RestoreCounts::default()
     };
     assert_eq!(again, want);
 
@@ -363,6 +364,7 @@ async fn skipped_overdue_jobs_stay_out_of_later_restores(db: &TestDb) {
         already_present: 1,
         skipped_overdue: 2,
         skipped_finished: 0,
+        ..RestoreCounts::default()
     };
     assert_eq!(counts, want);
     assert_eq!(fresh.get(&id(3)).await.unwrap().state, JobState::Delayed);
@@ -388,6 +390,7 @@ async fn skipped_overdue_jobs_stay_out_of_later_restores(db: &TestDb) {
             already_present: 0,
             skipped_overdue: 2,
             skipped_finished: 0,
+            ..RestoreCounts::default()
         }
     );
     assert_eq!(emptier.get(&id(1)).await, Err(StoreError::NotFound));

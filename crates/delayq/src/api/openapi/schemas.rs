@@ -4,7 +4,9 @@
 //! `JobId::parse` and `Topic::parse` refuse (tested against them). Operations are in `paths.rs`.
 
 use super::{Features, Limits, map};
-use crate::api::v1::{MAX_DELAY_MS, MAX_PAGE, MAX_SCHEDULE_STEPS};
+use crate::api::v1::{
+    MAX_DELAY_MS, MAX_PAGE, MAX_SCHEDULE_STEPS, MAX_SCHEDULES_COUNTED, MAX_TICKS_COUNTED,
+};
 use crate::job::{
     DEFAULT_CALLBACK_TIMEOUT_MS, DEFAULT_PRIORITY, DEFAULT_TTR_MS, MAX_BACKOFF_STEPS,
     MAX_CALLBACK_TIMEOUT_MS, MAX_ID_CHARS, MAX_RUN_AT, MAX_TOPIC_CHARS, MAX_TTR_MS,
@@ -394,12 +396,14 @@ pub(super) fn schemas(limits: &Limits, features: Features) -> Value {
         },
         "Schedule": {
             "type": "object",
-            "required": ["from", "to", "step", "counts"],
+            "required": ["from", "to", "step", "counts", "ticks", "ticks_partial"],
             "properties": {
                 "from": schema_ref("UnixMillis"),
                 "to": schema_ref("UnixMillis"),
                 "step": {"type": "integer", "minimum": 1},
-                "counts": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": MAX_SCHEDULE_STEPS, "description": "counts[i]: jobs due in [from + i*step, min(from + (i+1)*step, to)), exact when from, to and step are whole minutes (a job counts in the step its run_at's minute starts in)"}
+                "counts": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": MAX_SCHEDULE_STEPS, "description": "counts[i]: jobs due in [from + i*step, min(from + (i+1)*step, to)), exact when from, to and step are whole minutes (a job counts in the step its run_at's minute starts in)"},
+                "ticks": {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": MAX_SCHEDULE_STEPS, "description": "ticks[i]: the coming ticks of recurring schedules (not paused; for a topic, those whose jobs go to it) in the same step as counts[i]: jobs that do not exist yet and will be pushed then"},
+                "ticks_partial": {"type": "boolean", "description": format!("true when not every schedule's ticks were counted: more than {MAX_SCHEDULES_COUNTED} schedules, or more than {MAX_TICKS_COUNTED} ticks in the range")}
             }
         },
         "Health": {
@@ -605,12 +609,18 @@ fn journal_schemas() -> serde_json::Map<String, Value> {
         "RowState": {"enum": ["delayed", "ready", "reserved", "dead", "finished", "deleted", "skipped"]},
         "RestoreReply": {
             "type": "object",
-            "required": ["restored", "already_present", "skipped_overdue", "skipped_finished"],
+            "required": ["restored", "already_present", "skipped_overdue", "skipped_finished",
+                "schedules_restored", "schedules_already_present", "settings_restored",
+                "settings_already_present"],
             "properties": {
                 "restored": {"type": "integer", "minimum": 0},
                 "already_present": {"type": "integer", "minimum": 0},
                 "skipped_overdue": {"type": "integer", "minimum": 0},
-                "skipped_finished": {"type": "integer", "minimum": 0}
+                "skipped_finished": {"type": "integer", "minimum": 0},
+                "schedules_restored": described(json!({"type": "integer", "minimum": 0}), "Recurring schedules put back (a restore of the whole journal only)"),
+                "schedules_already_present": described(json!({"type": "integer", "minimum": 0}), "Recurring schedules still in the store, left as they are"),
+                "settings_restored": described(json!({"type": "integer", "minimum": 0}), "Topics whose flow control settings were put back"),
+                "settings_already_present": described(json!({"type": "integer", "minimum": 0}), "Topics with settings still in the store, left as they are")
             }
         }
     }))

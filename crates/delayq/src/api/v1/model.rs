@@ -226,4 +226,8 @@ pub struct ScheduleView {
     pub to: UnixMillis,
     pub step: u64,
     pub counts: Vec<u64>,
+    /// The coming ticks of recurring schedules in each step (their jobs do not exist yet).
+    pub ticks: Vec<u64>,
+    /// Not every schedule's ticks were counted (too many schedules or ticks).
+    pub ticks_partial: bool,
 }

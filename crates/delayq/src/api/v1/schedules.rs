@@ -12,11 +12,11 @@ use super::model::{CallbackView, PublishView};
 use super::new_job::{NEW_JOB_FIELDS, new_job};
 use super::{ApiError, ApiResult, Body, DEFAULT_PAGE, IdPath, MAX_PAGE};
 use crate::api::AppState;
-use crate::job::{self, JobSpec, UnixMillis};
+use crate::job::{self, JobSpec, Topic, UnixMillis};
 use crate::schedule::{
     CatchUp, NEXT_RUNS, Overlap, Rule, Schedule, ScheduleId, ScheduleSpec, parse_cron, parse_tz,
 };
-use crate::store::StoreError;
+use crate::store::{SCHEDULE_BUCKET_MS, StoreError, schedule_step_of, schedule_steps};
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, RawQuery, State};
@@ -55,6 +55,74 @@ fn template_fields() -> Vec<&'static str> {
         .copied()
         .filter(|f| !matches!(*f, "id" | "delay_ms" | "run_at_ms" | "replace"))
         .collect()
+}
+
+/// The most schedules whose ticks "what fires next" counts (`GET /v1/schedule`), read in id
+/// order, and the most ticks it computes: past either, the answer says `ticks_partial`. They
+/// bound the work of a dashboard that asks every few seconds.
+pub const MAX_SCHEDULES_COUNTED: usize = 10_000;
+pub const MAX_TICKS_COUNTED: usize = 50_000;
+
+/// The coming ticks of the recurring schedules (those whose jobs go to `topic`, or all) in
+/// each step of `step` from `from` to `to`, bucketed as [`Store::schedule`] buckets jobs (the
+/// step its minute starts in), and whether the count is partial. A coming tick is one after
+/// now, at or after the schedule's next tick (an earlier one has fired: its job is a job);
+/// paused schedules have none. Each schedule's ticks come from schedule.rs's rules
+/// (`ScheduleSpec::next_after`: its rule, zone, start and end).
+///
+/// [`Store::schedule`]: crate::store::Store::schedule
+pub(super) async fn coming_ticks(
+    st: &AppState,
+    topic: Option<&Topic>,
+    from: UnixMillis,
+    to: UnixMillis,
+    step: u64,
+) -> ApiResult<(Vec<u64>, bool)> {
+    let steps = usize::try_from(schedule_steps(from, to, step)).unwrap_or(0);
+    let mut ticks = vec![0; steps];
+    let now = st.clock.now();
+    let (mut read, mut computed) = (0, 0);
+    let mut after: Option<ScheduleId> = None;
+    loop {
+        let page = st
+            .store
+            .list_schedules(after.as_ref(), MAX_PAGE as usize)
+            .await?;
+        let full = page.len() >= MAX_PAGE as usize;
+        after = page.last().map(|sc| sc.spec.id.clone());
+        for sc in page {
+            if read == MAX_SCHEDULES_COUNTED {
+                return Ok((ticks, true));
+            }
+            read += 1;
+            if sc.spec.paused || topic.is_some_and(|t| *t != sc.spec.job.topic) {
+                continue;
+            }
+            let (Some(next), Ok(rule)) = (sc.next_tick, sc.spec.rule.recurrence()) else {
+                continue;
+            };
+            let mut at = from.saturating_sub(1).max(now).max(next.saturating_sub(1));
+            while let Some(t) = sc.spec.next_after(&rule, at) {
+                let minute = t - t % SCHEDULE_BUCKET_MS;
+                if minute >= to {
+                    break;
+                }
+                if computed == MAX_TICKS_COUNTED {
+                    return Ok((ticks, true));
+                }
+                computed += 1;
+                if let Some(c) =
+                    schedule_step_of(minute, from, to, step).and_then(|i| ticks.get_mut(i))
+                {
+                    *c += 1;
+                }
+                at = t;
+            }
+        }
+        if !full {
+            return Ok((ticks, false));
+        }
+    }
 }
 
 /// How many times a change is tried again when the schedule moved on under it (a fire).

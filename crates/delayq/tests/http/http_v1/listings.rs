@@ -235,7 +235,8 @@ async fn schedule_counts_delayed_jobs_per_step(b: &Backend) {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
     assert_eq!(
         r.json,
-        json!({"from": m0, "to": m0 + 5 * min, "step": min, "counts": [2, 1, 0, 2, 0]})
+        json!({"from": m0, "to": m0 + 5 * min, "step": min, "counts": [2, 1, 0, 2, 0],
+            "ticks": [0, 0, 0, 0, 0], "ticks_partial": false})
     );
     let r = app
         .get(&format!(
@@ -272,6 +273,117 @@ async fn schedule_counts_delayed_jobs_per_step(b: &Backend) {
     assert_eq!(r.json["counts"].as_array().unwrap().len(), 10_080);
 }
 
+async fn schedule_counts_the_coming_ticks_of_recurring_schedules_apart(b: &Backend) {
+    let app = TestApp::new(b);
+    let min = 60_000;
+    let hour = 60 * min;
+    let m0 = FAR_FUTURE - FAR_FUTURE % hour;
+    let put = |id: &str, body: serde_json::Value| {
+        let path = format!("/v1/schedules/{id}");
+        let app = &app;
+        async move {
+            let r = app.json(Method::PUT, &path, body).await;
+            assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+        }
+    };
+    // Every 2 minutes from m0 + 1 min, to topic s: ticks at 1, 3, 5, ... minutes.
+    let every = json!({"every_ms": 2 * min, "start_at_ms": m0 + min, "job": {"topic": "s"}});
+    put("sweep", every).await;
+    // Hourly at :30 in Kolkata (UTC+5:30, so on UTC's hours), callback jobs of topic s, from
+    // m0 to its third tick.
+    put(
+        "report",
+        json!({"cron": "30 * * * *", "tz": "Asia/Kolkata", "start_at_ms": m0,
+            "end_at_ms": m0 + 2 * hour,
+            "job": {"topic": "s", "callback": {"url": "https://example.com/r"}}}),
+    )
+    .await;
+    // Another topic's, and a paused one (no ticks while paused).
+    put(
+        "other",
+        json!({"cron": "0 * * * *", "start_at_ms": m0, "job": {"topic": "o"}}),
+    )
+    .await;
+    put(
+        "paused",
+        json!({"every_ms": min, "start_at_ms": m0, "paused": true, "job": {"topic": "s"}}),
+    )
+    .await;
+    pushed(
+        &app,
+        json!({"topic": "s", "id": "j", "run_at_ms": m0 + 3 * min}),
+    )
+    .await;
+
+    let r = app
+        .get(&format!(
+            "/v1/topics/s/schedule?from={m0}&to={}&step={min}",
+            m0 + 6 * min
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    assert_eq!(
+        r.json["counts"],
+        json!([0, 0, 0, 1, 0, 0]),
+        "jobs and ticks apart"
+    );
+    assert_eq!(
+        r.json["ticks"],
+        json!([1, 1, 0, 1, 0, 1]),
+        "report's at m0, sweep's"
+    );
+    assert_eq!(r.json["ticks_partial"], false);
+    // Per hour, every topic: sweep's 30, report's 1 (m0, m0 + 1 h, and m0 + 2 h, its end),
+    // other's 1; the paused one none.
+    let r = app
+        .get(&format!(
+            "/v1/schedule?from={m0}&to={}&step={hour}",
+            m0 + 3 * hour
+        ))
+        .await;
+    assert_eq!(r.json["counts"], json!([1, 0, 0]));
+    assert_eq!(r.json["ticks"], json!([32, 32, 32]));
+    let r = app
+        .get(&format!(
+            "/v1/topics/o/schedule?from={m0}&to={}&step={hour}",
+            m0 + 3 * hour
+        ))
+        .await;
+    assert_eq!(r.json["ticks"], json!([1, 1, 1]));
+    // Deleted, sweep ticks no more.
+    let r = app
+        .json(Method::DELETE, "/v1/schedules/sweep", json!(null))
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = app
+        .get(&format!(
+            "/v1/topics/s/schedule?from={m0}&to={}&step={min}",
+            m0 + 6 * min
+        ))
+        .await;
+    assert_eq!(r.json["ticks"], json!([1, 0, 0, 0, 0, 0]));
+    // A day of a schedule every second is more ticks than are counted: the answer says so.
+    put(
+        "fast",
+        json!({"every_ms": 1_000, "start_at_ms": m0, "job": {"topic": "s"}}),
+    )
+    .await;
+    let r = app
+        .get(&format!(
+            "/v1/schedule?from={m0}&to={}&step={hour}",
+            m0 + 24 * hour
+        ))
+        .await;
+    assert_eq!(r.json["ticks_partial"], true);
+    let counted: u64 = r.json["ticks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert!(counted <= 50_000, "{counted}");
+}
+
 async fn schedule_refuses_bad_parameters_naming_them(b: &Backend) {
     let app = TestApp::new(b);
     let max = MAX_RUN_AT;
@@ -306,5 +418,6 @@ backend_tests!(
     jobs_of_a_topic_are_paged_in_each_states_order,
     jobs_listing_refuses_bad_parameters_naming_them,
     schedule_counts_delayed_jobs_per_step,
+    schedule_counts_the_coming_ticks_of_recurring_schedules_apart,
     schedule_refuses_bad_parameters_naming_them,
 );

@@ -65,6 +65,16 @@ async fn schedules_are_put_read_listed_and_deleted(b: &Backend) {
     let again = b.store.put_schedule(&every_second("a"), Some(2)).await;
     assert_eq!(again.map(|s| s.version), Ok(3));
 
+    // Expecting version 0: only if there is none (a restore's insert-if-absent).
+    assert_eq!(
+        b.store.put_schedule(&every_second("a"), Some(0)).await,
+        Err(StoreError::Exists)
+    );
+    assert_eq!(b.store.get_schedule(&sid("a")).await.unwrap().version, 3);
+    let absent = b.store.put_schedule(&every_second("zz"), Some(0)).await;
+    assert_eq!(absent.map(|s| s.version), Ok(1), "created");
+    assert_eq!(b.store.delete_schedule(&sid("zz")).await, Ok(()));
+
     for name in ["c", "b", "e", "d"] {
         put(b, &every_second(name)).await;
     }

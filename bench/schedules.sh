@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# schedules.sh: recurring schedules at scale (`delayq-bench schedules`): --count schedules
+# created over /v1, then --ticks minute ticks at which all of them fire, on the memory store,
+# the embedded store and a private Redis (its own redis-server on a free port, never the shared
+# one), each against a fresh release delayq. Per store: schedules created per second, each
+# tick's push lateness (p50, p99, max), the server's CPU per tick (and redis-server's), and how
+# idle the machine was. Writes one JSON line per store and machine.txt to
+# bench/results/<UTC date>-<commit>/schedules/ (or --out DIR).
+#
+#   bench/schedules.sh [--count N] [--ticks N] [--producers N] [--stores "memory embedded redis"]
+#                      [--out DIR] [--skip-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+COMMIT=$(git rev-parse --short HEAD)
+
+count=100000
+ticks=3
+producers=16
+stores="memory embedded redis"
+OUT=
+build=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --count) count=$2; shift 2 ;;
+    --ticks) ticks=$2; shift 2 ;;
+    --producers) producers=$2; shift 2 ;;
+    --stores) stores=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --skip-build) build=0; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+command -v redis-server > /dev/null || case " $stores " in
+  *" redis "*) echo "redis-server not found: apt-get install redis-server" >&2; exit 1 ;;
+esac
+
+TMP=$(mktemp -d)
+. bench/lib.sh
+results_dir schedules
+
+if [ "$build" = 1 ]; then
+  cargo build --release -p delayq -p delayq-bench
+fi
+bin=target/release
+{
+  echo "bench/schedules.sh --count $count --ticks $ticks --producers $producers --stores \"$stores\""
+  echo "commit $(git rev-parse HEAD)"
+  uname -srm
+  nproc
+  grep -m1 'model name' /proc/cpuinfo || true
+  redis-server --version 2>/dev/null || true
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+} > "$OUT/machine.txt"
+
+for store in $stores; do
+  port=$("$bin/delayq-bench" free-port)
+  redis_pid=()
+  case "$store" in
+    memory)
+      "$bin/delayq" serve --listen "127.0.0.1:$port" --memory > "$TMP/$store.log" 2>&1 &
+      PIDS+=($!)
+      ;;
+    embedded)
+      "$bin/delayq" serve --listen "127.0.0.1:$port" --data-dir "$TMP/data" > "$TMP/$store.log" 2>&1 &
+      PIDS+=($!)
+      ;;
+    redis)
+      rport=$("$bin/delayq-bench" free-port)
+      redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$TMP/redis-server.log" 2>&1 &
+      PIDS+=($!)
+      redis_pid=(--redis-pid "$!")
+      sleep 0.5
+      "$bin/delayq" serve --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$rport" > "$TMP/$store.log" 2>&1 &
+      PIDS+=($!)
+      ;;
+    *) echo "unknown store $store" >&2; exit 2 ;;
+  esac
+  server=${PIDS[-1]}
+  wait_port "$port" "$server" "$TMP/$store.log"
+  "$bin/delayq-bench" schedules --api v1 --addr "127.0.0.1:$port" --label "delayq-$store" \
+    --count "$count" --ticks "$ticks" --producers "$producers" --server-pid "$server" \
+    "${redis_pid[@]}" --keep --no-progress --json \
+    | tee -a "$OUT/results.jsonl"
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+  rm -rf "$TMP/data"
+done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
+# One line per store: the figures docs/benchmarks.md quotes.
+python3 - "$OUT/results.jsonl" <<'PY' | tee "$OUT/summary.txt"
+import json, sys
+cols = [("create_per_s", "created/s", 0), ("lateness_p50_ms_median", "p50 ms", 0),
+        ("lateness_p99_ms_median", "p99 ms", 0), ("lateness_p99_ms_worst", "worst p99 ms", 0),
+        ("lateness_max_ms_median", "max ms", 0), ("cpu_per_tick_s_median", "CPU s/tick", 2),
+        ("redis_cpu_per_tick_s_median", "redis CPU s/tick", 2), ("machine_idle_pct", "idle %", 1),
+        ("missing", "missing", 0), ("extra", "extra", 0)]
+print("| store | " + " | ".join(c[1] for c in cols) + " |")
+print("|---" * (len(cols) + 1) + "|")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    m = r["metrics"]
+    cells = [f"{m[k]:,.{d}f}" if k in m else "" for k, _, d in cols]
+    print(f"| {r['label']} | " + " | ".join(cells) + " |")
+PY
