@@ -14,3 +14,22 @@ pub mod python;
 pub mod receiver;
 pub mod redis_cluster;
 pub mod redis_server;
+
+/// Where a `.ci/test-*` script keeps what it installs from the workspace's file `spec` (e.g.
+/// `.ci/test-requirements.txt`): `${XDG_CACHE_HOME:-$HOME/.cache}/delayq-ci/<name>-<first 12
+/// hex digits of the file's sha256>`, the path that script prints.
+pub fn ci_cache(spec: &str, name: &str) -> std::path::PathBuf {
+    use sha2::{Digest, Sha256};
+    use std::path::PathBuf;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read(root.join(spec)).expect(spec);
+    let hash: String = Sha256::digest(&text)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .expect("HOME or XDG_CACHE_HOME");
+    cache.join(format!("delayq-ci/{name}-{}", &hash[..12]))
+}

@@ -153,6 +153,25 @@ struct Queue {
     stopping: bool,
 }
 
+impl Queue {
+    /// A commit's place behind the leader: the channel its waiter is told its turn on, or
+    /// none when nobody leads, and the caller becomes the leader.
+    fn take_turn(
+        &mut self,
+    ) -> (
+        Option<oneshot::Sender<Turn>>,
+        Option<oneshot::Receiver<Turn>>,
+    ) {
+        if self.leading {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            self.leading = true;
+            (None, None)
+        }
+    }
+}
+
 /// What only the leader touches: the log it appends to and the changes the next checkpoint
 /// takes.
 struct Io {
@@ -318,13 +337,7 @@ impl GroupCommit {
             });
             return Ok(None);
         }
-        let (turn, waits) = if q.leading {
-            let (tx, rx) = oneshot::channel();
-            (Some(tx), Some(rx))
-        } else {
-            q.leading = true;
-            (None, None)
-        };
+        let (turn, waits) = q.take_turn();
         q.pending.push_back(Commit {
             seq,
             changes,
@@ -352,13 +365,7 @@ impl GroupCommit {
         }
         let seq = q.next_seq;
         q.next_seq += 1;
-        let (turn, waits) = if q.leading {
-            let (tx, rx) = oneshot::channel();
-            (Some(tx), Some(rx))
-        } else {
-            q.leading = true;
-            (None, None)
-        };
+        let (turn, waits) = q.take_turn();
         q.pending.push_back(Commit {
             seq,
             changes: Vec::new(),
