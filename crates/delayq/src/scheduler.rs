@@ -57,8 +57,9 @@ impl Scheduler {
         }
     }
 
-    /// `rule`, parsed (from the cache when seen before).
-    fn recurrence(&self, rule: &Rule) -> Option<Arc<Recurrence>> {
+    /// `rule`, parsed (from the cache when seen before); `None` if it does not parse. The
+    /// dashboard's count of coming ticks uses it too.
+    pub fn recurrence(&self, rule: &Rule) -> Option<Arc<Recurrence>> {
         let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = rules.get(rule) {
             return Some(r.clone());

@@ -7,42 +7,15 @@
 //! `under_load`: through a real `delayq serve` and `delayq backup` under push load, every
 //! acknowledged push in the copy, none twice, no pause over 100 ms.
 
-use delayq::job::{JobId, JobSpec, JobState, Topic};
+use delayq::job::{JobState, Topic};
 use delayq::schedule::{CatchUp, Overlap, Rule, Schedule, ScheduleId, ScheduleSpec};
-use delayq::store::embedded::{DB_FILE_NAME, EmbeddedOptions, EmbeddedStore};
+use delayq::store::embedded::DB_FILE_NAME;
 use delayq::store::memory::MemoryStore;
-use delayq::store::{BackupError, PushMode, PushOutcome, SettingsChange, Store};
+use delayq::store::{BackupError, SettingsChange, Store};
 use std::path::Path;
 
-const NOW: u64 = 1_767_225_600_000;
-
-fn spec(id: &str, run_at: u64) -> JobSpec {
-    JobSpec::new(
-        Topic::parse("orders").unwrap(),
-        JobId::parse(id).unwrap(),
-        format!("body of {id}"),
-        run_at,
-    )
-}
-
-fn id(s: &str) -> JobId {
-    JobId::parse(s).unwrap()
-}
-
-async fn open(dir: &Path) -> EmbeddedStore {
-    EmbeddedStore::open(EmbeddedOptions {
-        data_dir: dir.to_path_buf(),
-    })
-    .await
-    .unwrap()
-}
-
-async fn push(store: &EmbeddedStore, s: JobSpec) {
-    assert_eq!(
-        store.push(s, PushMode::Reject, NOW).await.unwrap(),
-        PushOutcome::Created
-    );
-}
+// The store tests' own helpers.
+use crate::embedded_store::{NOW, id, open, push, spec};
 
 fn file_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -77,7 +50,7 @@ fn a_schedule() -> Schedule {
 #[tokio::test]
 async fn a_backup_opens_with_every_job_setting_and_schedule_as_they_were() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = open(&tmp.path().join("data")).await;
+    let store = open(&tmp.path().join("data")).await.unwrap();
     push(&store, spec("delayed", NOW + 3_600_000)).await;
     push(&store, spec("ready", NOW)).await;
     push(&store, spec("reserved", NOW)).await;
@@ -126,7 +99,7 @@ async fn a_backup_opens_with_every_job_setting_and_schedule_as_they_were() {
     // The store goes on serving, and what it does now is not in the copy.
     push(&store, spec("after", NOW)).await;
 
-    let restored = open(&copy).await;
+    let restored = open(&copy).await.unwrap();
     for (i, want) in ids.iter().zip(&before) {
         assert_eq!(&restored.get(&id(i)).await.unwrap(), want, "job {i}");
     }
@@ -148,7 +121,7 @@ async fn a_backup_opens_with_every_job_setting_and_schedule_as_they_were() {
 #[tokio::test]
 async fn a_backup_goes_only_into_a_new_or_empty_directory() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = open(&tmp.path().join("data")).await;
+    let store = open(&tmp.path().join("data")).await.unwrap();
     push(&store, spec("a", NOW)).await;
     let backup = store.online_backup().unwrap();
 
@@ -186,7 +159,7 @@ async fn a_backup_goes_only_into_a_new_or_empty_directory() {
 #[tokio::test]
 async fn one_backup_runs_at_a_time() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = open(&tmp.path().join("data")).await;
+    let store = open(&tmp.path().join("data")).await.unwrap();
     push(&store, spec("a", NOW)).await;
     let backup = store.online_backup().unwrap();
     let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));

@@ -12,9 +12,9 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-const NOW: u64 = 1_767_225_600_000;
+pub(crate) const NOW: u64 = 1_767_225_600_000;
 
-fn spec(id: &str, run_at: u64) -> JobSpec {
+pub(crate) fn spec(id: &str, run_at: u64) -> JobSpec {
     JobSpec::new(
         Topic::parse("orders").unwrap(),
         JobId::parse(id).unwrap(),
@@ -23,11 +23,11 @@ fn spec(id: &str, run_at: u64) -> JobSpec {
     )
 }
 
-fn id(s: &str) -> JobId {
+pub(crate) fn id(s: &str) -> JobId {
     JobId::parse(s).unwrap()
 }
 
-async fn open(dir: &Path) -> StoreResult {
+pub(crate) async fn open(dir: &Path) -> StoreResult {
     EmbeddedStore::open(EmbeddedOptions {
         data_dir: dir.to_path_buf(),
     })
@@ -36,7 +36,7 @@ async fn open(dir: &Path) -> StoreResult {
 
 type StoreResult = Result<EmbeddedStore, StoreError>;
 
-async fn push(store: &EmbeddedStore, s: JobSpec) {
+pub(crate) async fn push(store: &EmbeddedStore, s: JobSpec) {
     assert_eq!(
         store.push(s, PushMode::Reject, NOW).await.unwrap(),
         PushOutcome::Created

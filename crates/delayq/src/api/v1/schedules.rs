@@ -98,7 +98,8 @@ pub(super) async fn coming_ticks(
             if sc.spec.paused || topic.is_some_and(|t| *t != sc.spec.job.topic) {
                 continue;
             }
-            let (Some(next), Ok(rule)) = (sc.next_tick, sc.spec.rule.recurrence()) else {
+            let (Some(next), Some(rule)) = (sc.next_tick, st.scheduler.recurrence(&sc.spec.rule))
+            else {
                 continue;
             };
             let mut at = from.saturating_sub(1).max(now).max(next.saturating_sub(1));
