@@ -56,7 +56,7 @@ done
 command -v valgrind >/dev/null || { echo "valgrind not on PATH: apt-get install -y valgrind" >&2; exit 1; }
 command -v redis-server >/dev/null || { echo "redis-server not on PATH: apt-get install -y redis-server" >&2; exit 1; }
 BENCH="$ROOT/target/release/delayq-bench"
-DELAYQ="$ROOT/target/release/delayq"
+DELAYQ="${DELAYQ:-$ROOT/target/release/delayq}"
 for b in "$BENCH" "$DELAYQ"; do
   [ -x "$b" ] || { echo "missing $b: cargo build --release -p delayq -p delayq-bench" >&2; exit 1; }
 done

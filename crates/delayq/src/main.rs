@@ -8,6 +8,11 @@ mod output;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// mimalloc: per-thread free lists, where glibc's malloc spends a tenth of the server's CPU at
+/// 10,000 jobs a second consolidating and locking its arenas (docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// How long work still running once the command is done may hold the exit: a callback's host
 /// name lookup runs on a thread of its own and cannot be cancelled (a resolver that does not
 /// answer takes tens of seconds).

@@ -185,7 +185,7 @@ impl App {
             metrics.clone(),
         ));
         App {
-            state: AppState {
+            state: AppState::new(api::Parts {
                 store,
                 dispatch,
                 scheduler,
@@ -193,7 +193,7 @@ impl App {
                 config: Arc::new(config),
                 metrics,
                 journal,
-            },
+            }),
             callbacks: Arc::new(callbacks),
             amqp,
         }

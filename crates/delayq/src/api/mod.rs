@@ -36,10 +36,28 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_http::trace::TraceLayer;
 
-/// What every handler can reach. Built by the server (`server::App`), which wires the parts
-/// together; nothing here builds them.
+/// What every handler can reach: one shared [`Parts`], so the clone axum makes for each
+/// extractor and middleware of a request is one reference count, not one per part. Built by
+/// the server (`server::App`), which wires the parts together; nothing here builds them.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Parts>);
+
+impl AppState {
+    pub fn new(parts: Parts) -> AppState {
+        AppState(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Parts;
+
+    fn deref(&self) -> &Parts {
+        &self.0
+    }
+}
+
+/// The parts of an [`AppState`].
+pub struct Parts {
     /// The store, journaled when there is a journal and counted in `metrics`
     /// (`metrics::Metered`).
     pub store: Arc<dyn Store>,

@@ -14,11 +14,11 @@
 //! refusal, a reserve that found no job, a tick with nothing due) answers at once. The timer's
 //! passes (`tick`) do not wait at all: their changes are lazy commits (`group_commit.rs`), made
 //! durable by the next acknowledged transition, since a restart redoes a lost promotion or
-//! expiry by itself. So is the finish of a reserved job: a crash that loses it delivers the job
-//! again after its TTR, as at-least-once delivery allows.
+//! expiry by itself. So are a reservation and the finish of a reserved job: a crash that loses
+//! them delivers the job again, as at-least-once delivery allows.
 //!
 //! Guarantees: an acknowledged transition survives a crash (kill -9, power loss as far as fsync
-//! goes), except the finish of a reserved job in the last 250 ms (docs/reliability.md). Reads (`get`, `stats`, and refusals) see the engine, which may be ahead of the disk by
+//! goes), except the reservations and finishes of the last 250 ms (docs/reliability.md). Reads (`get`, `stats`, and refusals) see the engine, which may be ahead of the disk by
 //! the commits in flight: a read can see a push whose acknowledgement is still on its way.
 //! After a failed commit the store refuses every request with `Unavailable` until restart
 //! (memory may then hold changes the disk does not; restarting reloads the last commit).

@@ -53,11 +53,11 @@ pub struct Effects {
     pub changes: Vec<Change>,
     /// Events to publish once the changes are durable.
     pub events: Vec<StoreEvent>,
-    /// Whether the caller may have its answer before the changes are durable: set only by
-    /// the finish of a reserved job, which a crash may undo under at-least-once delivery (the
-    /// job is delivered again after its TTR); never by a push, a reservation (a reserved job
-    /// is never handed out again before its TTR, crash or not), a delete, release or bury
-    /// (docs/reliability.md).
+    /// Whether the caller may have its answer before the changes are durable: set by a
+    /// reservation, a touch and the finish of a reserved job, which a crash may undo under
+    /// at-least-once delivery (the job is delivered again: at once, with the same attempt
+    /// number, if its reservation was undone; after its TTR if only its finish was); never by
+    /// a push, a delete, release, bury or kick (docs/reliability.md).
     pub answer_before_durable: bool,
 }
 
@@ -416,6 +416,7 @@ impl Engine {
                 self.spend(topic, out.len() - before, now, fx);
             }
         }
+        fx.answer_before_durable = true;
         out
     }
 
@@ -430,6 +431,7 @@ impl Engine {
         j.state = JobState::Reserved;
         j.attempts = j.attempts.saturating_add(1);
         j.reserved_until = Some(job::after(now, j.spec.ttr_ms));
+        fx.answer_before_durable = true;
         Ok(self.put(j, fx))
     }
 
@@ -655,6 +657,7 @@ impl Engine {
     pub fn touch(&mut self, id: &JobId, now: UnixMillis, fx: &mut Effects) -> StoreResult<Job> {
         let mut j = self.take_in(id, &[JobState::Reserved])?;
         j.reserved_until = Some(job::after(now, j.spec.ttr_ms));
+        fx.answer_before_durable = true;
         Ok(self.put(j, fx))
     }
 

@@ -10,9 +10,9 @@
 //! for the durability's acknowledgement outside the lock, so concurrent callers share one
 //! commit. A transition that changed nothing answers at once; the timer's passes (`tick`) are
 //! lazy commits, which nobody waits for (a restart redoes a lost promotion or expiry by
-//! itself), and so is the finish of a reserved job (`Effects::answer_before_durable`): it is
-//! written with the next commit, and if a crash comes first the job is delivered again after
-//! its TTR, as at-least-once delivery allows. Reads (`get`, `stats`, `list`, `schedule`,
+//! itself), and so are a reservation and the finish of a reserved job
+//! (`Effects::answer_before_durable`): they are written with the next commit, and if a crash
+//! comes first the job is delivered again, as at-least-once delivery allows. Reads (`get`, `stats`, `list`, `schedule`,
 //! `ping`) see the engine.
 //!
 //! Its `Store` impl is derived from `store_calls!` (store/define.rs): each call is
@@ -63,9 +63,9 @@ pub enum CommitMode {
     /// back wait with it.
     Acknowledged,
     /// The timer's pass, and a transition whose effects say it may be answered before it is
-    /// durable (the finish of a reserved job): nobody waits and its events go out at once; the
-    /// next acknowledged commit makes it durable (a restart redoes a lost pass; a lost finish
-    /// delivers its job again after its TTR).
+    /// durable (a reservation, a touch, the finish of a reserved job): nobody waits and its
+    /// events go out at once; the next acknowledged commit makes it durable (a restart redoes a
+    /// lost pass; a lost reservation or finish delivers its job again).
     Lazy,
 }
 
@@ -272,9 +272,9 @@ mod tests {
         );
         assert_eq!(store.kind(), "recording");
 
-        // The finish of a reserved job is answered before it is durable (a crash delivers the
-        // job again after its TTR); a reservation is not, nor is a finish of a job that is not
-        // reserved (a delete).
+        // A reservation and the finish of a reserved job are answered before they are durable
+        // (a crash delivers the job again); a finish of a job that is not reserved (a delete)
+        // is not.
         let got = store.reserve(&[topic("t")], 1, 100).await.unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(store.finish(&got[0].spec.id).await, Ok(JobState::Reserved));
@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(store.finish(&id(other)).await, Ok(JobState::Ready));
         assert_eq!(
             commits(&store)[2..],
-            [(1, Acknowledged), (1, Lazy), (1, Acknowledged)],
+            [(1, Lazy), (1, Lazy), (1, Acknowledged)],
             "reserve, finish of a reserved job, finish of a ready one"
         );
     }
