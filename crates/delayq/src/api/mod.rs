@@ -14,6 +14,7 @@
 pub mod auth;
 pub mod backup;
 pub mod compat;
+mod front;
 pub mod openapi;
 pub mod origin;
 pub mod restore;
@@ -26,9 +27,9 @@ use crate::dispatch::Dispatcher;
 use crate::journal::Journal;
 use crate::metrics::{self, Metrics};
 use crate::store::Store;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -91,7 +92,7 @@ pub fn request_body_limit(config: &Config) -> usize {
 /// The whole HTTP application.
 pub fn router(state: AppState) -> Router {
     let limit = request_body_limit(&state.config);
-    let deadlines = Deadlines::new(&state.config);
+    let deadlines = front::Deadlines::new(&state.config);
     let tokens = auth::Tokens::new(&state.config.auth_tokens);
     let guard = origin::Guard::new(&state.config);
     let mut app = Router::new()
@@ -108,8 +109,7 @@ pub fn router(state: AppState) -> Router {
     if let Some(tokens) = tokens {
         app = app.layer(middleware::from_fn_with_state(tokens, auth::require_bearer));
     }
-    app.layer(middleware::from_fn_with_state(guard, origin::guard))
-        .layer(middleware::from_fn_with_state(deadlines, deadline))
+    app.layer(front::FrontLayer { guard, deadlines })
         .layer(TraceLayer::new_for_http())
 }
 
@@ -142,55 +142,6 @@ pub(crate) fn refusal(path: &str, status: StatusCode, code: &str, message: &str)
     } else {
         let body = serde_json::json!({"error": {"code": code, "field": null, "message": message}});
         (status, Json(body)).into_response()
-    }
-}
-
-/// How long a request may take before [`deadline`] answers it 503.
-#[derive(Clone, Copy)]
-struct Deadlines {
-    /// `request_timeout`.
-    request: Duration,
-    /// `request_timeout + max_wait`: a long poll waits at most `max_wait` (reserve refuses a
-    /// longer `timeout_ms`, compat `/pop` caps it), then has the ordinary time for the rest.
-    long_poll: Duration,
-}
-
-impl Deadlines {
-    fn new(config: &Config) -> Deadlines {
-        let request = Duration::from_secs(config.request_timeout_secs);
-        Deadlines {
-            request,
-            long_poll: request + Duration::from_secs(config.max_wait_secs),
-        }
-    }
-}
-
-/// Middleware: answers 503 `timeout` when the handler (reading the body included) has not
-/// produced a response within the path's deadline. The handler is dropped at that point: an
-/// operation may or may not have taken effect, as with any answer that never arrives. A job
-/// reserved by a dropped long poll is handed out again after its TTR.
-async fn deadline(State(d): State<Deadlines>, req: Request, next: Next) -> Response {
-    let path = req.uri().path().to_string();
-    if path == backup::BACKUP_PATH {
-        // A backup answers when its copy is complete, however long that takes.
-        return next.run(req).await;
-    }
-    let limit = if LONG_POLL_PATHS.contains(&path.as_str()) {
-        d.long_poll
-    } else {
-        d.request
-    };
-    match tokio::time::timeout(limit, next.run(req)).await {
-        Ok(resp) => resp,
-        Err(_) => {
-            tracing::warn!(%path, timeout = ?limit, "request timed out");
-            let message = format!(
-                "the request took longer than {} s and was abandoned; it may or may not have \
-                 taken effect",
-                limit.as_secs()
-            );
-            refusal(&path, StatusCode::SERVICE_UNAVAILABLE, "timeout", &message)
-        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Which requests a browser may make: the host check against DNS rebinding, and the refusal of
-//! cross-site changes. [`guard`] wraps every route, outside authentication, so that a page on
-//! another site cannot use a server without tokens (the default) through its visitor's
-//! browser.
+//! cross-site changes. [`Guard::screen`] runs before every route (front.rs), outside
+//! authentication, so that a page on another site cannot use a server without tokens (the
+//! default) through its visitor's browser.
 //!
 //! - **Host** (`allowed_hosts`, [`AllowedHosts`]): a request whose `Host` header (or HTTP/2
 //!   `:authority`, or the authority of an absolute request target) names a host this server does
@@ -29,10 +29,9 @@
 
 use super::refusal;
 use crate::config::{AllowedHosts, Config};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::HeaderName;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
-use axum::middleware::Next;
 use axum::response::Response;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -70,7 +69,7 @@ fn host_of(authority: &str) -> Option<Cow<'_, str>> {
     (port_ok && !host.is_empty()).then_some(host)
 }
 
-/// What [`guard`] checks against. Cheap to clone.
+/// What [`Guard::screen`] checks against. Cheap to clone.
 #[derive(Clone)]
 pub struct Guard {
     hosts: Arc<AllowedHosts>,
@@ -99,36 +98,38 @@ enum Refused {
     CrossSite,
 }
 
-/// Middleware: refuses requests addressed to a host not allowed (421) and cross-site changes
-/// (403), as the module docs say; passes the rest.
-pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
-    let verdict = check(&g.hosts, req.method(), req.uri(), req.headers());
-    let path = req.uri().path();
-    match verdict {
-        Ok(()) => next.run(req).await,
-        Err(Refused::Host(host)) => {
-            tracing::debug!(method = %req.method(), %path, %host, "refused: host not allowed");
-            let shown: String = host.chars().take(255).collect();
-            let message = format!(
-                "this server does not answer to the host {shown:?}; if clients reach it under \
-                 that name, add it to allowed_hosts (--allowed-hosts)"
-            );
-            refusal(
-                path,
-                StatusCode::MISDIRECTED_REQUEST,
-                "host_not_allowed",
-                &message,
-            )
-        }
-        Err(Refused::CrossSite) => {
-            tracing::debug!(method = %req.method(), %path, "refused: cross-site request");
-            refusal(
-                path,
-                StatusCode::FORBIDDEN,
-                "cross_site",
-                "a request from a page of another site cannot change anything here; only \
-                 this server's own pages and clients that are not browsers can",
-            )
+impl Guard {
+    /// The refusal of a request addressed to a host not allowed (421) or of a cross-site
+    /// change (403), as the module docs say; `None` for the rest, which pass.
+    pub fn screen(&self, req: &Request) -> Option<Response> {
+        let verdict = check(&self.hosts, req.method(), req.uri(), req.headers());
+        let path = req.uri().path();
+        match verdict {
+            Ok(()) => None,
+            Err(Refused::Host(host)) => {
+                tracing::debug!(method = %req.method(), %path, %host, "refused: host not allowed");
+                let shown: String = host.chars().take(255).collect();
+                let message = format!(
+                    "this server does not answer to the host {shown:?}; if clients reach it \
+                     under that name, add it to allowed_hosts (--allowed-hosts)"
+                );
+                Some(refusal(
+                    path,
+                    StatusCode::MISDIRECTED_REQUEST,
+                    "host_not_allowed",
+                    &message,
+                ))
+            }
+            Err(Refused::CrossSite) => {
+                tracing::debug!(method = %req.method(), %path, "refused: cross-site request");
+                Some(refusal(
+                    path,
+                    StatusCode::FORBIDDEN,
+                    "cross_site",
+                    "a request from a page of another site cannot change anything here; only \
+                     this server's own pages and clients that are not browsers can",
+                ))
+            }
         }
     }
 }
