@@ -231,8 +231,9 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     // The store is open and the listener bound (connections wait in its backlog until `run`
     // accepts them): a service manager may now start what depends on delayq.
     notify_service_manager(sd_notify::NotifyState::Ready);
+    let signalled = shutdown_signal();
     let shutdown = async {
-        shutdown_signal().await;
+        signalled.await;
         notify_service_manager(sd_notify::NotifyState::Stopping);
     };
     run_with(listener, beanstalk, app, shutdown).await
@@ -650,31 +651,33 @@ impl<S: hyper::service::Service<R>, R> hyper::service::Service<R> for FirstReque
     }
 }
 
-/// Completes on SIGINT (Ctrl-C) or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
+/// Listens for SIGINT (Ctrl-C) and SIGTERM from the moment it is called (not from the first
+/// poll: a signal that comes once the server answers, before the task awaiting this is first
+/// polled, must still shut it down gracefully); the future completes on either.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let listen = |kind: SignalKind, name: &'static str| match signal(kind) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for {name}");
+            None
         }
     };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    let interrupt = listen(SignalKind::interrupt(), "SIGINT");
+    let terminate = listen(SignalKind::terminate(), "SIGTERM");
+    async move {
+        let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+        };
+        tokio::select! {
+            _ = wait(interrupt) => {}
+            _ = wait(terminate) => {}
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = terminate => {}
     }
 }
 

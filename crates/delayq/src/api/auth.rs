@@ -1,5 +1,5 @@
-//! Bearer-token authentication. When `Config::auth_tokens` is not empty, [`require_bearer`]
-//! wraps every route: a request without `Authorization: Bearer <token>` naming one of the
+//! Bearer-token authentication. When `Config::auth_tokens` is not empty, [`Tokens::screen`]
+//! runs before every route (front.rs, after the host and cross-site guard): a request without `Authorization: Bearer <token>` naming one of the
 //! configured tokens is answered 401 with `WWW-Authenticate: Bearer` before any handler runs
 //! (its body is never read). `GET /healthz` (and `HEAD`) is exempt, so liveness probes need no
 //! secret; `/readyz` is not, since it reports on the store. So are the dashboard's static assets
@@ -19,9 +19,8 @@
 
 use super::refusal;
 use crate::config::AuthToken;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::Response;
 use std::sync::Arc;
 use subtle::{Choice, ConstantTimeEq};
@@ -50,28 +49,27 @@ impl Tokens {
     }
 }
 
-/// Middleware: passes exempt requests and requests with a valid token, answers 401 to the rest.
-pub async fn require_bearer(State(tokens): State<Tokens>, req: Request, next: Next) -> Response {
-    let path = req.uri().path();
-    let exempt = matches!(*req.method(), Method::GET | Method::HEAD)
-        && (path == "/healthz" || super::ui::is_public(path));
-    if exempt || bearer(req.headers()).is_some_and(|t| tokens.accepts(t)) {
-        return next.run(req).await;
+impl Tokens {
+    /// The 401 of a request that is neither exempt nor carries a valid token; `None` for the
+    /// rest, which pass.
+    pub fn screen(&self, req: &Request) -> Option<Response> {
+        let path = req.uri().path();
+        let exempt = matches!(*req.method(), Method::GET | Method::HEAD)
+            && (path == "/healthz" || super::ui::is_public(path));
+        if exempt || bearer(req.headers()).is_some_and(|t| self.accepts(t)) {
+            return None;
+        }
+        tracing::debug!(method = %req.method(), %path, "refused: {UNAUTHORIZED_MESSAGE}");
+        let mut resp = refusal(
+            path,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            UNAUTHORIZED_MESSAGE,
+        );
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        Some(resp)
     }
-    tracing::debug!(
-        method = %req.method(),
-        path = %req.uri().path(),
-        "refused: {UNAUTHORIZED_MESSAGE}"
-    );
-    let mut resp = refusal(
-        req.uri().path(),
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        UNAUTHORIZED_MESSAGE,
-    );
-    resp.headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    resp
 }
 
 /// The token of the request's one `Authorization` header if its scheme is `Bearer` (any case,

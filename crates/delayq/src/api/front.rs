@@ -1,5 +1,5 @@
-//! What every request passes before its route: the host and cross-site guard (origin.rs) and
-//! the deadline, in one tower layer. Every HTTP request pays for this, so it is written as a
+//! What every request passes before its route: the host and cross-site guard (origin.rs),
+//! the bearer tokens when there are any (auth.rs) and the deadline, in one tower layer. Every HTTP request pays for this, so it is written as a
 //! plain [`Service`] rather than as `axum::middleware::from_fn` functions, which box the rest
 //! of the router and its future once per function and request: one boxed future per request
 //! here.
@@ -11,8 +11,9 @@
 //! TTR. A backup (`POST /v1/backup`) answers when its copy is complete, however long that
 //! takes.
 //!
-//! Not here: authentication (auth.rs, inside this layer), the request body limit.
+//! Not here: the request body limit.
 
+use super::auth::Tokens;
 use super::origin::Guard;
 use super::{LONG_POLL_PATHS, backup, refusal};
 use crate::config::Config;
@@ -61,6 +62,8 @@ impl Deadlines {
 #[derive(Clone)]
 pub(super) struct FrontLayer {
     pub(super) guard: Guard,
+    /// `None`: authentication is off.
+    pub(super) tokens: Option<Tokens>,
     pub(super) deadlines: Deadlines,
 }
 
@@ -71,16 +74,18 @@ impl<S> Layer<S> for FrontLayer {
         Front {
             inner,
             guard: self.guard.clone(),
+            tokens: self.tokens.clone(),
             deadlines: self.deadlines,
         }
     }
 }
 
-/// The guard and the deadline in front of `S` (see the module docs).
+/// The guard, the tokens and the deadline in front of `S` (see the module docs).
 #[derive(Clone)]
 pub(super) struct Front<S> {
     inner: S,
     guard: Guard,
+    tokens: Option<Tokens>,
     deadlines: Deadlines,
 }
 
@@ -100,7 +105,11 @@ where
     }
 
     fn call(&mut self, req: Request) -> Answer {
-        if let Some(refused) = self.guard.screen(&req) {
+        let refused = self
+            .guard
+            .screen(&req)
+            .or_else(|| self.tokens.as_ref().and_then(|tokens| tokens.screen(&req)));
+        if let Some(refused) = refused {
             return Box::pin(std::future::ready(Ok(refused)));
         }
         let limit = self.deadlines.of(req.uri().path());

@@ -29,7 +29,6 @@ use crate::metrics::{self, Metrics};
 use crate::store::Store;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -95,7 +94,7 @@ pub fn router(state: AppState) -> Router {
     let deadlines = front::Deadlines::new(&state.config);
     let tokens = auth::Tokens::new(&state.config.auth_tokens);
     let guard = origin::Guard::new(&state.config);
-    let mut app = Router::new()
+    let app = Router::new()
         .merge(compat::routes())
         .merge(v1::routes())
         .merge(restore::routes())
@@ -106,11 +105,12 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(serve_metrics))
         .with_state(state)
         .layer(DefaultBodyLimit::max(limit));
-    if let Some(tokens) = tokens {
-        app = app.layer(middleware::from_fn_with_state(tokens, auth::require_bearer));
-    }
-    app.layer(front::FrontLayer { guard, deadlines })
-        .layer(TraceLayer::new_for_http())
+    app.layer(front::FrontLayer {
+        guard,
+        tokens,
+        deadlines,
+    })
+    .layer(TraceLayer::new_for_http())
 }
 
 /// The compat API's paths: refusals there have its `{"code","message","data"}` body.
