@@ -36,6 +36,10 @@ for i = 5 + m, #ARGV, 7 do
     else
       out[#out + 1] = 'e'
     end
+  elseif redis.call('HSETNX', JOBS, id, record) == 1 then
+    -- A new id (the common case): written without reading first.
+    add_index(id, j, win)
+    out[#out + 1] = 'c'
   else
     local ok, old = pcall(load, id)
     if not ok then
