@@ -827,6 +827,19 @@ impl Engine {
         FireOutcome::Fired { pushed, existed }
     }
 
+    /// Each fire as [`Engine::fire_schedule`], in order, in one transition.
+    pub fn fire_schedules(
+        &mut self,
+        fires: &[ScheduleFire],
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> Vec<FireOutcome> {
+        fires
+            .iter()
+            .map(|f| self.fire_schedule(f, now, fx))
+            .collect()
+    }
+
     pub fn get(&self, id: &JobId) -> StoreResult<Job> {
         self.jobs
             .get(id)
