@@ -97,7 +97,7 @@ const MEMO_ENTRIES: usize = 16;
 /// Up to [`MEMO_ENTRIES`] `(after, next)` answers of one rule. A clone starts empty (it is a
 /// cache, not the rule).
 #[derive(Debug, Default)]
-pub struct Memo(std::sync::Mutex<MemoEntries>);
+pub struct Memo(Box<std::sync::Mutex<MemoEntries>>);
 
 #[derive(Debug, Default)]
 struct MemoEntries {
@@ -523,6 +523,21 @@ mod tests {
         DateTime::parse_from_rfc3339(rfc3339)
             .unwrap()
             .timestamp_millis() as u64
+    }
+
+    /// The memo answers as the search: whatever order instants are asked in, again or not,
+    /// more of them than it keeps.
+    #[test]
+    fn a_memoised_rule_answers_as_a_fresh_one() {
+        let r = cron("*/7 * * * *", "Europe/Berlin");
+        let start = at("2027-03-28T00:00:00Z");
+        let mut asks: Vec<UnixMillis> = (0..40u64).map(|k| start + k * 97_000).collect();
+        asks.extend(asks.clone().into_iter().rev());
+        asks.extend((0..40u64).map(|k| start + (k * 37 % 40) * 97_000));
+        for after in asks {
+            let fresh = cron("*/7 * * * *", "Europe/Berlin").next_after(after);
+            assert_eq!(r.next_after(after), fresh, "after {after}");
+        }
     }
 
     #[test]

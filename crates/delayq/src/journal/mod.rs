@@ -418,3 +418,69 @@ impl StoreHook for Journal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::Topic;
+    use crate::schedule::ScheduleId;
+
+    fn fire(id: &str, ticks: &[UnixMillis]) -> ScheduleFire {
+        let sid = ScheduleId::parse(id).unwrap();
+        ScheduleFire {
+            jobs: ticks
+                .iter()
+                .map(|&t| JobSpec::new(Topic::parse("t").unwrap(), sid.job_id(t), "b", t))
+                .collect(),
+            id: sid,
+            version: 3,
+            next_tick: Some(9_000),
+            last_tick: ticks.last().copied(),
+        }
+    }
+
+    /// A batch of fires is journaled as each fire alone would be, in order, the stale ones
+    /// left out.
+    #[test]
+    fn a_batch_of_fires_is_the_ops_of_each_fired_one() {
+        let fires = [fire("a", &[1_000]), fire("b", &[1_000]), fire("c", &[])];
+        let out = vec![
+            FireOutcome::Fired {
+                pushed: 1,
+                existed: 0,
+            },
+            FireOutcome::Stale,
+            FireOutcome::Fired {
+                pushed: 0,
+                existed: 0,
+            },
+        ];
+        let batch = ops_of(
+            Reply::FireSchedules {
+                fires: &fires,
+                now: 1_005,
+                out: &out,
+            },
+            &[],
+            1_006,
+        );
+        let alone: Vec<Op> = fires
+            .iter()
+            .zip(&out)
+            .flat_map(|(fire, out)| {
+                ops_of(
+                    Reply::FireSchedule {
+                        fire,
+                        now: 1_005,
+                        out,
+                    },
+                    &[],
+                    1_006,
+                )
+            })
+            .collect();
+        // (`Op` has no `PartialEq`: its `Debug` shows every field.)
+        assert_eq!(format!("{batch:?}"), format!("{alone:?}"));
+        assert_eq!(batch.len(), 3, "a's job and move, c's move: {batch:?}");
+    }
+}
