@@ -7,8 +7,12 @@
 # idle the machine was. Writes one JSON line per store and machine.txt to
 # bench/results/<UTC date>-<commit>/schedules/ (or --out DIR).
 #
+# --builds "NAME=DIR ...": compare builds side by side in one run: for each store, each build in
+# turn (its delayq and delayq-bench from DIR, labelled delayq-<store>-<NAME>), instead of this
+# checkout's target/release. E.g. --builds "before=/tmp/base/release after=target/release".
+#
 #   bench/schedules.sh [--count N] [--ticks N] [--producers N] [--stores "memory embedded redis"]
-#                      [--out DIR] [--skip-build]
+#                      [--builds "NAME=DIR ..."] [--out DIR] [--skip-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -20,6 +24,7 @@ producers=16
 stores="memory embedded redis"
 OUT=
 build=1
+builds=
 while [ $# -gt 0 ]; do
   case "$1" in
     --count) count=$2; shift 2 ;;
@@ -27,6 +32,7 @@ while [ $# -gt 0 ]; do
     --producers) producers=$2; shift 2 ;;
     --stores) stores=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --builds) builds=$2; build=0; shift 2 ;;
     --skip-build) build=0; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -42,9 +48,12 @@ results_dir schedules
 if [ "$build" = 1 ]; then
   cargo build --release -p delayq -p delayq-bench
 fi
-bin=target/release
+[ -n "$builds" ] || builds="=target/release"
 {
-  echo "bench/schedules.sh --count $count --ticks $ticks --producers $producers --stores \"$stores\""
+  echo "bench/schedules.sh --count $count --ticks $ticks --producers $producers --stores \"$stores\" --builds \"$builds\""
+  for b in $builds; do
+    [ -z "${b%%=*}" ] || echo "build ${b%%=*}: ${b#*=} ($(sha256sum "${b#*=}/delayq" | cut -c1-12))"
+  done
   echo "commit $(git rev-parse HEAD)"
   uname -srm
   nproc
@@ -54,6 +63,10 @@ bin=target/release
 } > "$OUT/machine.txt"
 
 for store in $stores; do
+for b in $builds; do
+  name=${b%%=*}
+  bin=${b#*=}
+  label="delayq-$store${name:+-$name}"
   port=$("$bin/delayq-bench" free-port)
   redis_pid=()
   case "$store" in
@@ -78,7 +91,8 @@ for store in $stores; do
   esac
   server=${PIDS[-1]}
   wait_port "$port" "$server" "$TMP/$store.log"
-  "$bin/delayq-bench" schedules --api v1 --addr "127.0.0.1:$port" --label "delayq-$store" \
+  echo "$label: load average at its start $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
+  "$bin/delayq-bench" schedules --api v1 --addr "127.0.0.1:$port" --label "$label" \
     --count "$count" --ticks "$ticks" --producers "$producers" --server-pid "$server" \
     "${redis_pid[@]}" --keep --no-progress --json \
     | tee -a "$OUT/results.jsonl"
@@ -86,6 +100,7 @@ for store in $stores; do
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   PIDS=()
   rm -rf "$TMP/data"
+done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
 # One line per store: the figures docs/benchmarks.md quotes.

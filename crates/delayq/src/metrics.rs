@@ -773,6 +773,18 @@ impl StoreHook for Metrics {
                 }
                 return;
             }
+            Reply::FireSchedules { out, .. } => {
+                let pushed: u64 = out
+                    .iter()
+                    .map(|o| match o {
+                        FireOutcome::Fired { pushed, .. } => *pushed,
+                        FireOutcome::Stale => 0,
+                    })
+                    .sum();
+                self.schedule_ticks_fired.inc_by(pushed);
+                self.pushed.inc_by(pushed);
+                return;
+            }
             Reply::Finish { out, .. } => self.finished_or_deleted(*out),
             Reply::Delete { .. } => &self.deleted,
             // Released past max_attempts: buried instead.

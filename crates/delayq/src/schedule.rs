@@ -77,8 +77,66 @@ pub enum Rule {
 /// A [`Rule`] checked and ready to answer: the parsed expression and zone.
 #[derive(Debug, Clone)]
 pub enum Recurrence {
-    Cron { cron: Box<Cron>, tz: Tz },
-    Every { every_ms: u64, anchor: UnixMillis },
+    Cron {
+        cron: Box<Cron>,
+        tz: Tz,
+        /// The last few answers of `next_after`: schedules sharing a rule (most do) are
+        /// planned from the same instants in one pass of the firing task, so one search
+        /// answers all of them.
+        memo: Memo,
+    },
+    Every {
+        every_ms: u64,
+        anchor: UnixMillis,
+    },
+}
+
+/// Answers kept per cron rule ([`Recurrence::Cron`]'s `memo`).
+const MEMO_ENTRIES: usize = 16;
+
+/// Up to [`MEMO_ENTRIES`] `(after, next)` answers of one rule. A clone starts empty (it is a
+/// cache, not the rule).
+#[derive(Debug, Default)]
+pub struct Memo(Box<std::sync::Mutex<MemoEntries>>);
+
+#[derive(Debug, Default)]
+struct MemoEntries {
+    entries: [Option<(UnixMillis, Option<UnixMillis>)>; MEMO_ENTRIES],
+}
+
+impl Clone for Memo {
+    fn clone(&self) -> Memo {
+        Memo::default()
+    }
+}
+
+impl Memo {
+    /// The answer for `after`: kept, or `f`'s (then kept in place of the one for the earliest
+    /// instant: times move forward, so that one is the least likely to be asked again).
+    fn get_or(
+        &self,
+        after: UnixMillis,
+        f: impl FnOnce() -> Option<UnixMillis>,
+    ) -> Option<UnixMillis> {
+        let found = {
+            let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            m.entries
+                .iter()
+                .flatten()
+                .find(|(a, _)| *a == after)
+                .map(|(_, n)| *n)
+        };
+        if let Some(n) = found {
+            return n;
+        }
+        let n = f();
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = (0..MEMO_ENTRIES)
+            .min_by_key(|&i| m.entries[i].map(|(a, _)| a))
+            .unwrap_or(0);
+        m.entries[slot] = Some((after, n));
+        n
+    }
 }
 
 /// Checks a cron expression: 5 fields (minute resolution) or 6 with seconds first; month and
@@ -112,6 +170,7 @@ impl Rule {
             Rule::Cron { expr, tz } => Ok(Recurrence::Cron {
                 cron: Box::new(parse_cron(expr)?),
                 tz: parse_tz(tz)?,
+                memo: Memo::default(),
             }),
             &Rule::Every { every_ms, anchor } => {
                 if every_ms < MIN_EVERY_MS {
@@ -138,7 +197,9 @@ impl Recurrence {
                 let k = (after - anchor) / every_ms + 1;
                 k.checked_mul(every_ms)?.checked_add(anchor)
             }
-            Recurrence::Cron { cron, tz } => next_cron(cron, tz, after),
+            Recurrence::Cron { cron, tz, memo } => {
+                memo.get_or(after, || next_cron(cron, tz, after))
+            }
         }
     }
 
@@ -462,6 +523,21 @@ mod tests {
         DateTime::parse_from_rfc3339(rfc3339)
             .unwrap()
             .timestamp_millis() as u64
+    }
+
+    /// The memo answers as the search: whatever order instants are asked in, again or not,
+    /// more of them than it keeps.
+    #[test]
+    fn a_memoised_rule_answers_as_a_fresh_one() {
+        let r = cron("*/7 * * * *", "Europe/Berlin");
+        let start = at("2027-03-28T00:00:00Z");
+        let mut asks: Vec<UnixMillis> = (0..40u64).map(|k| start + k * 97_000).collect();
+        asks.extend(asks.clone().into_iter().rev());
+        asks.extend((0..40u64).map(|k| start + (k * 37 % 40) * 97_000));
+        for after in asks {
+            let fresh = cron("*/7 * * * *", "Europe/Berlin").next_after(after);
+            assert_eq!(r.next_after(after), fresh, "after {after}");
+        }
     }
 
     #[test]

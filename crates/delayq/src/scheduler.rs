@@ -3,19 +3,21 @@
 //! [`MAX_SLEEP`], so a schedule another instance created or changed is seen within it; a
 //! change made through this instance wakes it at once), reads the due ones
 //! (`Store::due_schedules`), plans each one's handling (schedule.rs: catch-up and overlap) and
-//! applies it with `Store::fire_schedule`, a compare-and-set on the schedule's version: when
-//! several instances handle the same tick, one fire moves the schedule on and pushes the tick's
-//! job, and the others change nothing.
+//! applies the plans with `Store::fire_schedules`, many per call, each fire a compare-and-set on
+//! its schedule's version: when several instances handle the same tick, one fire moves the
+//! schedule on and pushes the tick's job, and the others change nothing.
 
 use crate::clock::Clock;
+use crate::job::{InvalidField, JobId, UnixMillis};
 use crate::metrics::Metrics;
-use crate::schedule::{Overlap, Recurrence, Rule, Schedule};
+use crate::schedule::{FirePlan, Overlap, Recurrence, Rule, Schedule, ScheduleFire};
 use crate::store::{FireOutcome, Store, StoreError};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -25,11 +27,16 @@ use tokio_util::sync::CancellationToken;
 /// changed on another instance is seen.
 pub const MAX_SLEEP: Duration = Duration::from_millis(500);
 /// Due schedules read per store call.
-const BATCH: usize = 1_000;
-/// Due schedules handled at once: the embedded store commits concurrent fires together, and
-/// Redis answers them over one connection, so a minute's thousands of ticks are not one fsync
-/// or round trip after another.
-const CONCURRENT_FIRES: usize = 256;
+const BATCH: usize = 4_000;
+/// Fires per `Store::fire_schedules` call: one engine transition and commit, or one round of
+/// Lua calls per step on Redis, for this many schedules.
+const FIRES_PER_CALL: usize = 500;
+/// `fire_schedules` calls in flight at once: the embedded store commits them together, and
+/// Redis answers them over one connection, so a minute's ticks are not one fsync or round trip
+/// after another.
+const CONCURRENT_CALLS: usize = 4;
+/// Reads of previous ticks' jobs (`overlap: skip`) in flight at once.
+const CONCURRENT_READS: usize = 256;
 /// Parsed rules kept (a cron expression parsed once, not at every tick of every schedule);
 /// past this many distinct rules the cache starts afresh.
 const MAX_CACHED_RULES: usize = 10_000;
@@ -44,6 +51,9 @@ pub struct Scheduler {
     /// Each rule seen, parsed: schedules sharing a cron expression and zone (most do) share
     /// one parse.
     rules: Mutex<HashMap<Rule, Arc<Recurrence>>>,
+    /// When the task looks at the store next: `UnixMillis::MAX` while it is looking (a change
+    /// then wakes it again, as the pass may have read the store before it).
+    asleep_until: AtomicU64,
 }
 
 impl Scheduler {
@@ -54,22 +64,33 @@ impl Scheduler {
             metrics,
             wake: Notify::new(),
             rules: Mutex::new(HashMap::new()),
+            asleep_until: AtomicU64::new(UnixMillis::MAX),
         }
     }
 
     /// `rule`, parsed (from the cache when seen before); `None` if it does not parse. The
-    /// dashboard's count of coming ticks uses it too.
+    /// dashboard's count of coming ticks and the schedules' API use it too.
     pub fn recurrence(&self, rule: &Rule) -> Option<Arc<Recurrence>> {
+        self.checked(rule).ok()
+    }
+
+    /// `rule`, parsed (from the cache when seen before), or why it does not parse. A cron
+    /// rule is parsed once; an interval (its anchor differs from one schedule to the next) is
+    /// built each time, which costs nothing, and not kept.
+    pub fn checked(&self, rule: &Rule) -> Result<Arc<Recurrence>, InvalidField> {
+        if let Rule::Every { .. } = rule {
+            return Ok(Arc::new(rule.recurrence()?));
+        }
         let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = rules.get(rule) {
-            return Some(r.clone());
+            return Ok(r.clone());
         }
-        let parsed = Arc::new(rule.recurrence().ok()?);
+        let parsed = Arc::new(rule.recurrence()?);
         if rules.len() >= MAX_CACHED_RULES {
             rules.clear();
         }
         rules.insert(rule.clone(), parsed.clone());
-        Some(parsed)
+        Ok(parsed)
     }
 
     /// Makes the task look at the store now (a schedule was created or changed here).
@@ -77,10 +98,20 @@ impl Scheduler {
         self.wake.notify_one();
     }
 
+    /// A schedule was created or changed here with this next tick (`None`: paused, or none
+    /// left): wakes the task if it is asleep past that tick (and if it is not asleep, so that
+    /// the pass under way is not the last look before the tick).
+    pub fn changed(&self, next_tick: Option<UnixMillis>) {
+        if next_tick.is_some_and(|t| t < self.asleep_until.load(Ordering::SeqCst)) {
+            self.wake();
+        }
+    }
+
     pub fn start(self: &Arc<Self>, stop: CancellationToken) -> JoinHandle<()> {
         let me = self.clone();
         tokio::spawn(async move {
             loop {
+                me.asleep_until.store(UnixMillis::MAX, Ordering::SeqCst);
                 let sleep = match me.pass().await {
                     Ok(sleep) => sleep,
                     Err(e) => {
@@ -88,6 +119,8 @@ impl Scheduler {
                         RETRY_AFTER
                     }
                 };
+                let until = me.clock.now().saturating_add(sleep.as_millis() as u64);
+                me.asleep_until.store(until, Ordering::SeqCst);
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = me.wake.notified() => {}
@@ -103,18 +136,7 @@ impl Scheduler {
             let now = self.clock.now();
             let due = self.store.due_schedules(now, BATCH).await?;
             let full = due.due.len() >= BATCH;
-            // CONCURRENT_FIRES at a time, the next starting as soon as one ends.
-            let mut waiting = due.due.iter();
-            let mut running = FuturesUnordered::new();
-            for sc in waiting.by_ref().take(CONCURRENT_FIRES) {
-                running.push(self.handle(sc));
-            }
-            while let Some(result) = running.next().await {
-                result?;
-                if let Some(sc) = waiting.next() {
-                    running.push(self.handle(sc));
-                }
-            }
+            self.handle(&due.due).await?;
             if full {
                 continue;
             }
@@ -126,38 +148,104 @@ impl Scheduler {
         }
     }
 
-    /// Plans and fires one due schedule.
-    async fn handle(&self, sc: &Schedule) -> Result<(), StoreError> {
-        let Some(rule) = self.recurrence(&sc.spec.rule) else {
-            // Only checked rules are stored; one that no longer parses (a zone removed from
-            // the tz database) is left as it is.
-            tracing::warn!(schedule = %sc.spec.id, "recurring schedule's rule does not parse");
-            return Ok(());
-        };
-        let previous_exists = match (sc.spec.overlap, sc.last_tick) {
-            (Overlap::Skip, Some(t)) => match self.store.get(&sc.spec.id.job_id(t)).await {
-                Ok(_) => true,
-                Err(StoreError::NotFound) => false,
-                Err(e) => return Err(e),
-            },
-            _ => false,
-        };
+    /// Plans and fires due schedules: [`FIRES_PER_CALL`] per `Store::fire_schedules`,
+    /// [`CONCURRENT_CALLS`] calls at a time, all planned from one `now` (so schedules sharing a
+    /// rule share its next-tick searches: `Recurrence`'s memo).
+    async fn handle(&self, due: &[Schedule]) -> Result<(), StoreError> {
+        let overlapping = self.previous_jobs(due).await?;
         let now = self.clock.now();
-        let plan = sc.plan(&rule, now, previous_exists);
-        let Some(fire) = plan.fire else {
-            return Ok(());
-        };
-        match self.store.fire_schedule(&fire, now).await? {
-            FireOutcome::Fired { .. } => self.metrics.schedule_handled(
-                plan.caught_up,
-                plan.skipped_overlap,
-                plan.skipped_missed,
-            ),
-            // Another instance handled it, or it was changed meanwhile: the next pass reads it
-            // again.
-            FireOutcome::Stale => {}
+        // Each call's fires, and for each fire its plan's counts.
+        let mut calls: Vec<(Vec<ScheduleFire>, Vec<FirePlan>)> = Vec::new();
+        for (sc, previous_exists) in due.iter().zip(overlapping) {
+            let Some(rule) = self.recurrence(&sc.spec.rule) else {
+                // Only checked rules are stored; one that no longer parses (a zone removed
+                // from the tz database) is left as it is.
+                tracing::warn!(schedule = %sc.spec.id, "recurring schedule's rule does not parse");
+                continue;
+            };
+            let mut plan = sc.plan(&rule, now, previous_exists);
+            let Some(fire) = plan.fire.take() else {
+                continue;
+            };
+            match calls.last_mut() {
+                Some((fires, plans)) if fires.len() < FIRES_PER_CALL => {
+                    fires.push(fire);
+                    plans.push(plan);
+                }
+                _ => calls.push((vec![fire], vec![plan])),
+            }
+        }
+        let mut calls = calls.into_iter();
+        let mut running = FuturesUnordered::new();
+        for (fires, plans) in calls.by_ref().take(CONCURRENT_CALLS) {
+            running.push(self.fire(fires, plans, now));
+        }
+        while let Some(result) = running.next().await {
+            result?;
+            if let Some((fires, plans)) = calls.next() {
+                running.push(self.fire(fires, plans, now));
+            }
         }
         Ok(())
+    }
+
+    /// Fires `fires` in one store call and counts what each fire's plan did.
+    async fn fire(
+        &self,
+        fires: Vec<ScheduleFire>,
+        plans: Vec<FirePlan>,
+        now: UnixMillis,
+    ) -> Result<(), StoreError> {
+        let out = self.store.fire_schedules(&fires, now).await?;
+        for (plan, outcome) in plans.iter().zip(out) {
+            match outcome {
+                FireOutcome::Fired { .. } => self.metrics.schedule_handled(
+                    plan.caught_up,
+                    plan.skipped_overlap,
+                    plan.skipped_missed,
+                ),
+                // Another instance handled it, or it was changed meanwhile: the next pass
+                // reads it again.
+                FireOutcome::Stale => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// For each due schedule, whether the job of its last fired tick still exists: only asked
+    /// of the store for schedules with `overlap: skip` (`CONCURRENT_READS` at a time).
+    async fn previous_jobs(&self, due: &[Schedule]) -> Result<Vec<bool>, StoreError> {
+        let mut out = vec![false; due.len()];
+        let asks: Vec<(usize, JobId)> = due
+            .iter()
+            .enumerate()
+            .filter_map(|(i, sc)| match (sc.spec.overlap, sc.last_tick) {
+                (Overlap::Skip, Some(t)) => Some((i, sc.spec.id.job_id(t))),
+                _ => None,
+            })
+            .collect();
+        let mut asks = asks.into_iter();
+        let mut running = FuturesUnordered::new();
+        for (i, id) in asks.by_ref().take(CONCURRENT_READS) {
+            running.push(self.exists(i, id));
+        }
+        while let Some(result) = running.next().await {
+            let (i, exists) = result?;
+            out[i] = exists;
+            if let Some((i, id)) = asks.next() {
+                running.push(self.exists(i, id));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether job `id` exists, with `i`.
+    async fn exists(&self, i: usize, id: JobId) -> Result<(usize, bool), StoreError> {
+        match self.store.get(&id).await {
+            Ok(_) => Ok((i, true)),
+            Err(StoreError::NotFound) => Ok((i, false)),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -38,6 +38,7 @@ pub use writer::LagGauges;
 
 use crate::clock::Clock;
 use crate::job::{JobId, JobSpec, JobState, UnixMillis};
+use crate::schedule::ScheduleFire;
 use crate::store::hook::{Call, Hooked, Reply, StoreHook};
 use crate::store::{CallKind, Cause, FireOutcome, PushOutcome, StoreError, StoreResult};
 use connect::Db;
@@ -334,34 +335,42 @@ fn ops_of(reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis) -> Vec<Op> {
         // place, in the same batch (one transaction), so the journal holds either both or
         // neither: a restored schedule never fires a tick whose job the journal has, nor
         // skips one whose job it lacks.
-        Reply::FireSchedule {
-            fire,
-            now,
-            out: FireOutcome::Fired { .. },
-        } => fire
-            .jobs
+        Reply::FireSchedule { fire, now, out } => fired_ops(fire, *out, now),
+        // Each fire that went ahead as its own, all in the call's one batch.
+        Reply::FireSchedules { fires, now, out } => fires
             .iter()
-            .map(|spec| Op::Put {
-                row: JobRow::of_push(spec, now),
-                from: None,
-            })
-            .chain([Op::FireSchedule {
-                fired: Fired {
-                    id: fire.id.clone(),
-                    version: fire.version + 1,
-                    next_tick: fire.next_tick,
-                    last_tick: fire.last_tick,
-                },
-                at: now,
-            }])
+            .zip(out)
+            .flat_map(|(fire, out)| fired_ops(fire, *out, now))
             .collect(),
-        Reply::FireSchedule { .. } => Vec::new(),
         Reply::PutSchedule { out, .. } => vec![Op::PutSchedule {
             schedule: out.clone(),
             at,
         }],
         Reply::DeleteSchedule { id, .. } => vec![Op::DeleteSchedule { id: id.clone(), at }],
     }
+}
+
+/// The ops of one fire of a schedule: none when it was `Stale`.
+fn fired_ops(fire: &ScheduleFire, out: FireOutcome, now: UnixMillis) -> Vec<Op> {
+    if !matches!(out, FireOutcome::Fired { .. }) {
+        return Vec::new();
+    }
+    fire.jobs
+        .iter()
+        .map(|spec| Op::Put {
+            row: JobRow::of_push(spec, now),
+            from: None,
+        })
+        .chain([Op::FireSchedule {
+            fired: Fired {
+                id: fire.id.clone(),
+                version: fire.version + 1,
+                next_tick: fire.next_tick,
+                last_tick: fire.last_tick,
+            },
+            at: now,
+        }])
+        .collect()
 }
 
 impl StoreHook for Journal {
@@ -407,5 +416,71 @@ impl StoreHook for Journal {
                 )),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::Topic;
+    use crate::schedule::ScheduleId;
+
+    fn fire(id: &str, ticks: &[UnixMillis]) -> ScheduleFire {
+        let sid = ScheduleId::parse(id).unwrap();
+        ScheduleFire {
+            jobs: ticks
+                .iter()
+                .map(|&t| JobSpec::new(Topic::parse("t").unwrap(), sid.job_id(t), "b", t))
+                .collect(),
+            id: sid,
+            version: 3,
+            next_tick: Some(9_000),
+            last_tick: ticks.last().copied(),
+        }
+    }
+
+    /// A batch of fires is journaled as each fire alone would be, in order, the stale ones
+    /// left out.
+    #[test]
+    fn a_batch_of_fires_is_the_ops_of_each_fired_one() {
+        let fires = [fire("a", &[1_000]), fire("b", &[1_000]), fire("c", &[])];
+        let out = vec![
+            FireOutcome::Fired {
+                pushed: 1,
+                existed: 0,
+            },
+            FireOutcome::Stale,
+            FireOutcome::Fired {
+                pushed: 0,
+                existed: 0,
+            },
+        ];
+        let batch = ops_of(
+            Reply::FireSchedules {
+                fires: &fires,
+                now: 1_005,
+                out: &out,
+            },
+            &[],
+            1_006,
+        );
+        let alone: Vec<Op> = fires
+            .iter()
+            .zip(&out)
+            .flat_map(|(fire, out)| {
+                ops_of(
+                    Reply::FireSchedule {
+                        fire,
+                        now: 1_005,
+                        out,
+                    },
+                    &[],
+                    1_006,
+                )
+            })
+            .collect();
+        // (`Op` has no `PartialEq`: its `Debug` shows every field.)
+        assert_eq!(format!("{batch:?}"), format!("{alone:?}"));
+        assert_eq!(batch.len(), 3, "a's job and move, c's move: {batch:?}");
     }
 }

@@ -807,11 +807,11 @@ impl Engine {
         now: UnixMillis,
         fx: &mut Effects,
     ) -> FireOutcome {
-        let Some(mut sc) = self
+        let Some((old_next, paused)) = self
             .schedules
             .get(&fire.id)
             .filter(|s| s.version == fire.version)
-            .cloned()
+            .map(|s| (s.next_tick, s.spec.paused))
         else {
             return FireOutcome::Stale;
         };
@@ -822,12 +822,34 @@ impl Engine {
                 Err(_) => existed += 1,
             }
         }
+        // Moved on in place: only its due index entry changes place.
+        if let Some(t) = old_next {
+            self.schedule_due.remove(&(t, fire.id.clone()));
+        }
+        if let Some(t) = fire.next_tick.filter(|_| !paused) {
+            self.schedule_due.insert((t, fire.id.clone()));
+        }
+        let Some(sc) = self.schedules.get_mut(&fire.id) else {
+            return FireOutcome::Stale;
+        };
         sc.next_tick = fire.next_tick;
         sc.last_tick = fire.last_tick;
         sc.version += 1;
-        self.set_schedule(sc.clone());
-        fx.changes.push(Change::PutSchedule(sc));
+        fx.changes.push(Change::PutSchedule(sc.clone()));
         FireOutcome::Fired { pushed, existed }
+    }
+
+    /// Each fire as [`Engine::fire_schedule`], in order, in one transition.
+    pub fn fire_schedules(
+        &mut self,
+        fires: &[ScheduleFire],
+        now: UnixMillis,
+        fx: &mut Effects,
+    ) -> Vec<FireOutcome> {
+        fires
+            .iter()
+            .map(|f| self.fire_schedule(f, now, fx))
+            .collect()
     }
 
     pub fn get(&self, id: &JobId) -> StoreResult<Job> {

@@ -482,5 +482,16 @@ store_calls! {
         /// a `Stale` racer may be the one that stored a tick's job the winner counts.
         Change FireSchedule fn fire_schedule(fire: &'a ScheduleFire, now: UnixMillis)
             -> FireOutcome;
+
+        /// [`Store::fire_schedule`] of several due schedules at once (a tick of many
+        /// schedules): one outcome per fire, in order, each as that fire alone would have had
+        /// it (a fire of a schedule deleted or moved on meanwhile is `Stale` and changes
+        /// nothing; the others go ahead). The fires name distinct schedules. Each store does it
+        /// in one transition (engine: one commit) or one round of Lua calls per step (Redis:
+        /// the version check, the jobs' push per shard, the claims per shard), with the
+        /// guarantees of `fire_schedule` for each fire. `Err` as a whole only when the store
+        /// could not be asked.
+        Change FireSchedules fn fire_schedules(fires: &'a [ScheduleFire], now: UnixMillis)
+            -> Vec<FireOutcome>;
     }
 }

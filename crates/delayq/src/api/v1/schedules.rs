@@ -1,11 +1,12 @@
 //! Recurring schedules over /v1 (docs/schedules.md): `PUT /v1/schedules/{id}` (create or
 //! replace), `GET /v1/schedules` (paged by id), `GET`/`DELETE /v1/schedules/{id}`, and
 //! `POST /v1/schedules/{id}/pause` and `/resume`. The firing itself is `scheduler.rs`'s; a
-//! change made here wakes it.
+//! change made here wakes it when it sleeps past the schedule's next tick.
 //!
 //! A change is read, then written with the version read (`Store::put_schedule` with `expect`),
 //! so a fire or another change that lands in between makes it start again instead of undoing
-//! it.
+//! it. A `PUT` is first tried as a creation (expecting no schedule), so creating one is one
+//! store call.
 
 use super::input::{self, Fields, Query};
 use super::model::{CallbackView, PublishView};
@@ -14,7 +15,7 @@ use super::{ApiError, ApiResult, Body, DEFAULT_PAGE, IdPath, MAX_PAGE};
 use crate::api::AppState;
 use crate::job::{self, JobSpec, Topic, UnixMillis};
 use crate::schedule::{
-    CatchUp, NEXT_RUNS, Overlap, Rule, Schedule, ScheduleId, ScheduleSpec, parse_cron, parse_tz,
+    CatchUp, NEXT_RUNS, Overlap, Recurrence, Rule, Schedule, ScheduleId, ScheduleSpec, parse_tz,
 };
 use crate::store::{SCHEDULE_BUCKET_MS, StoreError, schedule_step_of, schedule_steps};
 use axum::Json;
@@ -24,6 +25,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Serialize;
+use std::sync::Arc;
 
 /// The routes of this file.
 pub(super) fn routes() -> Router<AppState> {
@@ -169,12 +171,18 @@ struct SchedulesPage {
     next_cursor: Option<String>,
 }
 
-fn view(sc: Schedule, now: UnixMillis) -> ScheduleView {
-    let next_runs_ms = match (sc.spec.paused, sc.spec.rule.recurrence()) {
-        (false, Ok(r)) => {
+fn view(sc: Schedule, now: UnixMillis, st: &AppState) -> ScheduleView {
+    let rule = st.scheduler.recurrence(&sc.spec.rule);
+    view_with(sc, now, rule.as_deref())
+}
+
+/// [`view`] with the schedule's rule parsed (`None`: it does not parse).
+fn view_with(sc: Schedule, now: UnixMillis, rule: Option<&Recurrence>) -> ScheduleView {
+    let next_runs_ms = match (sc.spec.paused, rule) {
+        (false, Some(r)) => {
             // The runs from the next tick still to handle on (one just due included).
             let from = sc.next_tick.map_or(now, |t| t.saturating_sub(1).min(now));
-            sc.spec.next_runs(&r, from, NEXT_RUNS)
+            sc.spec.next_runs(r, from, NEXT_RUNS)
         }
         _ => Vec::new(),
     };
@@ -235,14 +243,15 @@ fn time_field(f: &mut Fields, name: &str) -> ApiResult<Option<UnixMillis>> {
     Ok(t)
 }
 
-/// A schedule's body, checked completely: the spec, and the rule's zone for an interval (only
-/// checked). `anchor` is where an interval counts from when `start_at_ms` is not given.
+/// A schedule's body, checked completely: the spec and its rule parsed (the rule's zone for an
+/// interval is only checked). `anchor` is where an interval counts from when `start_at_ms` is
+/// not given.
 fn read_spec(
     id: ScheduleId,
     body: &[u8],
     st: &AppState,
     anchor: UnixMillis,
-) -> ApiResult<ScheduleSpec> {
+) -> ApiResult<(ScheduleSpec, Arc<Recurrence>)> {
     let at = st.clock.read();
     let mut f = Fields::new(input::object(body, false)?, "", SCHEDULE_FIELDS)?;
     let cron = f.string("cron")?;
@@ -272,10 +281,7 @@ fn read_spec(
                 "one of cron or every_ms is required",
             ));
         }
-        (Some(expr), None) => {
-            parse_cron(&expr).map_err(|e| ApiError::from_invalid("cron", e))?;
-            Rule::Cron { expr, tz }
-        }
+        (Some(expr), None) => Rule::Cron { expr, tz },
         (None, Some(every_ms)) if every_ms > job::MAX_RUN_AT => {
             return Err(ApiError::field(
                 "every_ms",
@@ -287,7 +293,10 @@ fn read_spec(
             anchor: start_at.unwrap_or(anchor),
         },
     };
-    rule.recurrence()
+    // The cron expression and zone, parsed once per distinct rule (the scheduler's cache).
+    let recurrence = st
+        .scheduler
+        .checked(&rule)
         .map_err(|e| ApiError::from_invalid(e.field, e))?;
     let catch_up = match f.string("catch_up")? {
         None => CatchUp::default(),
@@ -316,7 +325,7 @@ fn read_spec(
         .ok_or_else(|| ApiError::field("job", "is required"))?;
     let jf = Fields::from_value(job_value, "job", &template_fields())?;
     let job: JobSpec = new_job(jf, at, st)?.spec;
-    Ok(ScheduleSpec {
+    let spec = ScheduleSpec {
         id,
         rule,
         job,
@@ -325,7 +334,8 @@ fn read_spec(
         catch_up,
         overlap,
         paused,
-    })
+    };
+    Ok((spec, recurrence))
 }
 
 /// `PUT /v1/schedules/{id}`: 201 and the schedule when created, 200 when replaced. A
@@ -336,38 +346,50 @@ async fn put(State(st): State<AppState>, path: IdPath, body: Body) -> ApiResult<
     let id = path_id(path)?;
     tracing::Span::current().record("schedule", id.as_str());
     let body = body?;
-    for _ in 0..CHANGE_TRIES {
+    // First as a creation (insert-if-absent: no read before it); a schedule that exists is
+    // read, then replaced at the version read.
+    let mut old: Option<Schedule> = None;
+    for attempt in 0..=CHANGE_TRIES {
         let now = st.clock.now();
-        let old = match st.store.get_schedule(&id).await {
-            Ok(old) => Some(old),
-            Err(StoreError::NotFound) => None,
-            Err(e) => return Err(e.into()),
-        };
+        if attempt > 0 {
+            old = match st.store.get_schedule(&id).await {
+                Ok(old) => Some(old),
+                Err(StoreError::NotFound) => None,
+                Err(e) => return Err(e.into()),
+            };
+        }
         // An interval keeps counting from where it did: re-putting the same schedule (a
         // deploy) does not shift its ticks. A new one counts from the next whole second.
         let anchor = match old.as_ref().map(|o| &o.spec.rule) {
             Some(Rule::Every { anchor, .. }) => *anchor,
             _ => now.div_ceil(1000) * 1000,
         };
-        let spec = read_spec(id.clone(), &body, &st, anchor)?;
-        let rule = spec
-            .rule
-            .recurrence()
-            .map_err(|e| ApiError::from_invalid(e.field, e))?;
+        let (spec, rule) = match read_spec(id.clone(), &body, &st, anchor) {
+            Ok(read) => read,
+            // A store that cannot answer says so before the body is judged, as when the
+            // schedule was read first.
+            Err(e) if attempt == 0 => match st.store.get_schedule(&id).await {
+                Ok(_) | Err(StoreError::NotFound) => return Err(e),
+                Err(store) => return Err(store.into()),
+            },
+            Err(e) => return Err(e),
+        };
         let mut sc = Schedule::new(spec, &rule, now);
         sc.last_tick = old.as_ref().and_then(|o| o.last_tick);
-        let expect = old.as_ref().map(|o| o.version);
-        match st.store.put_schedule(&sc, expect).await {
+        // Version 0: only if there is none.
+        let expect = old.as_ref().map_or(0, |o| o.version);
+        match st.store.put_schedule(&sc, Some(expect)).await {
             Ok(stored) => {
-                st.scheduler.wake();
+                st.scheduler
+                    .changed(stored.next_tick.filter(|_| !stored.spec.paused));
                 let status = if old.is_some() {
                     StatusCode::OK
                 } else {
                     StatusCode::CREATED
                 };
-                return Ok((status, Json(view(stored, now))).into_response());
+                return Ok((status, Json(view_with(stored, now, Some(&rule)))).into_response());
             }
-            // Changed (or deleted) meanwhile: read it again.
+            // Created, changed or deleted meanwhile: read it again.
             Err(StoreError::Exists | StoreError::NotFound) => continue,
             Err(e) => return Err(e.into()),
         }
@@ -382,7 +404,7 @@ async fn put(State(st): State<AppState>, path: IdPath, body: Body) -> ApiResult<
 async fn get_one(State(st): State<AppState>, path: IdPath) -> ApiResult<Json<ScheduleView>> {
     let id = path_id(path)?;
     let sc = st.store.get_schedule(&id).await.map_err(not_found)?;
-    Ok(Json(view(sc, st.clock.now())))
+    Ok(Json(view(sc, st.clock.now(), &st)))
 }
 
 /// `GET /v1/schedules?limit=&cursor=`: one page of the schedules, by id.
@@ -409,7 +431,7 @@ async fn list(State(st): State<AppState>, RawQuery(q): RawQuery) -> ApiResult<Js
         .flatten();
     let now = st.clock.now();
     Ok(Json(SchedulesPage {
-        schedules: page.into_iter().map(|s| view(s, now)).collect(),
+        schedules: page.into_iter().map(|s| view(s, now, &st)).collect(),
         next_cursor,
     }))
 }
@@ -445,7 +467,7 @@ async fn set_paused(
         let now = st.clock.now();
         let mut sc = st.store.get_schedule(&id).await.map_err(not_found)?;
         if sc.spec.paused == paused {
-            return Ok(Json(view(sc, now)));
+            return Ok(Json(view(sc, now, &st)));
         }
         sc.spec.paused = paused;
         if !paused {
@@ -457,8 +479,9 @@ async fn set_paused(
         }
         match st.store.put_schedule(&sc, Some(sc.version)).await {
             Ok(stored) => {
-                st.scheduler.wake();
-                return Ok(Json(view(stored, now)));
+                st.scheduler
+                    .changed(stored.next_tick.filter(|_| !stored.spec.paused));
+                return Ok(Json(view(stored, now, &st)));
             }
             Err(StoreError::Exists) => continue,
             Err(e) => return Err(not_found(e)),

@@ -1,29 +1,29 @@
--- schedule_push: stores the jobs of a schedule's ticks on one shard, each at most once ever:
+-- schedule_push: stores the jobs of schedules' ticks on one shard, each at most once ever:
 -- the shard remembers the latest tick of each schedule it stored (KEYS[10]), and a tick at or
 -- before it is passed over, so a push sent again (a retry, or a second instance) creates
 -- nothing, even when the tick's job was finished meanwhile. A job whose id exists otherwise is
--- left as it is.
+-- left as it is. One call carries the ticks of many schedules (a tick of many schedules at
+-- once), each schedule's in tick order.
 -- KEYS: the shard's keys (lib.lua), then KEYS[10] schedmark HASH schedule id -> the latest tick
 --   of that schedule stored on this shard.
--- ARGV[1] channel, ARGV[2] now, ARGV[3] schedule id, then 7 per job: id, record (as push's,
---   packed by Rust), queue, run_at, priority, seq, tick.
+-- ARGV[1] channel, ARGV[2] now, then 8 per job: schedule id, id, record (as push's, packed by
+--   Rust), queue, run_at, priority, seq, tick.
 -- Returns one status per job, in order: 'c' created, 'e' an id that exists, 'd' a tick
 -- already stored.
-local sid = ARGV[3]
 local out = {}
-for i = 4, #ARGV, 7 do
-  local id, record, tick = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 6])
+for i = 3, #ARGV, 8 do
+  local sid, id, record, tick = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 7])
   local done = tonumber(redis.call('HGET', KEYS[10], sid) or '-1')
   if tick <= done then
     out[#out + 1] = 'd'
   else
-    redis.call('HSET', KEYS[10], sid, ARGV[i + 6])
-    local run_at = tonumber(ARGV[i + 3])
+    redis.call('HSET', KEYS[10], sid, ARGV[i + 7])
+    local run_at = tonumber(ARGV[i + 4])
     local state = 'd'
     if run_at <= NOW then state = 'r' end
     -- What add_index reads of a working record (lib.lua positions S, RUN_AT, PRIO, SEQ, QUEUE).
-    local j = {state, false, false, run_at, false, tonumber(ARGV[i + 4]), false, false, false,
-      tonumber(ARGV[i + 5]), false, false, false, ARGV[i + 2]}
+    local j = {state, false, false, run_at, false, tonumber(ARGV[i + 5]), false, false, false,
+      tonumber(ARGV[i + 6]), false, false, false, ARGV[i + 3]}
     if redis.call('HSETNX', JOBS, id, record) == 1 then
       add_index(id, j, nil)
       out[#out + 1] = 'c'

@@ -6,7 +6,9 @@
 //! A fire checks the schedule's version, stores its ticks' jobs (one call per jobs' shard,
 //! `schedule_push.lua`, which keeps the latest tick of each schedule it stored and stores no
 //! tick at or before it again), then claims the ticks with a compare-and-set of the schedule at
-//! the version it was planned from. Instances racing on one tick store its job once (the marks)
+//! the version it was planned from. A batch of fires (`fire_schedules`) does the same in three
+//! rounds whatever its size: one read of the versions, one push per jobs' shard, one claim call
+//! per schedules' shard. Instances racing on one tick store its job once (the marks)
 //! and one of them moves the schedule on (the claim), however fast the job is finished; a fire
 //! cut short between the two calls (a kill) is completed by the next one, which plans the same
 //! version and finds the ticks stored. The price: a change (a pause) that lands between the
@@ -24,7 +26,7 @@ use crate::schedule::{Schedule, ScheduleFire, ScheduleId};
 use crate::store::embedded::record::{decode_schedule, encode_schedule};
 use crate::store::{DueSchedules, FireOutcome, StoreError, StoreResult};
 use redis::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 static SCHEDULE_PUT: Function = Function::new(
     "schedule_put",
@@ -76,25 +78,41 @@ impl RedisStore {
     ) -> StoreResult<u64> {
         let ks = keys(self.schedule_shard(&sc.spec.id));
         let key_refs: Vec<&str> = ks.iter().map(String::as_str).collect();
-        let next = sc
-            .next_tick
-            .filter(|_| !sc.spec.paused)
-            .map(|t| t.to_string())
-            .unwrap_or_default();
-        let call = super::conn::Call::new(SCHEDULE_PUT.registered(), &key_refs)
-            .arg(&self.inner.channel)
-            .arg(now)
-            .arg(sc.spec.id.as_str())
-            .arg(encode_schedule(sc))
-            .arg(expect.map(|v| v.to_string()).unwrap_or_default())
-            .arg(next);
+        let call = put_args(
+            super::conn::Call::new(SCHEDULE_PUT.registered(), &key_refs)
+                .arg(&self.inner.channel)
+                .arg(now),
+            sc,
+            expect,
+        );
         let v = self.fcall_one(call).await?;
         match array(&v)? {
-            [status, version] if string(status)? == "ok" => Ok(int(version)?.max(0) as u64),
-            [status] if string(status)? == "nf" => Err(StoreError::NotFound),
-            [status] if string(status)? == "ex" => Err(StoreError::Exists),
+            [one] => put_reply(one),
             _ => Err(unexpected(&v)),
         }
+    }
+}
+
+/// `call` with `sc`'s four arguments of `schedule_put.lua` added.
+fn put_args(call: super::conn::Call, sc: &Schedule, expect: Option<u64>) -> super::conn::Call {
+    let next = sc
+        .next_tick
+        .filter(|_| !sc.spec.paused)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    call.arg(sc.spec.id.as_str())
+        .arg(encode_schedule(sc))
+        .arg(expect.map(|v| v.to_string()).unwrap_or_default())
+        .arg(next)
+}
+
+/// One schedule's reply of `schedule_put.lua`: its new version, or the refusal.
+fn put_reply(v: &Value) -> StoreResult<u64> {
+    match array(v)? {
+        [status, version] if string(status)? == "ok" => Ok(int(version)?.max(0) as u64),
+        [status] if string(status)? == "nf" => Err(StoreError::NotFound),
+        [status] if string(status)? == "ex" => Err(StoreError::Exists),
+        _ => Err(unexpected(v)),
     }
 }
 
@@ -164,23 +182,31 @@ async fn read_many(
     Ok(out)
 }
 
-/// Pushes a claimed fire's jobs, one `schedule_push` call per shard, each tick at most once
-/// per shard ever (the shard's mark): one status per call's job.
+/// Pushes the jobs of `fires`, one `schedule_push` call per jobs' shard (all in one
+/// pipeline), each tick at most once per shard ever (the shard's mark): one status per job of
+/// each fire, in the fires' order.
 async fn push_ticks(
     store: &RedisStore,
-    fire: &ScheduleFire,
+    fires: &[&ScheduleFire],
     now: UnixMillis,
-) -> StoreResult<Vec<String>> {
-    let mut by_shard: BTreeMap<u16, Vec<&JobSpec>> = BTreeMap::new();
-    for j in &fire.jobs {
-        by_shard
-            .entry(shard_of(j.id.as_str(), store.shard_count()))
-            .or_default()
-            .push(j);
+) -> StoreResult<Vec<Vec<String>>> {
+    // Per shard: (fire index, the fire's job) in order, so a schedule's ticks stay in order.
+    let mut by_shard: BTreeMap<u16, Vec<(usize, &JobSpec)>> = BTreeMap::new();
+    for (f, fire) in fires.iter().enumerate() {
+        for j in &fire.jobs {
+            by_shard
+                .entry(shard_of(j.id.as_str(), store.shard_count()))
+                .or_default()
+                .push((f, j));
+        }
     }
+    let mut out: Vec<Vec<String>> = fires
+        .iter()
+        .map(|f| Vec::with_capacity(f.jobs.len()))
+        .collect();
     if by_shard.is_empty() {
-        // A fire that only moves the schedule on (its ticks skipped).
-        return Ok(Vec::new());
+        // Fires that only move their schedules on (their ticks skipped).
+        return Ok(out);
     }
     let mut calls = Vec::new();
     for (shard, jobs) in &by_shard {
@@ -191,12 +217,12 @@ async fn push_ticks(
         let seq = store.stamp(now, jobs.len() as u64);
         let mut call = super::conn::Call::new(SCHEDULE_PUSH.registered(), &all_keys)
             .arg(&store.inner.channel)
-            .arg(now)
-            .arg(fire.id.as_str());
-        for (k, j) in jobs.iter().enumerate() {
+            .arg(now);
+        for (k, (f, j)) in jobs.iter().enumerate() {
             let stored = stored_spec(j);
             let state = stored.initial_state(now);
             call = call
+                .arg(fires[*f].id.as_str())
                 .arg(j.id.as_str())
                 .arg(encode_new(&stored, state, seq + k as u64, 0))
                 .arg(j.queue().as_str())
@@ -207,14 +233,58 @@ async fn push_ticks(
         }
         calls.push(call);
     }
-    let mut out = Vec::new();
     for (reply, (_, jobs)) in store.inner.conn.fcall(&calls).await?.iter().zip(&by_shard) {
         let statuses = array(reply)?;
         if statuses.len() != jobs.len() {
             return Err(unexpected(reply));
         }
-        for s in statuses {
-            out.push(string(s)?.to_string());
+        for (s, (f, _)) in statuses.iter().zip(jobs) {
+            out[*f].push(string(s)?.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// Claims each of `claims` (a schedule moved on, and the version its fire was planned from)
+/// with `schedule_put`'s compare-and-set, one call per schedules' shard, all in one pipeline:
+/// whether each one moved on (`false`: deleted, or moved on by someone else meanwhile).
+async fn claim(
+    store: &RedisStore,
+    claims: &[(Schedule, u64)],
+    now: UnixMillis,
+) -> StoreResult<Vec<bool>> {
+    let mut by_shard: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+    for (i, (sc, _)) in claims.iter().enumerate() {
+        by_shard
+            .entry(shard_of(sc.spec.id.as_str(), store.shard_count()))
+            .or_default()
+            .push(i);
+    }
+    let mut calls = Vec::new();
+    for (shard, mine) in &by_shard {
+        let ks = keys(&store.inner.shards[usize::from(*shard)]);
+        let key_refs: Vec<&str> = ks.iter().map(String::as_str).collect();
+        let mut call = super::conn::Call::new(SCHEDULE_PUT.registered(), &key_refs)
+            .arg(&store.inner.channel)
+            .arg(now);
+        for &i in mine {
+            let (sc, version) = &claims[i];
+            call = put_args(call, sc, Some(*version));
+        }
+        calls.push(call);
+    }
+    let mut out = vec![false; claims.len()];
+    for (reply, (_, mine)) in store.inner.conn.fcall(&calls).await?.iter().zip(&by_shard) {
+        let replies = array(reply)?;
+        if replies.len() != mine.len() {
+            return Err(unexpected(reply));
+        }
+        for (r, &i) in replies.iter().zip(mine) {
+            out[i] = match put_reply(r) {
+                Ok(_) => true,
+                Err(StoreError::NotFound | StoreError::Exists) => false,
+                Err(e) => return Err(e),
+            };
         }
     }
     Ok(out)
@@ -305,16 +375,31 @@ impl Calls {
         let limit = limit.max(1);
         let mut pipe = redis::pipe();
         for k in &store.inner.shards {
-            // The shard's earliest `limit + 1`: its due ones and the next after them.
+            // The shard's earliest `limit + 1` due ones, and its first after now: not the
+            // shard's whole head when little is due (every pass when nothing is).
             pipe.cmd("ZRANGE")
                 .arg(&keys(k)[2])
+                .arg("-inf")
+                .arg(now)
+                .arg("BYSCORE")
+                .arg("LIMIT")
                 .arg(0)
-                .arg(limit)
+                .arg(limit + 1)
+                .arg("WITHSCORES");
+            pipe.cmd("ZRANGE")
+                .arg(&keys(k)[2])
+                .arg(format!("({now}"))
+                .arg("+inf")
+                .arg("BYSCORE")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(1)
                 .arg("WITHSCORES");
         }
         let replies = store.inner.conn.query(&pipe).await?;
         let mut entries: Vec<(UnixMillis, String, usize)> = Vec::new();
-        for (shard, r) in replies.iter().enumerate() {
+        for (i, r) in replies.iter().enumerate() {
+            let shard = i / 2;
             for pair in array(r)?.chunks(2) {
                 let [id, score] = pair else {
                     return Err(unexpected(r));
@@ -344,31 +429,69 @@ impl Calls {
         fire: &ScheduleFire,
         now: UnixMillis,
     ) -> StoreResult<FireOutcome> {
-        let mut sc = match Calls::get_schedule(store, &fire.id).await {
-            Ok(sc) if sc.version == fire.version => sc,
-            Ok(_) | Err(StoreError::NotFound) => return Ok(FireOutcome::Stale),
-            Err(e) => return Err(e),
-        };
-        sc.next_tick = fire.next_tick;
-        sc.last_tick = fire.last_tick;
-        // The ticks' jobs first, each stored at most once ever (the shards' marks), then the
-        // claim: a fire cut short between the two (a kill) is done again by the next one from the
-        // same version, which finds its ticks stored and only moves the schedule on.
-        let (mut pushed, mut existed) = (0, 0);
-        for status in push_ticks(store, fire, now).await? {
-            match status.as_str() {
-                "e" => existed += 1,
-                // 'c', or 'd': stored by a push of this same fire cut short, or by a racing
-                // instance that will lose the claim: this fire's tick either way.
-                _ => pushed += 1,
+        let mut out = Calls::fire_schedules(store, std::slice::from_ref(fire), now).await?;
+        out.pop().ok_or_else(|| unexpected(&Value::Nil))
+    }
+
+    /// Three rounds for all the fires, however many: the version check (the schedules read in
+    /// one pipeline), the ticks' jobs (one `schedule_push` per jobs' shard), then the claims
+    /// (one `schedule_put` per schedules' shard), each fire with the guarantees of one.
+    pub(in crate::store) async fn fire_schedules(
+        store: &RedisStore,
+        fires: &[ScheduleFire],
+        now: UnixMillis,
+    ) -> StoreResult<Vec<FireOutcome>> {
+        let ids: Vec<(String, usize)> = fires
+            .iter()
+            .map(|f| {
+                let shard = shard_of(f.id.as_str(), store.shard_count());
+                (f.id.as_str().to_string(), usize::from(shard))
+            })
+            .collect();
+        let read = read_many(store, &by_shard(store, &ids)).await?;
+        let mut current: HashMap<ScheduleId, Schedule> = read
+            .into_iter()
+            .map(|sc| (sc.spec.id.clone(), sc))
+            .collect();
+        // The fires still at their version, each with its schedule moved on.
+        let mut live: Vec<&ScheduleFire> = Vec::new();
+        let mut claims: Vec<(Schedule, u64)> = Vec::new();
+        let mut live_of: Vec<Option<usize>> = Vec::with_capacity(fires.len());
+        for fire in fires {
+            match current.remove(&fire.id) {
+                Some(mut sc) if sc.version == fire.version => {
+                    sc.next_tick = fire.next_tick;
+                    sc.last_tick = fire.last_tick;
+                    live_of.push(Some(live.len()));
+                    live.push(fire);
+                    claims.push((sc, fire.version));
+                }
+                _ => live_of.push(None),
             }
         }
-        // The claim: only one instance moves the schedule on from `fire.version`.
-        match store.schedule_cas(&sc, Some(fire.version), now).await {
-            Ok(_) => {}
-            Err(StoreError::NotFound | StoreError::Exists) => return Ok(FireOutcome::Stale),
-            Err(e) => return Err(e),
+        if live.is_empty() {
+            return Ok(vec![FireOutcome::Stale; fires.len()]);
         }
-        Ok(FireOutcome::Fired { pushed, existed })
+        // The ticks' jobs first, each stored at most once ever (the shards' marks), then the
+        // claims: a fire cut short between the two (a kill) is done again by the next one from
+        // the same version, which finds its ticks stored and only moves the schedule on.
+        let statuses = push_ticks(store, &live, now).await?;
+        let claimed = claim(store, &claims, now).await?;
+        Ok(live_of
+            .into_iter()
+            .map(|l| match l {
+                Some(i) if claimed[i] => {
+                    let existed = statuses[i].iter().filter(|s| *s == "e").count() as u64;
+                    // 'c', or 'd': stored by a push of this same fire cut short, or by a
+                    // racing instance that will lose the claim: this fire's tick either way.
+                    FireOutcome::Fired {
+                        pushed: statuses[i].len() as u64 - existed,
+                        existed,
+                    }
+                }
+                // The claim lost: another instance (or a change) moved it on meanwhile.
+                _ => FireOutcome::Stale,
+            })
+            .collect())
     }
 }

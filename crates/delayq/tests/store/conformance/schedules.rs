@@ -276,6 +276,146 @@ async fn a_fire_whose_ticks_are_all_skipped_moves_the_schedule_on(b: &Backend) {
     );
 }
 
+async fn a_batch_of_fires_is_each_fire_as_if_alone(b: &Backend) {
+    // fresh: due at T0 + 1 s. fired: its T0 + 1 s tick already fired (its plan is stale).
+    // skipper: overlap skip, its previous tick's job still there. gone: deleted after it was
+    // planned. dup: a job of its tick's id exists already.
+    let rule = every_second("x").spec.rule.recurrence().unwrap();
+    let fresh = put(b, &every_second("fresh")).await;
+    let fired = put(b, &every_second("fired")).await;
+    let mut skipper = every_second("skipper");
+    skipper.spec.overlap = Overlap::Skip;
+    skipper.last_tick = Some(T0);
+    let skipper = put(b, &skipper).await;
+    let gone = put(b, &every_second("gone")).await;
+    let dup = put(b, &every_second("dup")).await;
+    let now = T0 + SEC;
+    push(b, job("t", &format!("skipper@{T0}"), "previous", T0), T0).await;
+    push(
+        b,
+        job("other", &format!("dup@{now}"), "mine", T0 + HOUR),
+        T0,
+    )
+    .await;
+
+    let fired_plan = fired.plan(&rule, now, false).fire.unwrap();
+    assert!(matches!(
+        b.store.fire_schedule(&fired_plan, now).await,
+        Ok(FireOutcome::Fired { pushed: 1, .. })
+    ));
+    let skip_plan = skipper.plan(&rule, now, true);
+    assert_eq!(skip_plan.skipped_overlap, 1);
+    let fires = vec![
+        fresh.plan(&rule, now, false).fire.unwrap(),
+        fired_plan,
+        skip_plan.fire.unwrap(),
+        gone.plan(&rule, now, false).fire.unwrap(),
+        dup.plan(&rule, now, false).fire.unwrap(),
+    ];
+    b.store.delete_schedule(&sid("gone")).await.unwrap();
+    assert_eq!(
+        b.store.fire_schedules(&fires, now).await,
+        Ok(vec![
+            FireOutcome::Fired {
+                pushed: 1,
+                existed: 0
+            },
+            FireOutcome::Stale,
+            FireOutcome::Fired {
+                pushed: 0,
+                existed: 0
+            },
+            FireOutcome::Stale,
+            FireOutcome::Fired {
+                pushed: 0,
+                existed: 1
+            },
+        ])
+    );
+    // Each as alone: the fresh tick's job, the schedules moved on, the deleted one not back.
+    let j = b.store.get(&id(&format!("fresh@{now}"))).await.unwrap();
+    assert_eq!((j.spec.run_at, j.state), (now, JobState::Ready));
+    for (name, version, last) in [
+        ("fresh", 2, Some(now)),
+        ("fired", 2, Some(now)),
+        ("skipper", 2, Some(T0)),
+        ("dup", 2, Some(now)),
+    ] {
+        let sc = b.store.get_schedule(&sid(name)).await.unwrap();
+        assert_eq!(
+            (sc.version, sc.next_tick, sc.last_tick),
+            (version, Some(now + SEC), last),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        b.store.get_schedule(&sid("gone")).await,
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(
+        b.store.get(&id(&format!("gone@{now}"))).await,
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(
+        b.store
+            .get(&id(&format!("dup@{now}")))
+            .await
+            .unwrap()
+            .spec
+            .body,
+        "mine"
+    );
+    // One job each: the fresh and fired ticks, the skipper's previous job, the dup's own.
+    let ready = b.store.reserve(&[topic("t")], 10, now).await.unwrap();
+    let mut ids: Vec<String> = ready.iter().map(|j| j.spec.id.to_string()).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        [
+            format!("fired@{now}"),
+            format!("fresh@{now}"),
+            format!("skipper@{T0}"),
+        ]
+    );
+    // The same batch again changes nothing.
+    assert_eq!(
+        b.store.fire_schedules(&fires, now).await,
+        Ok(vec![FireOutcome::Stale; 5])
+    );
+    assert_eq!(b.store.fire_schedules(&[], now).await, Ok(Vec::new()));
+}
+
+async fn racing_batches_push_each_tick_once(b: &Backend) {
+    let names: Vec<String> = (0..20).map(|k| format!("many-{k}")).collect();
+    for n in &names {
+        put(b, &every_second(n)).await;
+    }
+    let rule = every_second("x").spec.rule.recurrence().unwrap();
+    let now = T0 + SEC;
+    let mut fires = Vec::new();
+    for n in &names {
+        let sc = b.store.get_schedule(&sid(n)).await.unwrap();
+        fires.push(sc.plan(&rule, now, false).fire.unwrap());
+    }
+    // Four firers with overlapping batches, all at once.
+    let batches = [&fires[0..10], &fires[5..15], &fires[10..20], &fires[..]];
+    let outcomes =
+        futures::future::join_all(batches.iter().map(|f| b.store.fire_schedules(f, now))).await;
+    let mut won = vec![0; names.len()];
+    for (batch, out) in batches.iter().zip(&outcomes) {
+        let out = out.as_ref().unwrap();
+        assert_eq!(out.len(), batch.len());
+        for (fire, o) in batch.iter().zip(out) {
+            if matches!(o, FireOutcome::Fired { .. }) {
+                won[names.iter().position(|n| n == fire.id.as_str()).unwrap()] += 1;
+            }
+        }
+    }
+    assert_eq!(won, vec![1; names.len()], "{outcomes:?}");
+    let jobs = b.store.reserve(&[topic("t")], 100, now).await.unwrap();
+    assert_eq!(jobs.len(), names.len(), "one job per tick");
+}
+
 backend_tests!(
     a_fire_whose_ticks_are_all_skipped_moves_the_schedule_on,
     schedules_are_put_read_listed_and_deleted,
@@ -283,4 +423,6 @@ backend_tests!(
     a_fire_pushes_the_tick_s_job_and_moves_the_schedule_on,
     racing_fires_push_each_tick_once_even_when_its_job_is_finished_at_once,
     a_fire_leaves_a_job_of_the_same_id_as_it_is,
+    a_batch_of_fires_is_each_fire_as_if_alone,
+    racing_batches_push_each_tick_once,
 );
