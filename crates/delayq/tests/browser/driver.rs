@@ -138,30 +138,31 @@ impl Browser {
         .await
     }
 
-    /// Waits for `css` to be displayed, then clicks it.
+    /// Waits for `css` to be displayed, then clicks it. An element the page re-rendered between
+    /// finding and clicking it (stale) is found again.
     pub async fn click(&self, css: &str) {
-        self.wait(&format!("{css} to be shown"), || async {
-            self.visible(css).await.then_some(())
+        self.wait(&format!("{css} to be shown and clicked"), || async {
+            if !self.visible(css).await {
+                return None;
+            }
+            let e = not_stale(css, self.client.find(Locator::Css(css)).await)?;
+            not_stale(css, e.click().await)
         })
-        .await;
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        .await
     }
 
-    /// Waits for the input `css` to be displayed, then replaces its text with `text`.
+    /// Waits for the input `css` to be displayed, then replaces its text with `text`. An
+    /// element the page re-rendered meanwhile (stale) is found again and filled again.
     pub async fn type_into(&self, css: &str, text: &str) {
-        self.wait(&format!("{css} to be shown"), || async {
-            self.visible(css).await.then_some(())
+        self.wait(&format!("{css} to be shown and filled"), || async {
+            if !self.visible(css).await {
+                return None;
+            }
+            let e = not_stale(css, self.client.find(Locator::Css(css)).await)?;
+            not_stale(css, e.clear().await)?;
+            not_stale(css, e.send_keys(text).await)
         })
-        .await;
-        let e = self.client.find(Locator::Css(css)).await.unwrap();
-        e.clear().await.unwrap();
-        e.send_keys(text).await.unwrap();
+        .await
     }
 
     /// Clicks the confirmation dialog's "Confirm" button once it is open.
@@ -243,5 +244,15 @@ async fn connect(port: u16, chromium: &Path, profile: &Path, switches: &[String]
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
+    }
+}
+
+/// `Some` of a WebDriver command's result, `None` when its element went stale (the page
+/// re-rendered it: find it again); any other error panics, naming `css`.
+fn not_stale<T>(css: &str, r: Result<T, fantoccini::error::CmdError>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) if e.is_stale_element_reference() => None,
+        Err(e) => panic!("{css}: {e:?}"),
     }
 }

@@ -465,6 +465,9 @@ async fn redis_that_stops_answering_is_answered_within_the_call_timeout_and_serv
     let base = delayq.base_url.clone();
     let http = load::client(Duration::from_secs(60));
     let ledger = Ledger::shared();
+    // A long poll on "before" that gave up while Redis hung still runs once Redis continues,
+    // and reserves jobs nobody gets: they come back after their TTR (checked by the drain).
+    // A TTR of 10 s, not the default 60 s, so that wait is not most of the test's time.
     for i in 0..10 {
         let id = format!("before-{i}");
         let body = format!("body of {id}");
@@ -472,7 +475,7 @@ async fn redis_that_stops_answering_is_answered_within_the_call_timeout_and_serv
         let r = push(
             &http,
             &base,
-            json!({"topic": "before", "id": id, "body": body}),
+            json!({"topic": "before", "id": id, "body": body, "ttr_ms": 10_000}),
         )
         .await;
         assert_eq!(r.0, StatusCode::CREATED, "push {id}: {r:?}");

@@ -3,18 +3,39 @@
 //! on the embedded store across a kill -9 and restart, while consumers reserve and finish each
 //! job at once (a finished job's id is free again); and the catch-up policies after every
 //! instance was stopped for 10 s.
+//!
+//! These tests run while no backend test does (the conformance suite's load is not what they
+//! are about), but at the same time as each other: each is a few mostly idle processes firing
+//! one job a second, and one after another they took over two minutes of the binary's time.
 
 use crate::support;
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use support::load::now_ms;
 use support::process::DelayqProcess;
 use support::redis_cluster::RedisCluster;
 use support::redis_server::RedisServer;
+
+/// The write guard of [`TIMING`](crate::support::backends::TIMING) the schedule tests running
+/// at the moment share.
+static TOGETHER: tokio::sync::Mutex<Weak<tokio::sync::OwnedRwLockWriteGuard<()>>> =
+    tokio::sync::Mutex::const_new(Weak::new());
+
+/// Holds the backend tests off, as `multi_instance` does, but shares that with the other
+/// schedule tests: the first takes the write guard, those starting while it is held join it.
+async fn apart_from_backend_tests() -> Arc<tokio::sync::OwnedRwLockWriteGuard<()>> {
+    let mut together = TOGETHER.lock().await;
+    if let Some(guard) = together.upgrade() {
+        return guard;
+    }
+    let guard = Arc::new(crate::support::backends::TIMING.clone().write_owned().await);
+    *together = Arc::downgrade(&guard);
+    guard
+}
 
 /// One delivery: the job's id, due time, attempt, and when it was received.
 #[derive(Debug, Clone)]
@@ -130,7 +151,7 @@ fn assert_one_job_per_tick(ledger: &Ledger, id: &str, ticks: &[u64]) {
 /// Three instances on `args` (a Redis or a Redis Cluster), a schedule every second for
 /// `n` ticks, three consumers finishing at once: exactly `n` jobs.
 async fn three_instances_one_job_per_tick(args: &[&str], n: u64) {
-    let _alone = crate::support::backends::TIMING.clone().write_owned().await;
+    let _apart = apart_from_backend_tests().await;
     let mut servers = Vec::new();
     for _ in 0..3 {
         servers.push(DelayqProcess::start(args).await);
@@ -173,7 +194,7 @@ async fn three_instances_on_a_redis_cluster_push_exactly_one_job_per_tick() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_store_pushes_one_job_per_tick_across_kill_9_and_restart() {
-    let _alone = crate::support::backends::TIMING.clone().write_owned().await;
+    let _apart = apart_from_backend_tests().await;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let mut server = DelayqProcess::start(&["--data-dir", data.to_str().unwrap()]).await;
@@ -209,7 +230,7 @@ async fn the_embedded_store_pushes_one_job_per_tick_across_kill_9_and_restart() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_every_instance_was_stopped_10_s_each_catch_up_policy_fires_what_it_says() {
-    let _alone = crate::support::backends::TIMING.clone().write_owned().await;
+    let _apart = apart_from_backend_tests().await;
     let redis = RedisServer::start();
     let args = ["--redis", &redis.url(), "--shards", "4"];
     let mut a = DelayqProcess::start(&args).await;
