@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# w3-side-by-side.sh: W3 (a paced stream of jobs due 2 s after their push, one per request on
+# the compat API, 8 producers and 8 consumers, over 10,000 far-future jobs) against several
+# delayq binaries in turn, ROUNDS times, on one store: a before/after comparison where two
+# separate runs of compare.sh would differ by the machine's drift. For each run it prints
+# lateness p50/p99 and, over 5 s in the middle of the stream, the CPU of delayq, its
+# redis-server and the load generator (ticks of 10 ms: 500 are one core) and the machine's idle
+# share, from /proc.
+#
+# Usage: bench/w3-side-by-side.sh [--rate 10000] [--duration-s 15] [--rounds 2]
+#                                 [--store redis|embedded|memory] BINARY...
+# Needs target/release/delayq-bench (cargo build --release -p delayq-bench) and, for redis,
+# redis-server on PATH. Every server started here is stopped on exit; loopback only.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+RATE=10000; DURATION=15; ROUNDS=2; STORE=redis; BINS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rate) RATE="$2"; shift 2 ;;
+    --duration-s) DURATION="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --store) STORE="$2"; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) BINS+=("$1"); shift ;;
+  esac
+done
+[ ${#BINS[@]} -gt 0 ] || { echo "usage: $0 [options] BINARY..." >&2; exit 2; }
+BENCH="$ROOT/target/release/delayq-bench"
+[ -x "$BENCH" ] || { echo "build it first: cargo build --release -p delayq-bench" >&2; exit 1; }
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ticks() { if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then awk '{print $14+$15}' "/proc/$1/stat"; else echo 0; fi; }
+idle() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+
+run() { # binary
+  local bin="$1" rp="" rpid="" dp dpid args=()
+  case "$STORE" in
+    redis)
+      rp=$(free_port)
+      redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$TMP" \
+        --logfile "$TMP/redis.log" & rpid=$!; PIDS+=("$rpid")
+      for _ in $(seq 50); do redis-cli -p "$rp" ping >/dev/null 2>&1 && break; sleep 0.1; done
+      args=(--redis "redis://127.0.0.1:$rp/0") ;;
+    embedded) rm -rf "$TMP/data"; args=(--data-dir "$TMP/data") ;;
+    memory) args=(--memory) ;;
+  esac
+  dp=$(free_port)
+  "$bin" serve --listen "127.0.0.1:$dp" "${args[@]}" >"$TMP/delayq.log" 2>&1 & dpid=$!
+  PIDS+=("$dpid")
+  for _ in $(seq 100); do curl -sf "127.0.0.1:$dp/healthz" >/dev/null && break; sleep 0.1; done
+  "$BENCH" w3 --api compat --addr "127.0.0.1:$dp" --rate "$RATE" --duration-s "$DURATION" \
+    --backlog 10000 --backlog-batch 100 --json >"$TMP/out.json" 2>"$TMP/err" & local bp=$!
+  sleep $((DURATION / 2))
+  local d0 r0 b0 i0 t0 d1 r1 b1 i1 t1
+  d0=$(ticks "$dpid"); r0=$(ticks "$rpid"); b0=$(ticks "$bp"); read -r i0 t0 < <(idle)
+  sleep 5
+  d1=$(ticks "$dpid"); r1=$(ticks "$rpid"); b1=$(ticks "$bp"); read -r i1 t1 < <(idle)
+  wait "$bp" || true
+  python3 - "$TMP/out.json" "$bin" "$((d1 - d0))" "$((r1 - r0))" "$((b1 - b0))" \
+    "$((100 * (i1 - i0) / (t1 - t0)))" <<'PY'
+import json, sys
+path, bin_, d, r, b, idle = sys.argv[1:]
+try:
+    j = json.loads(open(path).read().strip().splitlines()[-1])
+except Exception as e:
+    print(f"{bin_}: no result ({e})"); sys.exit(0)
+m = j.get("metrics", j)
+print(f"{bin_}: lateness p50 {m.get('lateness_p50_ms')} ms, p99 {m.get('lateness_p99_ms')} ms, "
+      f"delivered {int(m.get('delivered', 0))}, early {int(m.get('early', 0))}, "
+      f"lost {int(m.get('lost', 0))}; "
+      f"5 s: delayq {d} ticks, redis-server {r}, load generator {b}, machine idle {idle} %")
+PY
+  kill "$dpid"; wait "$dpid" 2>/dev/null || true
+  [ -n "$rpid" ] && { kill "$rpid"; wait "$rpid" 2>/dev/null || true; }
+}
+
+echo "W3 at $RATE/s for $DURATION s on $STORE, $ROUNDS rounds; $(nproc) cores; $(date -u +%FT%TZ)"
+for _ in $(seq "$ROUNDS"); do
+  for bin in "${BINS[@]}"; do run "$bin"; done
+done
