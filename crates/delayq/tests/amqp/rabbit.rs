@@ -178,10 +178,23 @@ impl Collector {
         self.got.lock().unwrap().clone()
     }
 
-    /// [`Collector::wait_for`], then half a second more (room for a duplicate to show up);
-    /// returns everything that arrived.
+    /// How many distinct message ids arrived.
+    fn distinct(&self) -> usize {
+        let got = self.got.lock().unwrap();
+        got.iter()
+            .map(|r| r.id.as_str())
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+    }
+
+    /// Waits until `n` distinct ids arrived (duplicates, which at-least-once allows, do not
+    /// count), or `within` passed; then half a second more (room for a duplicate to show up).
+    /// Returns everything that arrived.
     pub async fn settled(&self, n: usize, within: Duration) -> Vec<Received> {
-        self.wait_for(n, within).await;
+        let deadline = tokio::time::Instant::now() + within;
+        while self.distinct() < n && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
         self.got.lock().unwrap().clone()
     }
