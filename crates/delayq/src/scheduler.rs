@@ -12,8 +12,7 @@ use crate::job::{InvalidField, JobId, UnixMillis};
 use crate::metrics::Metrics;
 use crate::schedule::{FirePlan, Overlap, Recurrence, Rule, Schedule, ScheduleFire};
 use crate::store::{FireOutcome, Store, StoreError};
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -154,8 +153,8 @@ impl Scheduler {
     async fn handle(&self, due: &[Schedule]) -> Result<(), StoreError> {
         let overlapping = self.previous_jobs(due).await?;
         let now = self.clock.now();
-        // Each call's fires, and for each fire its plan's counts.
-        let mut calls: Vec<(Vec<ScheduleFire>, Vec<FirePlan>)> = Vec::new();
+        let mut fires = Vec::new();
+        let mut plans = Vec::new();
         for (sc, previous_exists) in due.iter().zip(overlapping) {
             let Some(rule) = self.recurrence(&sc.spec.rule) else {
                 // Only checked rules are stored; one that no longer parses (a zone removed
@@ -164,39 +163,31 @@ impl Scheduler {
                 continue;
             };
             let mut plan = sc.plan(&rule, now, previous_exists);
-            let Some(fire) = plan.fire.take() else {
-                continue;
-            };
-            match calls.last_mut() {
-                Some((fires, plans)) if fires.len() < FIRES_PER_CALL => {
-                    fires.push(fire);
-                    plans.push(plan);
-                }
-                _ => calls.push((vec![fire], vec![plan])),
+            if let Some(fire) = plan.fire.take() {
+                fires.push(fire);
+                plans.push(plan);
             }
         }
-        let mut calls = calls.into_iter();
-        let mut running = FuturesUnordered::new();
-        for (fires, plans) in calls.by_ref().take(CONCURRENT_CALLS) {
-            running.push(self.fire(fires, plans, now));
-        }
-        while let Some(result) = running.next().await {
-            result?;
-            if let Some((fires, plans)) = calls.next() {
-                running.push(self.fire(fires, plans, now));
-            }
-        }
+        // Collected first: a stream over a lazy `map` of borrowed chunks is not `Send` enough
+        // for the spawned task (rustc's higher-ranked closure limits).
+        let calls: Vec<_> = fires
+            .chunks(FIRES_PER_CALL)
+            .zip(plans.chunks(FIRES_PER_CALL))
+            .map(|(fires, plans)| self.fire(fires, plans, now))
+            .collect();
+        let mut running = futures::stream::iter(calls).buffer_unordered(CONCURRENT_CALLS);
+        while running.try_next().await?.is_some() {}
         Ok(())
     }
 
     /// Fires `fires` in one store call and counts what each fire's plan did.
     async fn fire(
         &self,
-        fires: Vec<ScheduleFire>,
-        plans: Vec<FirePlan>,
+        fires: &[ScheduleFire],
+        plans: &[FirePlan],
         now: UnixMillis,
     ) -> Result<(), StoreError> {
-        let out = self.store.fire_schedules(&fires, now).await?;
+        let out = self.store.fire_schedules(fires, now).await?;
         for (plan, outcome) in plans.iter().zip(out) {
             match outcome {
                 FireOutcome::Fired { .. } => self.metrics.schedule_handled(
@@ -224,17 +215,10 @@ impl Scheduler {
                 _ => None,
             })
             .collect();
-        let mut asks = asks.into_iter();
-        let mut running = FuturesUnordered::new();
-        for (i, id) in asks.by_ref().take(CONCURRENT_READS) {
-            running.push(self.exists(i, id));
-        }
-        while let Some(result) = running.next().await {
-            let (i, exists) = result?;
+        let asks: Vec<_> = asks.into_iter().map(|(i, id)| self.exists(i, id)).collect();
+        let mut answers = futures::stream::iter(asks).buffer_unordered(CONCURRENT_READS);
+        while let Some((i, exists)) = answers.try_next().await? {
             out[i] = exists;
-            if let Some((i, id)) = asks.next() {
-                running.push(self.exists(i, id));
-            }
         }
         Ok(out)
     }

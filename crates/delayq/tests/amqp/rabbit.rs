@@ -171,10 +171,7 @@ impl Collector {
 
     /// Waits until at least `n` messages arrived, or `within` passed; returns what arrived.
     pub async fn wait_for(&self, n: usize, within: Duration) -> Vec<Received> {
-        let deadline = tokio::time::Instant::now() + within;
-        while self.len() < n && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.wait_until(within, || self.len() >= n).await;
         self.got.lock().unwrap().clone()
     }
 
@@ -191,12 +188,17 @@ impl Collector {
     /// count), or `within` passed; then half a second more (room for a duplicate to show up).
     /// Returns everything that arrived.
     pub async fn settled(&self, n: usize, within: Duration) -> Vec<Received> {
-        let deadline = tokio::time::Instant::now() + within;
-        while self.distinct() < n && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.wait_until(within, || self.distinct() >= n).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         self.got.lock().unwrap().clone()
+    }
+
+    /// Polls `done` every 50 ms until it holds or `within` passed.
+    async fn wait_until(&self, within: Duration, done: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + within;
+        while !done() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
