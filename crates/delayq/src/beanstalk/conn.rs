@@ -16,7 +16,7 @@ use super::proto::{self, Command, MAX_LINE, Reply, Yaml};
 use crate::dispatch::DispatchError;
 use crate::job::{JobId, JobSpec, JobState, MAX_TTR_MS, Topic, UnixMillis};
 use crate::store::{PushMode, Reschedule, StoreError};
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -108,7 +108,7 @@ where
         out: Vec::with_capacity(4096),
         used: default.clone(),
         watched: vec![default],
-        reserved: HashMap::new(),
+        reserved: HashMap::default(),
         producer: false,
         worker: false,
         shutdown,

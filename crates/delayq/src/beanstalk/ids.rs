@@ -17,8 +17,9 @@
 
 use crate::job::{JobId, UnixMillis};
 use base64::Engine as _;
+use foldhash::HashMap;
 use std::borrow::Cow;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 

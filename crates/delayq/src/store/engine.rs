@@ -29,8 +29,9 @@ use crate::store::{
     Reschedule, SCHEDULE_BUCKET_MS, SettingsChange, Stats, StoreError, StoreEvent, StoreResult,
     TickOutcome, TopicCounts, TopicSettings, schedule_step_of, schedule_steps,
 };
+use foldhash::{HashMap, HashSet};
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, btree_map};
+use std::collections::{BTreeMap, BTreeSet, btree_map};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
