@@ -11,7 +11,12 @@
 //! call per batch of consumers, not per consumer. This file only performs the plan.
 //!
 //! The lost wake-up (a job becomes ready between the caller's first try and its registration)
-//! is closed by having the serving task also serve every newly registered waiter once. While a
+//! is closed by having the serving task also serve every newly registered waiter once, unless
+//! no store event has been taken from the channel since the caller's first try began: a job
+//! that became ready after that try comes with an event still to be taken, and that event's
+//! pass serves the waiter. So a consumer that waits for the next job costs one `reserve` that
+//! finds nothing, not two (the serving task counts the events it takes, the caller reads the
+//! count before its try). While a
 //! waiter is registered only the serving task reserves for it, so it is never served twice.
 //! While waiters exist the serving task also re-checks all of them every
 //! [`WAITER_SAFETY_INTERVAL`], and a waiter that times out asks the store once more (after
@@ -37,6 +42,7 @@ use crate::job::{Job, Topic};
 use crate::store::{Store, StoreError, StoreEvent};
 use plan::{Candidate, Pass, Scope, Step};
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast, oneshot};
@@ -53,8 +59,13 @@ struct Waiter {
     /// Where the serving task delivers; closed when the caller stopped waiting.
     answer: oneshot::Sender<Vec<Job>>,
     /// Registered since the serving task last looked: it must be served once even without an
-    /// event (closes the lost wake-up window).
+    /// event (closes the lost wake-up window), unless `looked` says it need not.
     newcomer: bool,
+    /// The caller asked the store itself and found nothing, having read
+    /// [`Waiters::events_taken`] just before: while no event has been taken since, the newcomer
+    /// pass has nothing to find for it and skips its store call. `None`: it queued behind older
+    /// waiters without asking.
+    looked: Option<u64>,
 }
 
 /// The waiters in arrival order.
@@ -76,12 +87,17 @@ impl WaitList {
     }
 
     /// The scope of a pass for the newcomers, who are no longer newcomers once it is taken:
-    /// one registering meanwhile stays a newcomer for the next pass.
-    fn take_newcomers(&mut self) -> Scope {
+    /// one registering meanwhile stays a newcomer for the next pass. A newcomer that found
+    /// nothing in the store when no event has been taken since (`events_taken`) adds no
+    /// topic: anything that became ready after its look comes with an event not yet taken,
+    /// whose pass serves it.
+    fn take_newcomers(&mut self, events_taken: u64) -> Scope {
         let mut topics = HashSet::new();
         for w in self.waiting.values_mut().filter(|w| w.newcomer) {
             w.newcomer = false;
-            topics.extend(w.topics.iter().cloned());
+            if w.looked != Some(events_taken) {
+                topics.extend(w.topics.iter().cloned());
+            }
         }
         Scope::Newcomers(topics)
     }
@@ -109,6 +125,10 @@ pub(super) struct Waiters {
     list: Mutex<WaitList>,
     /// Wakes the serving task when a waiter registers, so it serves the newcomer once.
     newcomer_registered: Notify,
+    /// Store events the serving task has taken from its channel (each counted before it is
+    /// served): a caller that reads it before asking the store, finds nothing and registers
+    /// needs no newcomer pass while it is unchanged (see `take_newcomers`).
+    events_taken: AtomicU64,
     /// Cancelled on shutdown: the serving task answers every waiter with nothing and stops;
     /// later polls do not wait.
     stopping: CancellationToken,
@@ -127,6 +147,7 @@ impl Waiters {
             max_waiters,
             list: Mutex::new(WaitList::default()),
             newcomer_registered: Notify::new(),
+            events_taken: AtomicU64::new(0),
             stopping,
         }
     }
@@ -150,13 +171,16 @@ impl Waiters {
         // First come, first served: while older callers wait on one of these topics, a caller
         // that is willing to wait queues behind them instead of taking a job first. A caller
         // that will not wait is not queued and tries the store directly.
+        let mut looked = None;
         if wait.is_zero() || !self.anyone_waits_on(&topics) {
+            let events_taken = self.events_taken.load(Ordering::SeqCst);
             let jobs = self.store.reserve(&topics, max, self.clock.now()).await?;
             if !jobs.is_empty() || wait.is_zero() || self.stopping.is_cancelled() {
                 return Ok(jobs);
             }
+            looked = Some(events_taken);
         }
-        let (id, mut rx) = self.register(topics.clone(), max)?;
+        let (id, mut rx) = self.register(topics.clone(), max, looked)?;
         // Deregisters on every exit, including the future being dropped mid-wait.
         let _registration = Registration { waiters: self, id };
         self.newcomer_registered.notify_one();
@@ -197,6 +221,7 @@ impl Waiters {
         &self,
         topics: Vec<Topic>,
         max: usize,
+        looked: Option<u64>,
     ) -> Result<(WaiterId, oneshot::Receiver<Vec<Job>>), DispatchError> {
         let mut list = self.lock();
         if list.waiting.len() >= self.max_waiters {
@@ -214,6 +239,7 @@ impl Waiters {
                 max,
                 answer,
                 newcomer: true,
+                looked,
             },
         );
         Ok((id, rx))
@@ -222,7 +248,11 @@ impl Waiters {
     /// The serving task: serves on events, newcomers and the safety re-check until shutdown,
     /// then answers every waiter with nothing. `events` is subscribed before the task starts.
     pub(super) async fn serve_until_shutdown(&self, mut events: broadcast::Receiver<StoreEvent>) {
-        let mut safety = tokio::time::interval(WAITER_SAFETY_INTERVAL);
+        // The first re-check one interval from now (an interval's first tick is at once).
+        let mut safety = tokio::time::interval_at(
+            tokio::time::Instant::now() + WAITER_SAFETY_INTERVAL,
+            WAITER_SAFETY_INTERVAL,
+        );
         safety.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut errors = ErrorLog::new("reserve for waiters");
         let mut events_open = true;
@@ -230,10 +260,20 @@ impl Waiters {
             tokio::select! {
                 _ = self.stopping.cancelled() => break,
                 _ = self.newcomer_registered.notified() => {
-                    let newcomers = self.lock().take_newcomers();
+                    // Without events, every newcomer is looked at.
+                    let events_taken = if events_open {
+                        self.events_taken.load(Ordering::SeqCst)
+                    } else {
+                        u64::MAX
+                    };
+                    let newcomers = self.lock().take_newcomers(events_taken);
                     self.serve(newcomers, &mut errors).await;
                 }
-                ev = events.recv(), if events_open => match ev {
+                ev = events.recv(), if events_open => {
+                    // Counted before it is served: a caller that looked at the store before
+                    // this event was taken is served by this pass or by the newcomer pass.
+                    self.events_taken.fetch_add(1, Ordering::SeqCst);
+                    match ev {
                     Ok(StoreEvent::Ready(topic)) => self.serve(Scope::Topic(topic), &mut errors).await,
                     Ok(StoreEvent::Due(_)) => {}
                     Ok(StoreEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -243,7 +283,7 @@ impl Waiters {
                         tracing::warn!("store event channel closed; waiters now rely on the safety re-check");
                         events_open = false;
                     }
-                },
+                }},
                 _ = safety.tick() => {
                     if self.count() > 0 {
                         self.serve(Scope::All, &mut errors).await;
@@ -336,8 +376,9 @@ mod tests {
     use super::*;
     use crate::clock::SystemClock;
     use crate::job::{JobId, JobSpec, JobState};
-    use crate::store::PushMode;
+    use crate::store::hook::{Hooked, StoreHook};
     use crate::store::memory::MemoryStore;
+    use crate::store::{Call, PushMode, Reply};
     use tokio::time::Instant;
     use tokio_util::sync::CancellationToken;
 
@@ -425,6 +466,115 @@ mod tests {
         assert_eq!(ids(&joined(waiting).await.unwrap()), ["j1"]);
     }
 
+    /// Counts the reserves that reach the store. With `race` set, the answer of the first one
+    /// waits until a job due now was pushed and the serving task took its event: the job
+    /// became ready between a caller's try and its registration.
+    struct Reserves {
+        calls: AtomicU64,
+        race: bool,
+        memory: Arc<MemoryStore>,
+        waiters: std::sync::OnceLock<Arc<Waiters>>,
+    }
+
+    impl StoreHook for Reserves {
+        fn before(&self, call: &Call<'_>) -> Result<(), StoreError> {
+            if let Call::Reserve { .. } = call {
+                self.calls.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+
+        fn settle(
+            &self,
+            call: &Call<'_>,
+            _: Result<Reply<'_>, &StoreError>,
+            _: &[JobSpec],
+        ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static {
+            let first =
+                matches!(call, Call::Reserve { .. }) && self.calls.load(Ordering::SeqCst) == 1;
+            let race =
+                (self.race && first).then(|| (self.memory.clone(), self.waiters.get().cloned()));
+            async move {
+                if let Some((memory, Some(waiters))) = race {
+                    memory
+                        .push(spec("j1", 0), PushMode::Reject, SystemClock.now())
+                        .await
+                        .unwrap();
+                    while waiters.events_taken.load(Ordering::SeqCst) == 0 {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Waiters over a memory store behind [`Reserves`], their serving task running.
+    fn counted(race: bool) -> (Arc<Waiters>, Arc<Reserves>) {
+        let memory = Arc::new(MemoryStore::new());
+        let hook = Arc::new(Reserves {
+            calls: AtomicU64::new(0),
+            race,
+            memory: memory.clone(),
+            waiters: std::sync::OnceLock::new(),
+        });
+        let store = Arc::new(Hooked::new(memory, hook.clone()));
+        let waiters = Arc::new(Waiters::new(
+            store.clone(),
+            Arc::new(SystemClock),
+            100,
+            CancellationToken::new(),
+        ));
+        let _ = hook.waiters.set(waiters.clone());
+        let events = store.subscribe();
+        let serving = waiters.clone();
+        tokio::spawn(async move { serving.serve_until_shutdown(events).await });
+        (waiters, hook)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiting_consumer_costs_one_empty_reserve_not_two() {
+        let (waiters, hook) = counted(false);
+        let waiting = {
+            let w = waiters.clone();
+            tokio::spawn(async move { w.poll(vec![topic("t")], 1, Duration::from_secs(30)).await })
+        };
+        while waiters.count() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The serving task has been woken for the newcomer; give it time to ask the store.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            hook.calls.load(Ordering::SeqCst),
+            1,
+            "only the caller's own try; events taken: {}",
+            waiters.events_taken.load(Ordering::SeqCst)
+        );
+        hook.memory
+            .push(spec("j1", 0), PushMode::Reject, SystemClock.now())
+            .await
+            .unwrap();
+        assert_eq!(ids(&joined(waiting).await.unwrap()), ["j1"]);
+        assert_eq!(hook.calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_ready_between_the_try_and_the_registration_is_served_at_once() {
+        let (waiters, _hook) = counted(true);
+        let started = Instant::now();
+        let jobs = waiters
+            .poll(vec![topic("t")], 1, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(ids(&jobs), ["j1"]);
+        // Not by the safety re-check (every second): by the newcomer pass.
+        assert!(
+            started.elapsed() < WAITER_SAFETY_INTERVAL / 2,
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn dropped_reserve_call_removes_its_waiter() {
         let f = fixture();
@@ -449,7 +599,11 @@ mod tests {
     async fn jobs_reserved_for_a_waiter_that_left_are_handed_back() {
         let f = fixture();
         f.push(spec("j1", 0)).await;
-        let (id, rx) = f.dispatcher.waiters.register(vec![topic("t")], 1).unwrap();
+        let (id, rx) = f
+            .dispatcher
+            .waiters
+            .register(vec![topic("t")], 1, None)
+            .unwrap();
         drop(rx);
         let jobs = f
             .store
