@@ -12,7 +12,12 @@
 //! and one of them moves the schedule on (the claim), however fast the job is finished; a fire
 //! cut short between the two calls (a kill) is completed by the next one, which plans the same
 //! version and finds the ticks stored. The price: a change (a pause) that lands between the
-//! version check and the push lets ticks that were due before it fire.
+//! version check and the push lets the ticks being pushed fire (due before it, or fired ahead).
+//!
+//! A change of a schedule that drops a tick it fired ahead (`Schedule::withdraws`) first
+//! withdraws that tick's job on the job's shard (`schedule_unfire.lua`, which also moves the
+//! shard's mark back before the tick), then changes the schedule: a change that fails in
+//! between leaves the tick without its job, never its job delivered for a changed schedule.
 
 use super::keys::ShardKeys;
 use super::push::stored_spec;
