@@ -334,11 +334,25 @@ pub struct FirePlan {
     pub skipped_missed: u64,
     /// Ticks passed over because the previous tick's job still exists.
     pub skipped_overlap: u64,
+    /// Ticks pushed ahead of their time (due at their tick): 0 or 1.
+    pub ahead: u64,
 }
 
 /// A due tick handled this long after its time or later is a missed one (the firing task
 /// handles a tick within milliseconds while an instance runs).
 pub const LATE_AFTER_MS: u64 = 1_000;
+/// How long before its tick a tick's job is pushed (fired ahead), as a delayed job due at the
+/// tick, so that at the tick only the timer's promotion of stored jobs is left
+/// (docs/schedules.md, "Fired ahead"). It must cover the firing of a tick shared by many
+/// schedules (100,000 take 0.4 s in memory, 1.4 s embedded, 2.9 s on Redis on the benchmarks'
+/// machine, docs/benchmarks.md) and the firing task's longest sleep (0.5 s); past it the
+/// jobs are late by the rest, as when firing at the tick. Not longer: a change to a schedule
+/// within this time of its next tick has to withdraw the tick's job, and a tick fired ahead
+/// before every instance stopped is delivered when one is back whatever `catch_up` says.
+/// Only `overlap: allow` schedules fire ahead (`skip` is judged at the tick), and at most one
+/// tick of a schedule is ahead at a time (its last tick): a schedule every second fires each
+/// tick when the one before it passes, a second ahead.
+pub const FIRE_AHEAD_MS: u64 = 5_000;
 /// The most missed ticks looked at one by one when catching up (a longer outage counts the
 /// rest as skipped without listing them).
 const MAX_MISSED_SCAN: usize = 100_000;
@@ -398,6 +412,80 @@ impl Schedule {
     /// Whether the firing task should handle it at `now`.
     pub fn is_due(&self, now: UnixMillis) -> bool {
         !self.spec.paused && self.next_tick.is_some_and(|t| t <= now)
+    }
+
+    /// The tick whose job a change of this stored schedule withdraws if that job still
+    /// waits for it (fired ahead: delayed, due at the tick, never handed out): its last tick,
+    /// unless `new` (the schedule replacing it; `None`: deleting it) keeps that tick as its
+    /// last, is not paused and has moved past it. The stores apply it with the change itself
+    /// (`Store::put_schedule`, `Store::delete_schedule`), so a schedule paused, deleted or
+    /// whose rule changed does not deliver a tick it fired ahead.
+    pub fn withdraws(&self, new: Option<&Schedule>) -> Option<UnixMillis> {
+        let t = self.last_tick?;
+        let keeps = new.is_some_and(|n| {
+            !n.spec.paused && n.last_tick == Some(t) && n.next_tick.is_none_or(|x| x > t)
+        });
+        (!keeps).then_some(t)
+    }
+
+    /// Whether its ticks fire ahead ([`FIRE_AHEAD_MS`]): `overlap: skip` is judged at the tick.
+    pub fn fires_ahead(&self) -> bool {
+        self.spec.overlap == Overlap::Allow
+    }
+
+    /// The tick fired ahead whose job may still be waiting for its time, if any: the last
+    /// tick, when it is after `now` and the schedule moved past it (a change that brought
+    /// the next tick back to or before it withdrew its job).
+    pub fn ahead_tick(&self, now: UnixMillis) -> Option<UnixMillis> {
+        self.last_tick
+            .filter(|&t| t > now && self.next_tick.is_none_or(|n| n > t))
+    }
+
+    /// When the firing task should handle it next: at its next tick, or [`FIRE_AHEAD_MS`]
+    /// before it when it fires ahead, but not before the tick it fired ahead last passed (one
+    /// tick ahead at a time). `None`: paused, or no tick left.
+    pub fn handle_at(&self) -> Option<UnixMillis> {
+        let next = self.next_tick.filter(|_| !self.spec.paused)?;
+        if !self.fires_ahead() {
+            return Some(next);
+        }
+        let pending = self.last_tick.filter(|&t| t < next).unwrap_or(0);
+        Some(next.saturating_sub(FIRE_AHEAD_MS).max(pending))
+    }
+
+    /// [`Schedule::plan`], then, for a schedule that fires ahead with nothing ahead already,
+    /// its next tick if it falls within [`FIRE_AHEAD_MS`] after `now`: pushed now as a job
+    /// due at that tick (never earlier), the schedule moved past it, and it becomes the last
+    /// tick. A tick fired ahead is never a missed one.
+    pub fn plan_ahead(&self, r: &Recurrence, now: UnixMillis, previous_exists: bool) -> FirePlan {
+        let mut plan = self.plan(r, now, previous_exists);
+        if !self.fires_ahead() || self.spec.paused {
+            return plan;
+        }
+        // Where the schedule stands after the due ticks' handling, if any.
+        let (next, last) = match &plan.fire {
+            Some(f) => (f.next_tick, f.last_tick),
+            None => (self.next_tick, self.last_tick),
+        };
+        let Some(t) = next.filter(|&t| t > now && t - now <= FIRE_AHEAD_MS) else {
+            return plan;
+        };
+        if last.is_some_and(|l| l > now && l < t) {
+            // A tick already ahead: the next one fires once it passed.
+            return plan;
+        }
+        let fire = plan.fire.get_or_insert_with(|| ScheduleFire {
+            id: self.spec.id.clone(),
+            version: self.version,
+            jobs: Vec::new(),
+            next_tick: next,
+            last_tick: last,
+        });
+        fire.jobs.push(self.spec.job_for(t));
+        fire.next_tick = self.spec.next_after(r, t);
+        fire.last_tick = Some(t);
+        plan.ahead = 1;
+        plan
     }
 
     /// Plans the handling of this schedule at `now`: which due ticks push a job (by its
@@ -895,6 +983,98 @@ mod tests {
             Schedule::new(spec, &far.recurrence().unwrap(), T + 1).next_tick,
             None
         );
+    }
+
+    #[test]
+    fn a_tick_fires_ahead_as_a_job_due_at_it_one_tick_at_a_time() {
+        // Every 10 s from T: the first tick, T + 10 s, is ahead from T + 5 s on.
+        let (mut sc, _) = every_second(CatchUp::Latest, Overlap::Allow);
+        sc.spec.rule = Rule::Every {
+            every_ms: 10_000,
+            anchor: T,
+        };
+        let r = sc.spec.rule.recurrence().unwrap();
+        let sc = Schedule::new(sc.spec, &r, T);
+        assert_eq!(sc.handle_at(), Some(T + 10_000 - FIRE_AHEAD_MS));
+        assert_eq!(sc.plan_ahead(&r, T + 4_999, false), FirePlan::default());
+        let plan = sc.plan_ahead(&r, T + 5_000, false);
+        assert_eq!(ticks(&plan), [T + 10_000], "due at its tick, never earlier");
+        assert_eq!(plan.ahead, 1);
+        assert_eq!((plan.caught_up, plan.skipped_missed), (0, 0));
+        let fire = plan.fire.unwrap();
+        assert_eq!(fire.jobs[0].id.as_str(), format!("s@{}", T + 10_000));
+        assert_eq!(
+            (fire.next_tick, fire.last_tick),
+            (Some(T + 20_000), Some(T + 10_000))
+        );
+        // Fired: the next tick is handled 5 s before it, not before.
+        let mut fired = sc.clone();
+        (fired.next_tick, fired.last_tick) = (fire.next_tick, fire.last_tick);
+        assert_eq!(fired.ahead_tick(T + 9_999), Some(T + 10_000));
+        assert_eq!(fired.ahead_tick(T + 10_000), None, "passed");
+        assert_eq!(fired.handle_at(), Some(T + 15_000));
+
+        // Every second: one tick ahead at a time, the next fired when it passed.
+        let (sc, r) = every_second(CatchUp::Latest, Overlap::Allow);
+        let plan = sc.plan_ahead(&r, T + 100, false);
+        assert_eq!(ticks(&plan), [T + 1_000]);
+        let mut fired = sc.clone();
+        let fire = plan.fire.unwrap();
+        (fired.next_tick, fired.last_tick) = (fire.next_tick, fire.last_tick);
+        assert_eq!(fired.handle_at(), Some(T + 1_000));
+        assert_eq!(fired.plan_ahead(&r, T + 999, false), FirePlan::default());
+        assert_eq!(ticks(&fired.plan_ahead(&r, T + 1_000, false)), [T + 2_000]);
+
+        // A tick due now fires as before, and the next one ahead with it.
+        let (mut late, r) = every_second(CatchUp::Latest, Overlap::Allow);
+        late.next_tick = Some(T + 1_000);
+        let plan = late.plan_ahead(&r, T + 1_010, false);
+        assert_eq!(ticks(&plan), [T + 1_000, T + 2_000]);
+        let fire = plan.fire.unwrap();
+        assert_eq!(
+            (fire.next_tick, fire.last_tick),
+            (Some(T + 3_000), Some(T + 2_000))
+        );
+    }
+
+    #[test]
+    fn skip_paused_and_ended_schedules_do_not_fire_ahead() {
+        let (sc, r) = every_second(CatchUp::Latest, Overlap::Skip);
+        assert_eq!(sc.handle_at(), Some(T + 1_000), "at its tick");
+        assert_eq!(sc.plan_ahead(&r, T + 500, false), FirePlan::default());
+        assert_eq!(ticks(&sc.plan_ahead(&r, T + 1_000, false)), [T + 1_000]);
+
+        let (mut sc, r) = every_second(CatchUp::Latest, Overlap::Allow);
+        sc.spec.paused = true;
+        assert_eq!(sc.handle_at(), None);
+        assert_eq!(sc.plan_ahead(&r, T + 500, false), FirePlan::default());
+
+        let (mut sc, r) = every_second(CatchUp::Latest, Overlap::Allow);
+        sc.spec.end_at = Some(T + 1_000);
+        let plan = sc.plan_ahead(&r, T + 500, false);
+        assert_eq!(ticks(&plan), [T + 1_000], "the last tick");
+        assert_eq!(plan.fire.unwrap().next_tick, None);
+    }
+
+    #[test]
+    fn a_change_withdraws_the_tick_ahead_unless_it_keeps_it() {
+        let (mut old, _) = every_second(CatchUp::Latest, Overlap::Allow);
+        (old.next_tick, old.last_tick) = (Some(T + 2_000), Some(T + 1_000));
+        assert_eq!(old.withdraws(None), Some(T + 1_000), "a delete");
+        let kept = old.clone();
+        assert_eq!(old.withdraws(Some(&kept)), None, "kept, moved past it");
+        let mut ended = old.clone();
+        ended.next_tick = None;
+        assert_eq!(old.withdraws(Some(&ended)), None, "kept as the last tick");
+        let mut paused = old.clone();
+        paused.spec.paused = true;
+        assert_eq!(old.withdraws(Some(&paused)), Some(T + 1_000));
+        let mut again = old.clone();
+        again.next_tick = Some(T + 1_000);
+        assert_eq!(old.withdraws(Some(&again)), Some(T + 1_000), "fired again");
+        let mut forgotten = old.clone();
+        forgotten.last_tick = None;
+        assert_eq!(old.withdraws(Some(&forgotten)), Some(T + 1_000));
     }
 
     #[test]

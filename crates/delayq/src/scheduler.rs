@@ -6,11 +6,17 @@
 //! applies the plans with `Store::fire_schedules`, many per call, each fire a compare-and-set on
 //! its schedule's version: when several instances handle the same tick, one fire moves the
 //! schedule on and pushes the tick's job, and the others change nothing.
+//!
+//! Ticks fire ahead: the task reads the schedules due within [`FIRE_AHEAD_MS`] and pushes
+//! each one's next tick up to that long before it, as a job delayed until the tick
+//! (`Schedule::plan_ahead`), so that at a tick shared by many schedules the only work left is
+//! the timer promoting stored jobs, in batches. Schedules with `overlap: skip` are handled at
+//! their tick, as the skip is judged then.
 
 use crate::clock::Clock;
 use crate::job::{InvalidField, JobId, UnixMillis};
 use crate::metrics::Metrics;
-use crate::schedule::{FirePlan, Overlap, Recurrence, Rule, Schedule, ScheduleFire};
+use crate::schedule::{FIRE_AHEAD_MS, FirePlan, Overlap, Recurrence, Rule, Schedule, ScheduleFire};
 use crate::store::{FireOutcome, Store, StoreError};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
@@ -101,7 +107,9 @@ impl Scheduler {
     /// left): wakes the task if it is asleep past that tick (and if it is not asleep, so that
     /// the pass under way is not the last look before the tick).
     pub fn changed(&self, next_tick: Option<UnixMillis>) {
-        if next_tick.is_some_and(|t| t < self.asleep_until.load(Ordering::SeqCst)) {
+        // It may fire ahead: from FIRE_AHEAD_MS before the tick.
+        let from = next_tick.map(|t| t.saturating_sub(FIRE_AHEAD_MS));
+        if from.is_some_and(|t| t < self.asleep_until.load(Ordering::SeqCst)) {
             self.wake();
         }
     }
@@ -129,32 +137,45 @@ impl Scheduler {
         })
     }
 
-    /// Handles every due schedule; returns how long to sleep.
+    /// Handles every schedule due now or within [`FIRE_AHEAD_MS`]; returns how long to sleep.
     async fn pass(&self) -> Result<Duration, StoreError> {
         loop {
             let now = self.clock.now();
-            let due = self.store.due_schedules(now, BATCH).await?;
+            let due = self
+                .store
+                .due_schedules(now.saturating_add(FIRE_AHEAD_MS), BATCH)
+                .await?;
             let full = due.due.len() >= BATCH;
-            self.handle(&due.due).await?;
-            if full {
+            let (fired, wake) = self.handle(&due.due).await?;
+            // A full batch of which nothing could be handled yet (schedules waiting for their
+            // tick: `overlap: skip`, or one tick ahead already) is waited for: the schedules
+            // listed after them are then handled late, at the latest at their tick.
+            if full && fired > 0 {
                 continue;
             }
+            let next = due.next.map(|t| t.saturating_sub(FIRE_AHEAD_MS));
+            let next = match (next, wake) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let now = self.clock.now();
-            let until = due
-                .next
-                .map_or(MAX_SLEEP, |t| Duration::from_millis(t.saturating_sub(now)));
+            let until = next.map_or(MAX_SLEEP, |t| Duration::from_millis(t.saturating_sub(now)));
             return Ok(until.min(MAX_SLEEP));
         }
     }
 
-    /// Plans and fires due schedules: [`FIRES_PER_CALL`] per `Store::fire_schedules`,
-    /// [`CONCURRENT_CALLS`] calls at a time, all planned from one `now` (so schedules sharing a
-    /// rule share its next-tick searches: `Recurrence`'s memo).
-    async fn handle(&self, due: &[Schedule]) -> Result<(), StoreError> {
-        let overlapping = self.previous_jobs(due).await?;
+    /// Plans and fires the schedules listed due: [`FIRES_PER_CALL`] per
+    /// `Store::fire_schedules`, [`CONCURRENT_CALLS`] calls at a time, all planned from one
+    /// `now` (so schedules sharing a rule share its next-tick searches: `Recurrence`'s memo).
+    /// Returns how many fired, and when the earliest of those not handled yet (waiting for
+    /// their tick, or for their tick ahead to pass) is to be handled.
+    async fn handle(&self, due: &[Schedule]) -> Result<(usize, Option<UnixMillis>), StoreError> {
+        // One `now` for both: a skip schedule is asked about only when it is due at it.
         let now = self.clock.now();
+        let overlapping = self.previous_jobs(due, now).await?;
         let mut fires = Vec::new();
         let mut plans = Vec::new();
+        let mut wake: Option<UnixMillis> = None;
         for (sc, previous_exists) in due.iter().zip(overlapping) {
             let Some(rule) = self.recurrence(&sc.spec.rule) else {
                 // Only checked rules are stored; one that no longer parses (a zone removed
@@ -162,12 +183,15 @@ impl Scheduler {
                 tracing::warn!(schedule = %sc.spec.id, "recurring schedule's rule does not parse");
                 continue;
             };
-            let mut plan = sc.plan(&rule, now, previous_exists);
+            let mut plan = sc.plan_ahead(&rule, now, previous_exists);
             if let Some(fire) = plan.fire.take() {
                 fires.push(fire);
                 plans.push(plan);
+            } else if let Some(t) = sc.handle_at() {
+                wake = Some(wake.map_or(t, |w| w.min(t)));
             }
         }
+        let fired = fires.len();
         // Collected first: a stream over a lazy `map` of borrowed chunks is not `Send` enough
         // for the spawned task (rustc's higher-ranked closure limits).
         let calls: Vec<_> = fires
@@ -177,7 +201,7 @@ impl Scheduler {
             .collect();
         let mut running = futures::stream::iter(calls).buffer_unordered(CONCURRENT_CALLS);
         while running.try_next().await?.is_some() {}
-        Ok(())
+        Ok((fired, wake))
     }
 
     /// Fires `fires` in one store call and counts what each fire's plan did.
@@ -204,14 +228,19 @@ impl Scheduler {
     }
 
     /// For each due schedule, whether the job of its last fired tick still exists: only asked
-    /// of the store for schedules with `overlap: skip` (`CONCURRENT_READS` at a time).
-    async fn previous_jobs(&self, due: &[Schedule]) -> Result<Vec<bool>, StoreError> {
+    /// of the store for schedules with `overlap: skip` whose tick came (`CONCURRENT_READS` at a
+    /// time).
+    async fn previous_jobs(
+        &self,
+        due: &[Schedule],
+        now: UnixMillis,
+    ) -> Result<Vec<bool>, StoreError> {
         let mut out = vec![false; due.len()];
         let asks: Vec<(usize, JobId)> = due
             .iter()
             .enumerate()
             .filter_map(|(i, sc)| match (sc.spec.overlap, sc.last_tick) {
-                (Overlap::Skip, Some(t)) => Some((i, sc.spec.id.job_id(t))),
+                (Overlap::Skip, Some(t)) if sc.is_due(now) => Some((i, sc.spec.id.job_id(t))),
                 _ => None,
             })
             .collect();

@@ -8,14 +8,19 @@
 //! Firing: for each of the next `--ticks` whole minutes after the creation (each schedule
 //! fires at every minute from the first after its creation on, so every one of them fires at
 //! each measured tick), the bench polls `GET /v1/stats` on one connection, every `--poll-ms`
-//! (2 ms), from just before the tick until the topic holds the tick's `--count` new jobs.
-//! delayq records no push time in a job, so a tick's **lateness** is read from those counts:
-//! the lateness of the k-th job is the time from the tick to the answer of the first poll that
-//! counted k or more of the tick's jobs (an upper bound, by at most the poll interval and one
-//! poll's round trip: `poll_rtt_ms_p50` is reported). p50, p99 and max are those of the k-th jobs for k = 50 %,
-//! 99 % and 100 % of `--count`. A job counted before its tick would be early (`early` counts
-//! ticks where it happened). After the last tick, the topic must hold exactly `--ticks ×
-//! --count` jobs: `missing` and `extra` say how far it is off.
+//! (2 ms), from just before the tick until the topic holds the tick's `--count` new jobs
+//! that are out of `delayed` (ready, or reserved or dead: deliverable since the tick). delayq
+//! pushes a tick's jobs up to 5 s ahead, delayed until the tick (docs/schedules.md), so a job
+//! counts when it became deliverable, not when it was stored; a delayq that pushes them at the
+//! tick (before that change) stores them ready, and the count is the same. A tick's
+//! **lateness** is read from those counts: the lateness of the k-th job is the time from the
+//! tick to the answer of the first poll that counted k or more of the tick's jobs (an upper
+//! bound, by at most the poll interval and one poll's round trip: `poll_rtt_ms_p50` is
+//! reported). p50, p99 and max are those of the k-th jobs for k = 50 %, 99 % and 100 % of
+//! `--count`. A job counted before its tick would be early (`early` counts ticks where it
+//! happened). After the last tick, the topic must hold exactly `--ticks × --count` jobs more
+//! than its deliverable ones before the first tick: `missing` and `extra` say how far it is
+//! off.
 //!
 //! CPU per tick: the server's CPU time (`/proc/<--server-pid>/stat`, user + system) from one
 //! second before the tick until its last job was counted, which includes serving the polls;
@@ -120,13 +125,20 @@ where
 
 /// Every job of `topic` the server holds, in any state (`GET /v1/stats`).
 async fn jobs_of(conn: &mut V1, topic: &str) -> Result<u64> {
+    counted(conn, topic, &["delayed", "ready", "reserved", "dead"]).await
+}
+
+/// The jobs of `topic` that are deliverable or were delivered: every state but `delayed`.
+async fn deliverable_of(conn: &mut V1, topic: &str) -> Result<u64> {
+    counted(conn, topic, &["ready", "reserved", "dead"]).await
+}
+
+/// The jobs of `topic` in `states` (`GET /v1/stats`).
+async fn counted(conn: &mut V1, topic: &str, states: &[&str]) -> Result<u64> {
     let body = conn.request("GET", "/v1/stats").await?;
     let stats: serde_json::Value = serde_json::from_slice(&body).context("/v1/stats")?;
     let counts = &stats["topics"][topic];
-    Ok(["delayed", "ready", "reserved", "dead"]
-        .iter()
-        .map(|s| counts[s].as_u64().unwrap_or(0))
-        .sum())
+    Ok(states.iter().map(|s| counts[s].as_u64().unwrap_or(0)).sum())
 }
 
 async fn sleep_until_ms(t: u64) {
@@ -169,7 +181,7 @@ async fn poll_tick(
     sleep_until_ms(tick.saturating_sub(5)).await;
     loop {
         let sent = Instant::now();
-        let count = jobs_of(conn, topic).await?.saturating_sub(base);
+        let count = deliverable_of(conn, topic).await?.saturating_sub(base);
         polls.rtts_ms.push(sent.elapsed().as_secs_f64() * 1000.0);
         let at = now_ms() as i64 - tick as i64;
         polls.samples.push((at, count));
@@ -220,7 +232,8 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
     };
     // The first whole minute at least 1.5 s after the last creation: every schedule fires there.
     let first = (created_at + 1_500).div_ceil(MIN_MS) * MIN_MS;
-    let base = jobs_of(&mut conn, &topic).await?;
+    // The tick's jobs may be stored already (ahead, delayed): not counted in the base.
+    let base = deliverable_of(&mut conn, &topic).await?;
     let idle0 = machine_idle_ticks();
     let (mut p50s, mut p99s, mut maxes, mut cpus, mut redis_cpus, mut rtts) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
@@ -230,7 +243,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
         sleep_until_ms(tick - 1_000).await;
         let cpu0 = c.probes.server_pid.and_then(process_cpu_s);
         let redis0 = p.redis_pid.and_then(process_cpu_s);
-        let before = jobs_of(&mut conn, &topic).await?;
+        let before = deliverable_of(&mut conn, &topic).await?;
         let every = Duration::from_millis(p.poll_ms);
         let timeout = p.tick_timeout_s * 1000;
         let polls = poll_tick(&mut conn, &topic, tick, before, n, every, timeout).await?;
@@ -272,6 +285,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
     let idle1 = machine_idle_ticks();
     // Late stragglers and duplicates show after a pause.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // Every job by now: the next tick's are pushed ahead only 5 s before it, a minute on.
     let end = jobs_of(&mut conn, &topic).await?;
     let want = base + u64::from(p.ticks) * n;
     r.metrics

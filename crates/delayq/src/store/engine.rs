@@ -761,6 +761,11 @@ impl Engine {
             (Some(v), Some(c)) if v != c => return Err(StoreError::Exists),
             _ => {}
         }
+        if let Some(old) = self.schedules.get(&schedule.spec.id)
+            && let Some(t) = old.withdraws(Some(schedule))
+        {
+            self.withdraw(&schedule.spec.id, t, fx);
+        }
         let mut sc = schedule.clone();
         sc.version = current.unwrap_or(0) + 1;
         self.set_schedule(sc.clone());
@@ -785,9 +790,25 @@ impl Engine {
     }
 
     pub fn delete_schedule(&mut self, id: &ScheduleId, fx: &mut Effects) -> StoreResult<()> {
-        self.unset_schedule(id).ok_or(StoreError::NotFound)?;
+        let old = self.unset_schedule(id).ok_or(StoreError::NotFound)?;
+        if let Some(t) = old.withdraws(None) {
+            self.withdraw(id, t, fx);
+        }
         fx.changes.push(Change::RemoveSchedule(id.clone()));
         Ok(())
+    }
+
+    /// Removes the job of schedule `id`'s tick `tick` if it still waits for it (fired ahead:
+    /// delayed, due at the tick, never handed out), in the transition of the schedule's change
+    /// ([`Schedule::withdraws`]).
+    fn withdraw(&mut self, id: &ScheduleId, tick: UnixMillis, fx: &mut Effects) {
+        let job = id.job_id(tick);
+        let waiting = self.jobs.get(&job).is_some_and(|s| {
+            s.0.state == JobState::Delayed && s.0.spec.run_at == tick && s.0.attempts == 0
+        });
+        if waiting {
+            let _ = self.delete(&job, fx);
+        }
     }
 
     pub fn due_schedules(&self, now: UnixMillis, limit: usize) -> DueSchedules {

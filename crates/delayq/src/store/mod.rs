@@ -456,7 +456,10 @@ store_calls! {
         /// `NotFound` when there is none, `Exists` when it is at another version; `Some(0)`
         /// (no schedule has version 0): only if there is none, else `Exists` (a restore's
         /// insert-if-absent). Returns the schedule as stored, with its new version (one more
-        /// than the replaced one's, 1 when created).
+        /// than the replaced one's, 1 when created). A replace withdraws the job of the
+        /// replaced schedule's tick fired ahead if it does not keep that tick and the job still
+        /// waits for it (`Schedule::withdraws`): in the same transition on the engine, in a
+        /// call of its own before the schedule's on Redis (the job may be on another shard).
         Change PutSchedule fn put_schedule(schedule: &'a Schedule, expect: Option<u64>)
             -> Schedule;
 
@@ -467,7 +470,8 @@ store_calls! {
         Read ListSchedules fn list_schedules(after: Option<&'a ScheduleId>, limit: usize)
             -> Vec<Schedule>;
 
-        /// Deletes a schedule (its jobs stay), or `NotFound`.
+        /// Deletes a schedule, or `NotFound`. Its jobs stay, but for the job of a tick fired
+        /// ahead still waiting for it, which is withdrawn as by `put_schedule`.
         Change DeleteSchedule fn delete_schedule(id: &'a ScheduleId) -> ();
 
         /// Up to `limit` due schedules (not paused, next tick at or before `now`), and the

@@ -285,13 +285,21 @@ async fn after_every_instance_was_stopped_10_s_each_catch_up_policy_fires_what_i
             .take_while(|&t| t < stopped_at)
             .collect();
         assert_eq!(&ticks[..before.len()], &before[..], "{id}: {ticks:?}");
-        let rest = &ticks[before.len()..];
+        let mut rest = &ticks[before.len()..];
+        // The tick fired ahead before the stop (the next one, pushed when the one before it
+        // passed) is not a missed one: its job was stored, due at it, and is delivered after
+        // the restart whatever the catch-up policy (docs/schedules.md).
+        let ahead = rest.first().copied().filter(|&t| t < stopped_at + 1000);
+        if ahead.is_some() {
+            rest = &rest[1..];
+        }
+        let last_before = ahead.or(before.last().copied()).unwrap();
         assert!(rest.len() >= 2, "{id} fires again: {ticks:?}");
         // After the restart, one tick a second again.
         let gaps: Vec<u64> = rest.windows(2).map(|w| w[1] - w[0]).collect();
         assert!(gaps.iter().all(|&g| g == 1000), "{id}: {ticks:?}");
         let first_after = rest[0];
-        let missed = (first_after - before.last().unwrap()) / 1000 - 1;
+        let missed = (first_after - last_before) / 1000 - 1;
         if id == "all" {
             assert_eq!(missed, 0, "all: every missed tick fired: {ticks:?}");
         } else {

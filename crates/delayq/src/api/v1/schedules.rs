@@ -376,6 +376,9 @@ async fn put(State(st): State<AppState>, path: IdPath, body: Body) -> ApiResult<
         };
         let mut sc = Schedule::new(spec, &rule, now);
         sc.last_tick = old.as_ref().and_then(|o| o.last_tick);
+        if let Some(old) = &old {
+            keep_ahead(old, &mut sc, &rule, now);
+        }
         // Version 0: only if there is none.
         let expect = old.as_ref().map_or(0, |o| o.version);
         match st.store.put_schedule(&sc, Some(expect)).await {
@@ -397,6 +400,28 @@ async fn put(State(st): State<AppState>, path: IdPath, body: Body) -> ApiResult<
     Err(ApiError::StoreUnavailable(
         "the schedule kept changing while it was being replaced".into(),
     ))
+}
+
+/// A replace of `old` by `sc` (its new state at `now`): a tick `old` fired ahead
+/// (`Schedule::ahead_tick`) is kept when the new schedule would fire it ahead too, with the
+/// same job (not paused, `overlap: allow`, the tick still one of its ticks, the same job
+/// template): `sc` then moves past it. Else the store withdraws its job with the change
+/// (`Schedule::withdraws`), and `sc` fires it again if it is still a tick; its last tick is
+/// then unknown (none).
+fn keep_ahead(old: &Schedule, sc: &mut Schedule, rule: &Recurrence, now: UnixMillis) {
+    let Some(t) = old.ahead_tick(now) else {
+        return;
+    };
+    let still = !sc.spec.paused
+        && sc.fires_ahead()
+        && sc.spec.job == old.spec.job
+        && sc.spec.next_after(rule, t - 1) == Some(t);
+    if still {
+        sc.next_tick = sc.spec.next_after(rule, t);
+        sc.last_tick = Some(t);
+    } else {
+        sc.last_tick = None;
+    }
 }
 
 /// `GET /v1/schedules/{id}`.
@@ -468,6 +493,11 @@ async fn set_paused(
         let mut sc = st.store.get_schedule(&id).await.map_err(not_found)?;
         if sc.spec.paused == paused {
             return Ok(Json(view(sc, now, &st)));
+        }
+        // A tick fired ahead is withdrawn with the pause (`Schedule::withdraws`): its last
+        // tick is then unknown (none).
+        if paused && sc.ahead_tick(now).is_some() {
+            sc.last_tick = None;
         }
         sc.spec.paused = paused;
         if !paused {

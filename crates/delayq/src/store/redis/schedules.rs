@@ -12,7 +12,12 @@
 //! and one of them moves the schedule on (the claim), however fast the job is finished; a fire
 //! cut short between the two calls (a kill) is completed by the next one, which plans the same
 //! version and finds the ticks stored. The price: a change (a pause) that lands between the
-//! version check and the push lets ticks that were due before it fire.
+//! version check and the push lets the ticks being pushed fire (due before it, or fired ahead).
+//!
+//! A change of a schedule that drops a tick it fired ahead (`Schedule::withdraws`) first
+//! withdraws that tick's job on the job's shard (`schedule_unfire.lua`, which also moves the
+//! shard's mark back before the tick), then changes the schedule: a change that fails in
+//! between leaves the tick without its job, never its job delivered for a changed schedule.
 
 use super::keys::ShardKeys;
 use super::push::stored_spec;
@@ -44,8 +49,19 @@ static SCHEDULE_PUSH: Function = Function::new(
     Memory::Adds,
 );
 
+static SCHEDULE_UNFIRE: Function = Function::new(
+    "schedule_unfire",
+    include_str!("schedule_unfire.lua"),
+    Memory::Neutral,
+);
+
 /// The functions this file calls, for the library (`scripts.rs`).
-pub(super) static FUNCTIONS: [&Function; 3] = [&SCHEDULE_PUT, &SCHEDULE_DELETE, &SCHEDULE_PUSH];
+pub(super) static FUNCTIONS: [&Function; 4] = [
+    &SCHEDULE_PUT,
+    &SCHEDULE_DELETE,
+    &SCHEDULE_PUSH,
+    &SCHEDULE_UNFIRE,
+];
 
 /// A shard's schedule keys: record, version, due index, listing.
 fn keys(k: &ShardKeys) -> [String; 4] {
@@ -91,6 +107,31 @@ impl RedisStore {
             _ => Err(unexpected(&v)),
         }
     }
+}
+
+/// Before a change of `old` (the stored schedule) into `new` (`None`: its deletion): withdraws
+/// the job of the tick `old` fired ahead if the change does not keep it and it still waits for
+/// its tick (`Schedule::withdraws`), on the job's shard, with the shard's mark of the
+/// schedule moved back before the tick (`schedule_unfire.lua`). The job and the schedule may
+/// be on different shards, so this is a call of its own, made first: a change that fails after
+/// it leaves the tick without its job (and the change to be made again), never a job delivered
+/// for a schedule paused, deleted or changed.
+async fn withdraw(store: &RedisStore, old: &Schedule, new: Option<&Schedule>) -> StoreResult<()> {
+    let Some(tick) = old.withdraws(new) else {
+        return Ok(());
+    };
+    let job = old.spec.id.job_id(tick);
+    let keys = &store.inner.shards[usize::from(shard_of(job.as_str(), store.shard_count()))];
+    let mark = format!("{}:schedmark", keys.tag);
+    let mut all_keys: Vec<&str> = keys.all().to_vec();
+    all_keys.push(&mark);
+    let call = super::conn::Call::new(SCHEDULE_UNFIRE.registered(), &all_keys)
+        .arg(&store.inner.channel)
+        .arg(0)
+        .arg(old.spec.id.as_str())
+        .arg(job.as_str())
+        .arg(tick);
+    store.fcall_one(call).await.map(drop)
 }
 
 /// `call` with `sc`'s four arguments of `schedule_put.lua` added.
@@ -296,6 +337,17 @@ impl Calls {
         schedule: &Schedule,
         expect: Option<u64>,
     ) -> StoreResult<Schedule> {
+        // A replace first withdraws a tick fired ahead that it does not keep (a creation,
+        // `Some(0)`, has nothing to withdraw and stays one call).
+        if expect != Some(0) {
+            match Calls::get_schedule(store, &schedule.spec.id).await {
+                Ok(old) if expect.is_none_or(|v| v == old.version) => {
+                    withdraw(store, &old, Some(schedule)).await?;
+                }
+                Ok(_) | Err(StoreError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
         let version = store.schedule_cas(schedule, expect, 0).await?;
         let mut sc = schedule.clone();
         sc.version = version;
@@ -355,6 +407,9 @@ impl Calls {
         store: &RedisStore,
         id: &ScheduleId,
     ) -> StoreResult<()> {
+        // The tick fired ahead first, then the schedule: see `withdraw`.
+        let old = Calls::get_schedule(store, id).await?;
+        withdraw(store, &old, None).await?;
         let ks = keys(store.schedule_shard(id));
         let key_refs: Vec<&str> = ks.iter().map(String::as_str).collect();
         let call = super::conn::Call::new(SCHEDULE_DELETE.registered(), &key_refs)

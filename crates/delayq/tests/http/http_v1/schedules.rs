@@ -229,7 +229,93 @@ async fn each_tick_pushes_one_job_named_after_the_tick_and_due_at_it(b: &Backend
     assert!(r.json["last_tick_ms"].as_u64().unwrap() >= *seen.last().unwrap());
 }
 
+/// Polls job `id` (up to 3 s) until `ok` says yes of its reply; returns the last reply.
+async fn until_job(app: &TestApp, id: &str, ok: impl Fn(&Reply) -> bool) -> Reply {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let r = app.get(&format!("/v1/jobs/{id}")).await;
+        if ok(&r) || Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A tick within `FIRE_AHEAD_MS` is pushed ahead, delayed until it (docs/schedules.md, "Fired
+/// ahead"); a replace that would fire it the same keeps it; a replace with another job, a
+/// pause and a delete withdraw it; a resume or the replace fires it again.
+async fn a_tick_fired_ahead_is_withdrawn_by_a_pause_a_delete_or_a_changed_replace(b: &Backend) {
+    let app = TestApp::new(b);
+    // Every minute from a tick 3 s away: within the lead, so fired ahead at once.
+    let tick = (now_ms() + 3_000).div_ceil(1000) * 1000;
+    let body = |b: &str| json!({"every_ms": 60_000, "start_at_ms": tick, "job": {"topic": "ahead", "body": b}});
+    let r = put(&app, "early", body("one")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    let job = format!("early@{tick}");
+    let r = until_job(&app, &job, |r| r.status == StatusCode::OK).await;
+    assert_eq!(r.status, StatusCode::OK, "fired ahead: {:?}", r.json);
+    assert_eq!(
+        (&r.json["state"], &r.json["run_at_ms"], &r.json["body"]),
+        (&json!("delayed"), &json!(tick), &json!("one"))
+    );
+    let s = app.get("/v1/schedules/early").await.json;
+    assert_eq!(
+        s["last_tick_ms"],
+        json!(tick),
+        "the tick whose job is pushed"
+    );
+    assert_eq!(s["next_runs_ms"][0], json!(tick), "still a coming run");
+    assert_eq!(s["next_runs_ms"][1], json!(tick + 60_000));
+
+    // The same schedule again: the job stays as it is.
+    let r = put(&app, "early", body("one")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json["next_runs_ms"][0], json!(tick));
+    assert_eq!(
+        app.get(&format!("/v1/jobs/{job}")).await.json["body"],
+        "one"
+    );
+
+    // Another job template: withdrawn, and fired again with it.
+    let r = put(&app, "early", body("two")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = until_job(&app, &job, |r| r.json["body"] == "two").await;
+    assert_eq!(
+        (&r.json["state"], &r.json["body"]),
+        (&json!("delayed"), &json!("two")),
+        "{:?}",
+        r.json
+    );
+
+    // A pause withdraws it; a resume before the tick fires it again.
+    let r = app.post("/v1/schedules/early/pause", json!({})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json["last_tick_ms"], Value::Null);
+    let r = app.get(&format!("/v1/jobs/{job}")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.json);
+    let r = app.post("/v1/schedules/early/resume", json!({})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = until_job(&app, &job, |r| r.status == StatusCode::OK).await;
+    assert_eq!(r.json["state"], "delayed", "{:?}", r.json);
+
+    // Nothing is handed out before the tick.
+    assert!(reserve(&app, &["ahead"], 10).await.is_empty());
+
+    // A delete withdraws it.
+    let r = app
+        .send(Method::DELETE, "/v1/schedules/early", "", None)
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = app.get(&format!("/v1/jobs/{job}")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.json);
+    assert!(
+        now_ms() < tick,
+        "the test ran within the lead; else redo it slower"
+    );
+}
+
 backend_tests!(
+    a_tick_fired_ahead_is_withdrawn_by_a_pause_a_delete_or_a_changed_replace,
     a_schedule_is_created_read_listed_replaced_paused_resumed_and_deleted,
     bad_schedules_are_refused_naming_the_field_and_nothing_is_stored,
     each_tick_pushes_one_job_named_after_the_tick_and_due_at_it,

@@ -416,7 +416,142 @@ async fn racing_batches_push_each_tick_once(b: &Backend) {
     assert_eq!(jobs.len(), names.len(), "one job per tick");
 }
 
+/// A tick fired ahead (docs/schedules.md): its job is stored delayed until the tick and handed
+/// out at it, never before; a replace that keeps the tick keeps its job; a pause, a replace
+/// that brings the tick back (to fire it again) and a delete withdraw the job while it waits,
+/// in the change itself; a job already handed out stays.
+async fn a_tick_fired_ahead_waits_for_it_and_a_change_that_drops_it_withdraws_it(b: &Backend) {
+    let sc = put(b, &every_second("ah")).await;
+    let rule = sc.spec.rule.recurrence().unwrap();
+    let tick = T0 + SEC;
+    let job_id = id(&format!("ah@{tick}"));
+    let fire_ahead = |sc: &Schedule, now| {
+        let plan = sc.plan_ahead(&rule, now, false);
+        assert_eq!(plan.ahead, 1, "{plan:?}");
+        plan.fire.unwrap()
+    };
+    let now = T0 + 100;
+    let fire = fire_ahead(&sc, now);
+    assert_eq!(fire.jobs.len(), 1);
+    assert_eq!(
+        b.store
+            .fire_schedules(std::slice::from_ref(&fire), now)
+            .await,
+        Ok(vec![FireOutcome::Fired {
+            pushed: 1,
+            existed: 0
+        }])
+    );
+    let j = b.store.get(&job_id).await.unwrap();
+    assert_eq!((j.state, j.spec.run_at), (JobState::Delayed, tick));
+    let fired = b.store.get_schedule(&sid("ah")).await.unwrap();
+    assert_eq!(
+        (fired.next_tick, fired.last_tick),
+        (Some(tick + SEC), Some(tick))
+    );
+    assert_eq!(fired.ahead_tick(now), Some(tick));
+
+    // A replace that keeps the tick as its last and moves past it keeps its job.
+    let kept = b
+        .store
+        .put_schedule(&fired, Some(fired.version))
+        .await
+        .unwrap();
+    assert_eq!(
+        b.store.get(&job_id).await.map(|j| j.state),
+        Ok(JobState::Delayed)
+    );
+
+    // A pause withdraws it.
+    let mut paused = kept.clone();
+    paused.spec.paused = true;
+    paused.last_tick = None;
+    let paused = b
+        .store
+        .put_schedule(&paused, Some(kept.version))
+        .await
+        .unwrap();
+    assert_eq!(b.store.get(&job_id).await, Err(StoreError::NotFound));
+
+    // Resumed before the tick: the tick fires ahead again (its id is free again, on Redis
+    // too: the shard's mark went back with the job).
+    let mut resumed = paused.clone();
+    resumed.spec.paused = false;
+    resumed.next_tick = Some(tick);
+    let resumed = b
+        .store
+        .put_schedule(&resumed, Some(paused.version))
+        .await
+        .unwrap();
+    let fire = fire_ahead(&resumed, now + 1);
+    assert_eq!(
+        b.store
+            .fire_schedules(std::slice::from_ref(&fire), now + 1)
+            .await,
+        Ok(vec![FireOutcome::Fired {
+            pushed: 1,
+            existed: 0
+        }])
+    );
+    assert_eq!(
+        b.store.get(&job_id).await.map(|j| j.state),
+        Ok(JobState::Delayed)
+    );
+
+    // A replace that brings the tick back (a new job template: fired again) withdraws it.
+    let current = b.store.get_schedule(&sid("ah")).await.unwrap();
+    let mut changed = current.clone();
+    changed.spec.job.body = "{\"tick\":2}".into();
+    changed.next_tick = Some(tick);
+    let changed = b
+        .store
+        .put_schedule(&changed, Some(current.version))
+        .await
+        .unwrap();
+    assert_eq!(b.store.get(&job_id).await, Err(StoreError::NotFound));
+    let fire = fire_ahead(&changed, now + 2);
+    b.store
+        .fire_schedules(std::slice::from_ref(&fire), now + 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.store.get(&job_id).await.map(|j| j.spec.body),
+        Ok("{\"tick\":2}".to_string())
+    );
+
+    // Never handed out before its tick; at the tick, the timer makes it ready.
+    let ts = [topic("t")];
+    assert!(b.store.reserve(&ts, 10, tick - 1).await.unwrap().is_empty());
+    b.store.tick(tick - 1, 100).await.unwrap();
+    assert!(b.store.reserve(&ts, 10, tick - 1).await.unwrap().is_empty());
+    b.store.tick(tick, 100).await.unwrap();
+    let got = b.store.reserve(&ts, 10, tick).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].spec.id, job_id);
+    // Handed out, then released with a delay (delayed again, attempt 1): a delete of the
+    // schedule leaves it, as it leaves every job it pushed.
+    b.store
+        .release(&job_id, Some(5 * SEC), tick + 1)
+        .await
+        .unwrap();
+    b.store.delete_schedule(&sid("ah")).await.unwrap();
+    assert_eq!(b.store.get(&job_id).await.map(|j| j.attempts), Ok(1));
+
+    // A delete withdraws a tick ahead still waiting.
+    let sc = put(b, &every_second("ah2")).await;
+    let fire = fire_ahead(&sc, now);
+    b.store
+        .fire_schedules(std::slice::from_ref(&fire), now)
+        .await
+        .unwrap();
+    let job2 = id(&format!("ah2@{tick}"));
+    assert!(b.store.get(&job2).await.is_ok());
+    b.store.delete_schedule(&sid("ah2")).await.unwrap();
+    assert_eq!(b.store.get(&job2).await, Err(StoreError::NotFound));
+}
+
 backend_tests!(
+    a_tick_fired_ahead_waits_for_it_and_a_change_that_drops_it_withdraws_it,
     a_fire_whose_ticks_are_all_skipped_moves_the_schedule_on,
     schedules_are_put_read_listed_and_deleted,
     due_schedules_are_the_unpaused_ones_whose_tick_came,
