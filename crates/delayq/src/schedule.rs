@@ -338,8 +338,8 @@ pub struct FirePlan {
     pub ahead: u64,
 }
 
-/// A due tick handled this long after its time or later is a missed one (the firing task
-/// handles a tick within milliseconds while an instance runs).
+/// A due tick handled this long after its time or later is a missed one (while an instance
+/// runs, the firing task handles a tick well within it: ticks fire ahead, docs/benchmarks.md).
 pub const LATE_AFTER_MS: u64 = 1_000;
 /// How long before its tick a tick's job is pushed (fired ahead), as a delayed job due at the
 /// tick, so that at the tick only the timer's promotion of stored jobs is left

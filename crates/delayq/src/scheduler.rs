@@ -153,11 +153,12 @@ impl Scheduler {
             if full && fired > 0 {
                 continue;
             }
-            let next = due.next.map(|t| t.saturating_sub(FIRE_AHEAD_MS));
-            let next = match (next, wake) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let next = due
+                .next
+                .map(|t| t.saturating_sub(FIRE_AHEAD_MS))
+                .into_iter()
+                .chain(wake)
+                .min();
             let now = self.clock.now();
             let until = next.map_or(MAX_SLEEP, |t| Duration::from_millis(t.saturating_sub(now)));
             return Ok(until.min(MAX_SLEEP));
@@ -236,15 +237,16 @@ impl Scheduler {
         now: UnixMillis,
     ) -> Result<Vec<bool>, StoreError> {
         let mut out = vec![false; due.len()];
-        let asks: Vec<(usize, JobId)> = due
+        let asks: Vec<_> = due
             .iter()
             .enumerate()
             .filter_map(|(i, sc)| match (sc.spec.overlap, sc.last_tick) {
-                (Overlap::Skip, Some(t)) if sc.is_due(now) => Some((i, sc.spec.id.job_id(t))),
+                (Overlap::Skip, Some(t)) if sc.is_due(now) => {
+                    Some(self.exists(i, sc.spec.id.job_id(t)))
+                }
                 _ => None,
             })
             .collect();
-        let asks: Vec<_> = asks.into_iter().map(|(i, id)| self.exists(i, id)).collect();
         let mut answers = futures::stream::iter(asks).buffer_unordered(CONCURRENT_READS);
         while let Some((i, exists)) = answers.try_next().await? {
             out[i] = exists;
