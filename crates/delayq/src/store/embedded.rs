@@ -12,9 +12,10 @@
 //! for its answer or for the lead; so concurrent callers share one fsync. A checkpoint thread
 //! moves the logged changes into redb every second. A transition that changed nothing (a
 //! refusal, a reserve that found no job, a tick with nothing due) answers at once. The timer's
-//! passes (`tick`) do not wait at all: their changes are lazy commits (`group_commit.rs`), made
-//! durable by the next acknowledged transition, since a restart redoes a lost promotion or
-//! expiry by itself. So are a reservation and the finish of a reserved job: a crash that loses
+//! passes (`tick`) do not wait at all: a promotion is not written (the engine records no
+//! change for it: the first pass after a restart promotes the delayed record again), and an
+//! expiry is a lazy commit (`group_commit.rs`), made durable by the next acknowledged
+//! transition, since a restart redoes a lost expiry by itself. So are a reservation and the finish of a reserved job: a crash that loses
 //! them delivers the job again, as at-least-once delivery allows.
 //!
 //! Guarantees: an acknowledged transition survives a crash (kill -9, power loss as far as fsync

@@ -303,8 +303,57 @@ impl Engine {
     }
 
     /// Stores a job (new or modified) with its index entries, records the change and the events
-    /// it causes.
-    fn put(&mut self, mut j: Job, fx: &mut Effects) -> Job {
+    /// it causes; returns a copy for the caller's answer.
+    fn put(&mut self, j: Job, fx: &mut Effects) -> Job {
+        let j = self.enter(j, fx);
+        self.jobs.replace(Stored(Box::new(j.clone())));
+        fx.changes.push(Change::Put(j.clone()));
+        j
+    }
+
+    /// [`Engine::put`] for a caller that needs no copy back.
+    fn put_only(&mut self, j: Job, fx: &mut Effects) {
+        let j = self.enter(j, fx);
+        self.jobs.replace(Stored(Box::new(j.clone())));
+        fx.changes.push(Change::Put(j));
+    }
+
+    /// Makes the delayed job `id`, the timeline's first entry (due at `t`), ready; `false`
+    /// (nothing changed) when the entry is not a delayed job's. In place (the job keeps its
+    /// allocation, its queue is looked up once per index), and without recording a change:
+    /// no store needs to keep a promotion, which the timer's first pass after a restart makes
+    /// again from the delayed record, in the same order (a ready job's order is its priority,
+    /// due time and stamp, none of which a promotion changes).
+    fn promote(&mut self, t: UnixMillis, id: &JobId, fx: &mut Effects) -> bool {
+        let Some(mut stored) = self.jobs.take(id) else {
+            return false;
+        };
+        let j = &mut *stored.0;
+        if j.state != JobState::Delayed || j.spec.run_at != t {
+            self.jobs.insert(stored);
+            return false;
+        }
+        self.timeline.pop_first();
+        let queue = j.spec.queue();
+        remove_from(&mut self.delayed, &queue, &(t, id.clone()));
+        self.count_due(&j.spec.topic, t, false);
+        if let Some(c) = self.counts.get_mut(&queue) {
+            c.delayed = c.delayed.saturating_sub(1);
+            c.ready += 1;
+        }
+        j.state = JobState::Ready;
+        fx.ready(&queue);
+        let (p, r, s) = j.ready_key();
+        self.ready
+            .entry(queue)
+            .or_default()
+            .insert((p, r, s, id.clone()));
+        self.jobs.insert(stored);
+        true
+    }
+
+    /// A job's index entries and count, and the events its new state causes.
+    fn enter(&mut self, mut j: Job, fx: &mut Effects) -> Job {
         if let Some(t) = j.timer_at() {
             let earlier = self.timeline.first().is_none_or(|(head, _)| t < *head);
             if earlier {
@@ -315,8 +364,6 @@ impl Engine {
             fx.ready(&j.spec.queue());
         }
         self.index(&mut j);
-        self.jobs.replace(Stored(Box::new(j.clone())));
-        fx.changes.push(Change::Put(j.clone()));
         j
     }
 
@@ -379,7 +426,7 @@ impl Engine {
         let seq = self.stamp();
         let mut j = Job::new(spec, now, seq);
         j.attempts = attempts;
-        self.put(j, fx);
+        self.put_only(j, fx);
         Ok(outcome)
     }
 
@@ -1004,22 +1051,18 @@ impl Engine {
                 return out;
             }
             moved += 1;
-            let Ok(mut j) = self.take(&id) else {
+            if self.promote(t, &id, fx) {
+                out.promoted += 1;
+                continue;
+            }
+            let Ok(j) = self.take(&id) else {
                 // Unreachable while the indexes are consistent; never loop on it.
                 self.timeline.remove(&(t, id));
                 continue;
             };
-            match j.state {
-                JobState::Delayed => {
-                    j.state = JobState::Ready;
-                    out.promoted += 1;
-                }
-                _ => {
-                    j = self.fail_delivery(j, None, now);
-                    out.expired += 1;
-                }
-            }
-            self.put(j, fx);
+            let j = self.fail_delivery(j, None, now);
+            out.expired += 1;
+            self.put_only(j, fx);
         }
         while let Some((t, queue)) = self.wakes.first().cloned() {
             if t > now {

@@ -8,9 +8,9 @@
 //! engine order. Events the durability does not hold back are published at once, also under
 //! the lock, so a transition one of them prompts comes after this one. The caller then waits
 //! for the durability's acknowledgement outside the lock, so concurrent callers share one
-//! commit. A transition that changed nothing answers at once; the timer's passes (`tick`) are
-//! lazy commits, which nobody waits for (a restart redoes a lost promotion or expiry by
-//! itself), and so are a reservation and the finish of a reserved job
+//! commit. A transition that changed nothing answers at once (a promotion records no change:
+//! a restart redoes it from the delayed record); the timer's expiries are lazy commits, which
+//! nobody waits for (a restart redoes a lost expiry by itself), and so are a reservation and the finish of a reserved job
 //! (`Effects::answer_before_durable`): they are written with the next commit, and if a crash
 //! comes first the job is delivered again, as at-least-once delivery allows. Reads (`get`, `stats`, `list`, `schedule`,
 //! `ping`) see the engine.
@@ -229,7 +229,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn only_transitions_that_change_jobs_are_committed_and_only_those_a_crash_may_undo_lazily()
+    async fn only_transitions_that_change_what_a_restart_needs_are_committed_and_only_those_a_crash_may_undo_lazily()
      {
         let store = store();
         let mut events = store.subscribe();
@@ -259,17 +259,14 @@ mod tests {
         store.ping().await.unwrap();
         assert_eq!(commits(&store), [(2, Acknowledged)]);
 
-        // The timer's pass is lazy: committed, not held back, its events out at once.
+        // A promotion is not committed (the timer's first pass after a restart makes it again
+        // from the delayed record); its events are out at once.
         let tick = store.tick(100, 10).await.unwrap();
         assert_eq!(tick.promoted, 1);
-        assert_eq!(commits(&store), [(2, Acknowledged), (1, Lazy)]);
+        assert_eq!(commits(&store), [(2, Acknowledged)]);
         assert_eq!(events.try_recv(), Ok(StoreEvent::Ready(topic("t"))));
         store.tick(100, 10).await.unwrap();
-        assert_eq!(
-            commits(&store),
-            [(2, Acknowledged), (1, Lazy)],
-            "nothing was due"
-        );
+        assert_eq!(commits(&store), [(2, Acknowledged)], "nothing was due");
         assert_eq!(store.kind(), "recording");
 
         // A reservation and the finish of a reserved job are answered before they are durable
@@ -281,9 +278,24 @@ mod tests {
         let other = if got[0].spec.id == id("a") { "b" } else { "a" };
         assert_eq!(store.finish(&id(other)).await, Ok(JobState::Ready));
         assert_eq!(
-            commits(&store)[2..],
+            commits(&store)[1..],
             [(1, Lazy), (1, Lazy), (1, Acknowledged)],
             "reserve, finish of a reserved job, finish of a ready one"
+        );
+
+        // The timer's pass that ends a reservation (its TTR ran out) is committed lazily.
+        store
+            .push_batch(vec![spec("c", 0)], PushMode::Reject, 100)
+            .await
+            .unwrap();
+        let got = store.reserve(&[topic("t")], 1, 100).await.unwrap();
+        let until = got[0].reserved_until.unwrap();
+        let tick = store.tick(until, 10).await.unwrap();
+        assert_eq!(tick.expired, 1);
+        assert_eq!(
+            commits(&store)[4..],
+            [(1, Acknowledged), (1, Lazy), (1, Lazy)],
+            "push, reserve, the expiry"
         );
     }
 

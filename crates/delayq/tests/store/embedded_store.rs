@@ -244,11 +244,12 @@ async fn restart_readies_overdue_jobs_and_redelivers_expired_reservations_but_no
     );
 }
 
-/// A timer pass does not wait for the disk (its commit is lazy: a restart would redo it), yet
-/// what it did is on disk once the store closes, and a transition acknowledged after it is
-/// never on disk without it.
+/// A timer pass does not wait for the disk, and a promotion is not written at all: the first
+/// pass after a restart makes it again from the delayed record, in the same order. What the
+/// pass did to reservations is on disk once the store closes, and a transition acknowledged
+/// after a promotion is never on disk without what it depends on.
 #[tokio::test]
-async fn timer_passes_are_written_without_waiting_and_kept_on_close() {
+async fn timer_passes_are_written_without_waiting_and_promotions_are_made_again_after_a_restart() {
     let tmp = tempfile::tempdir().unwrap();
     let all = [Topic::parse("orders").unwrap()];
     let store = open(tmp.path()).await.unwrap();
@@ -257,20 +258,31 @@ async fn timer_passes_are_written_without_waiting_and_kept_on_close() {
     assert_eq!(store.tick(NOW + 1_000, 1_000).await.unwrap().promoted, 2);
     drop(store);
 
-    // Reopened at the same moment, before any tick: the promotions were kept by the close.
+    // Reopened: the records are still delayed, and the first pass promotes them again.
     let store = open(tmp.path()).await.unwrap();
     for j in ["a", "b"] {
-        assert_eq!(store.get(&id(j)).await.unwrap().state, JobState::Ready);
+        assert_eq!(store.get(&id(j)).await.unwrap().state, JobState::Delayed);
     }
-    // A lazy pass (c's promotion), then an acknowledged reserve that depends on it.
+    assert_eq!(store.tick(NOW + 1_000, 1_000).await.unwrap().promoted, 2);
+    // A lazy pass (c's promotion), then a reserve that depends on it.
     push(&store, spec("c", NOW + 2_000)).await;
     assert_eq!(store.tick(NOW + 2_000, 1_000).await.unwrap().promoted, 1);
     let got = store.reserve(&all, 3, NOW + 2_000).await.unwrap();
-    assert_eq!(got.len(), 3);
+    let order: Vec<_> = got.iter().map(|j| j.spec.id.to_string()).collect();
+    assert_eq!(order, ["a", "b", "c"], "push order, as before the restart");
     drop(store);
     let store = open(tmp.path()).await.unwrap();
     for j in ["a", "b", "c"] {
         assert_eq!(store.get(&id(j)).await.unwrap().state, JobState::Reserved);
+    }
+    // An expiry is written: the reservations' end survives a restart.
+    let until = got[0].reserved_until.unwrap();
+    assert_eq!(store.tick(until, 1_000).await.unwrap().expired, 3);
+    drop(store);
+    let store = open(tmp.path()).await.unwrap();
+    for j in ["a", "b", "c"] {
+        let job = store.get(&id(j)).await.unwrap();
+        assert_eq!((job.state, job.attempts), (JobState::Ready, 1));
     }
 }
 
