@@ -161,8 +161,7 @@ end
 -- Like `load`, but a record that does not decode counts as absent. For scans over indexes
 -- (reserve, tick, kick_topic): one foreign value must not fail every pass, nor make the
 -- timer spin on it. Its index entry is then dropped; the field stays for inspection.
-local function load_lenient(id)
-  local raw = redis.call('HGET', JOBS, id)
+local function decode_lenient(raw)
   if not raw then return nil end
   local ok, r = pcall(cmsgpack.unpack, raw)
   if not ok or type(r) ~= 'table' or type(r[1]) ~= 'string' or type(r[2]) ~= 'string'
@@ -174,6 +173,23 @@ local function load_lenient(id)
     return nil
   end
   return j
+end
+
+local function load_lenient(id)
+  return decode_lenient(redis.call('HGET', JOBS, id))
+end
+
+-- `redis.call(cmd, key, ...)` over `list` in chunks of 500 (Lua's stack limits unpack); the
+-- replies concatenated.
+local function call_chunked(cmd, key, list)
+  local out = {}
+  for i = 1, #list, 500 do
+    local r = redis.call(cmd, key, unpack(list, i, math.min(i + 499, #list)))
+    if type(r) == 'table' then
+      for _, v in ipairs(r) do out[#out + 1] = v end
+    end
+  end
+  return out
 end
 
 local function ready_member(id, j)
@@ -391,12 +407,13 @@ local function flow_settings(topic)
 end
 
 -- Removes a job's index entries and count (not its record). A delayed job in a window list
--- stays there (see the header): the drain drops it.
-local function unindex(id, j)
+-- stays there (see the header): the drain drops it. `off_timeline`: the caller has already
+-- removed the job's timeline entry (tick: every due entry at once).
+local function unindex(id, j, off_timeline)
   if touched[id] then flush_index() end
   local s = j[S]
   if s == 'd' or s == 'x' then
-    redis.call('ZREM', TIMELINE, id)
+    if not off_timeline then redis.call('ZREM', TIMELINE, id) end
     if s == 'd' then count_due(j, -1) end
     -- A reservation ends: a topic with flow control may let a ready job out now.
     if s == 'x' then

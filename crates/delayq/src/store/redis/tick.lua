@@ -40,13 +40,23 @@ for k = 10, #KEYS do
 end
 local promoted, expired = 0, 0
 local due = redis.call('ZRANGEBYSCORE', TIMELINE, '-inf', num(NOW), 'LIMIT', '0', num(limit))
+-- Every due entry leaves the timeline at once (one ZREM per 500); an entry whose record has a
+-- later deadline, or whose job stays timed, is added back below. The records are read with
+-- one HMGET and written with one HSET per 500.
+local ids = {}
 for _, id in ipairs(due) do
-  local j = nil
   if string.byte(id, 1) == 0 then
     emit_ready(string.sub(id, 2))
   else
-    j = load_lenient(id)
+    ids[#ids + 1] = id
   end
+end
+if #due > 0 then call_chunked('ZREM', TIMELINE, due) end
+local raws = {}
+if #ids > 0 then raws = call_chunked('HMGET', JOBS, ids) end
+local writes = {}
+for i, id in ipairs(ids) do
+  local j = decode_lenient(raws[i])
   local deadline = nil
   if j and j[S] == 'd' then
     deadline = j[RUN_AT]
@@ -54,20 +64,26 @@ for _, id in ipairs(due) do
     deadline = j[RU]
   end
   if deadline == nil then
-    redis.call('ZREM', TIMELINE, id)
+    -- Not timed (gone, or not delayed or reserved): its entry stays out.
   elseif deadline > NOW then
-    redis.call('ZADD', TIMELINE, num(deadline), id)
-  elseif j[S] == 'd' then
-    unindex(id, j)
-    j[S] = 'r'
-    put(id, j)
-    promoted = promoted + 1
+    add_timeline[#add_timeline + 1] = num(deadline)
+    add_timeline[#add_timeline + 1] = id
   else
-    unindex(id, j)
-    fail_delivery(j, nil, seq)
-    put(id, j)
-    expired = expired + 1
+    unindex(id, j, true)
+    if j[S] == 'd' then
+      j[S] = 'r'
+      promoted = promoted + 1
+    else
+      fail_delivery(j, nil, seq)
+      expired = expired + 1
+    end
+    add_index(id, j)
+    writes[#writes + 1] = id
+    writes[#writes + 1] = encode(j)
   end
+end
+for i = 1, #writes, 1000 do
+  redis.call('HSET', JOBS, unpack(writes, i, math.min(i + 999, #writes)))
 end
 -- The earliest remaining deadline, or NOW when something is still due (the batch limit).
 local next_due = -1
