@@ -196,6 +196,14 @@ impl Ledger {
         out
     }
 
+    /// Whether a finish answered 404 is at-least-once at work, not a lost job: a crash undid
+    /// the reservation this finish was for (only where `finishes_may_be_undone`), the job was
+    /// delivered again (recorded before that delivery's finish is sent), and that delivery's
+    /// consumer finished it first. Whether any job is lost is checked after each round.
+    fn finished_by_a_redelivery(&self, id: &str) -> bool {
+        self.finishes_may_be_undone && self.deliveries.get(id).is_some_and(|d| d.len() >= 2)
+    }
+
     fn failed(&mut self, op: &str, outcome: Outcome, took: Duration) {
         let f = &mut self.failures;
         f.slowest = f.slowest.max(took);
@@ -387,6 +395,8 @@ async fn consumer(
                 Outcome::Answer(StatusCode::NO_CONTENT, _) => {
                     ledger.lock().unwrap().finish_acked.insert(id);
                 }
+                Outcome::Answer(StatusCode::NOT_FOUND, _)
+                    if ledger.lock().unwrap().finished_by_a_redelivery(&id) => {}
                 other => {
                     ledger
                         .lock()
