@@ -15,8 +15,9 @@
 //! passes (`tick`) do not wait at all: a promotion is not written (the engine records no
 //! change for it: the first pass after a restart promotes the delayed record again), and an
 //! expiry is a lazy commit (`group_commit.rs`), made durable by the next acknowledged
-//! transition, since a restart redoes a lost expiry by itself. So are a reservation and the finish of a reserved job: a crash that loses
-//! them delivers the job again, as at-least-once delivery allows.
+//! transition, since a restart redoes a lost expiry by itself. So are a reservation and the
+//! finish of a reserved job: a crash that loses them delivers the job again, as at-least-once
+//! delivery allows.
 //!
 //! Guarantees: an acknowledged transition survives a crash (kill -9, power loss as far as fsync
 //! goes), except the reservations and finishes of the last 250 ms (docs/reliability.md). Reads (`get`, `stats`, and refusals) see the engine, which may be ahead of the disk by

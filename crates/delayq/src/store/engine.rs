@@ -304,26 +304,26 @@ impl Engine {
 
     /// Stores a job (new or modified) with its index entries, records the change and the events
     /// it causes; returns a copy for the caller's answer.
-    fn put(&mut self, j: Job, fx: &mut Effects) -> Job {
-        let j = self.enter(j, fx);
+    fn put(&mut self, mut j: Job, fx: &mut Effects) -> Job {
+        self.enter(&mut j, fx);
         self.jobs.replace(Stored(Box::new(j.clone())));
         fx.changes.push(Change::Put(j.clone()));
         j
     }
 
     /// [`Engine::put`] for a caller that needs no copy back.
-    fn put_only(&mut self, j: Job, fx: &mut Effects) {
-        let j = self.enter(j, fx);
+    fn put_only(&mut self, mut j: Job, fx: &mut Effects) {
+        self.enter(&mut j, fx);
         self.jobs.replace(Stored(Box::new(j.clone())));
         fx.changes.push(Change::Put(j));
     }
 
     /// Makes the delayed job `id`, the timeline's first entry (due at `t`), ready; `false`
     /// (nothing changed) when the entry is not a delayed job's. In place (the job keeps its
-    /// allocation, its queue is looked up once per index), and without recording a change:
-    /// no store needs to keep a promotion, which the timer's first pass after a restart makes
-    /// again from the delayed record, in the same order (a ready job's order is its priority,
-    /// due time and stamp, none of which a promotion changes).
+    /// allocation), and without recording a change: no store needs to keep a promotion, which
+    /// the timer's first pass after a restart makes again from the delayed record, in the same
+    /// order (a ready job's order is its priority, due time and stamp, none of which a
+    /// promotion changes).
     fn promote(&mut self, t: UnixMillis, id: &JobId, fx: &mut Effects) -> bool {
         let Some(mut stored) = self.jobs.take(id) else {
             return false;
@@ -333,27 +333,15 @@ impl Engine {
             self.jobs.insert(stored);
             return false;
         }
-        self.timeline.pop_first();
-        let queue = j.spec.queue();
-        remove_from(&mut self.delayed, &queue, &(t, id.clone()));
-        self.count_due(&j.spec.topic, t, false);
-        if let Some(c) = self.counts.get_mut(&queue) {
-            c.delayed = c.delayed.saturating_sub(1);
-            c.ready += 1;
-        }
+        self.unindex(j);
         j.state = JobState::Ready;
-        fx.ready(&queue);
-        let (p, r, s) = j.ready_key();
-        self.ready
-            .entry(queue)
-            .or_default()
-            .insert((p, r, s, id.clone()));
+        self.enter(j, fx);
         self.jobs.insert(stored);
         true
     }
 
-    /// A job's index entries and count, and the events its new state causes.
-    fn enter(&mut self, mut j: Job, fx: &mut Effects) -> Job {
+    /// Adds a job's index entries and count, and the events its new state causes.
+    fn enter(&mut self, j: &mut Job, fx: &mut Effects) {
         if let Some(t) = j.timer_at() {
             let earlier = self.timeline.first().is_none_or(|(head, _)| t < *head);
             if earlier {
@@ -363,8 +351,7 @@ impl Engine {
         if j.state == JobState::Ready {
             fx.ready(&j.spec.queue());
         }
-        self.index(&mut j);
-        j
+        self.index(j);
     }
 
     /// The job as dead: out of any reservation, stamped with the burial order (each topic's

@@ -10,10 +10,10 @@
 //! for the durability's acknowledgement outside the lock, so concurrent callers share one
 //! commit. A transition that changed nothing answers at once (a promotion records no change:
 //! a restart redoes it from the delayed record); the timer's expiries are lazy commits, which
-//! nobody waits for (a restart redoes a lost expiry by itself), and so are a reservation and the finish of a reserved job
-//! (`Effects::answer_before_durable`): they are written with the next commit, and if a crash
-//! comes first the job is delivered again, as at-least-once delivery allows. Reads (`get`, `stats`, `list`, `schedule`,
-//! `ping`) see the engine.
+//! nobody waits for (a restart redoes a lost expiry by itself), and so are a reservation and
+//! the finish of a reserved job (`Effects::answer_before_durable`): they are written with the
+//! next commit, and if a crash comes first the job is delivered again, as at-least-once
+//! delivery allows. Reads (`get`, `stats`, `list`, `schedule`, `ping`) see the engine.
 //!
 //! Its `Store` impl is derived from `store_calls!` (store/define.rs): each call is
 //! `EngineStore::run` of the [`Engine`] method of the call's name, with the call's arguments

@@ -158,9 +158,8 @@ local function load(id)
   return decode(cmsgpack.unpack(raw))
 end
 
--- Like `load`, but a record that does not decode counts as absent. For scans over indexes
--- (reserve, tick, kick_topic): one foreign value must not fail every pass, nor make the
--- timer spin on it. Its index entry is then dropped; the field stays for inspection.
+-- A stored record (`raw`, nil or false when there is none) as a working table, or nil when it
+-- does not decode: see `load_lenient`.
 local function decode_lenient(raw)
   if not raw then return nil end
   local ok, r = pcall(cmsgpack.unpack, raw)
@@ -175,12 +174,15 @@ local function decode_lenient(raw)
   return j
 end
 
+-- Like `load`, but a record that does not decode counts as absent. For scans over indexes
+-- (reserve, tick, kick_topic): one foreign value must not fail every pass, nor make the
+-- timer spin on it. Its index entry is then dropped; the field stays for inspection.
 local function load_lenient(id)
   return decode_lenient(redis.call('HGET', JOBS, id))
 end
 
--- `redis.call(cmd, key, ...)` over `list` in chunks of 500 (Lua's stack limits unpack); the
--- replies concatenated.
+-- `redis.call(cmd, key, ...)` over `list` in chunks of 500 (Lua's stack limits unpack; an even
+-- size, so field/value and score/member pairs stay whole); table replies concatenated.
 local function call_chunked(cmd, key, list)
   local out = {}
   for i = 1, #list, 500 do

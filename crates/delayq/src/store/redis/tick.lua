@@ -82,9 +82,7 @@ for i, id in ipairs(ids) do
     writes[#writes + 1] = encode(j)
   end
 end
-for i = 1, #writes, 1000 do
-  redis.call('HSET', JOBS, unpack(writes, i, math.min(i + 999, #writes)))
-end
+if #writes > 0 then call_chunked('HSET', JOBS, writes) end
 -- The earliest remaining deadline, or NOW when something is still due (the batch limit).
 local next_due = -1
 local t = timeline_head()
