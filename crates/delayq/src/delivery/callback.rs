@@ -239,26 +239,26 @@ pub(super) async fn attempt(
     let answer = match shared.caller.target(&cb.url) {
         // Checked at push; the allowed destinations may have changed since.
         Err(reason) => {
-            shared.park(queue, -1);
+            shared.add_calls(queue, -1);
             started = shared.clock.read();
             Answer::refused(reason)
         }
         Ok(url) => {
             let host = host_key(&url);
             let host_permit = shared.host_permit(&host).await;
-            shared.park(queue, -1);
-            shared.room.notify_one();
             // The call must end before the reservation does.
-            if !super::hold_for(shared, job, cb.timeout_ms).await {
-                drop(host_permit);
-                shared.host_done(&host);
-                return None;
-            }
+            let held = super::hold_for(shared, job, cb.timeout_ms).await;
             started = shared.clock.read();
-            let answer = shared.caller.call(job, cb, url, started).await;
+            let answer = if held {
+                Some(shared.caller.call(job, cb, url, started).await)
+            } else {
+                None
+            };
             drop(host_permit);
             shared.host_done(&host);
-            answer
+            shared.add_calls(queue, -1);
+            shared.room.notify_one();
+            answer?
         }
     };
     let late_ms = started.millis().saturating_sub(job.spec.run_at);

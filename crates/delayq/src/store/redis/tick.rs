@@ -25,6 +25,10 @@ static TICK_DRAIN: Function = Function::new("tick_drain", include_str!("tick.lua
 /// The functions this file calls, for the library (`scripts.rs`).
 pub(super) static FUNCTIONS: [&Function; 2] = [&TICK, &TICK_DRAIN];
 
+/// Most jobs one tick moves (of the timer's `limit`): a function call holds its Redis server
+/// for as long as it runs (about 6 µs a promoted job), so a backlog falling due at once is
+/// moved in passes this size, with every other client's calls served in between.
+const TICK_MAX_MOVES: usize = 250;
 /// Most far windows per shard one tick looks at (and drains, if due); more due windows just
 /// make the tick report `next_due = now` and the timer go again.
 const TICK_WINDOWS: u64 = 16;
@@ -51,9 +55,10 @@ impl Calls {
     pub(in crate::store) async fn tick(
         store: &RedisStore,
         now: UnixMillis,
-        mut limit: usize,
+        limit: usize,
     ) -> StoreResult<TickOutcome> {
         let inner = &store.inner;
+        let mut limit = limit.min(TICK_MAX_MOVES);
         let mut done = TickOutcome::default();
         let check_at = inner.window_check_at.load(Ordering::Relaxed);
         if plan::skips_look(inner.shards.len(), now, check_at) {
