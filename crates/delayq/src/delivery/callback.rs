@@ -239,26 +239,26 @@ pub(super) async fn attempt(
     let answer = match shared.caller.target(&cb.url) {
         // Checked at push; the allowed destinations may have changed since.
         Err(reason) => {
-            shared.add_calls(queue, -1);
+            shared.park(queue, -1);
             started = shared.clock.read();
             Answer::refused(reason)
         }
         Ok(url) => {
             let host = host_key(&url);
             let host_permit = shared.host_permit(&host).await;
+            shared.park(queue, -1);
+            shared.room.notify_one();
             // The call must end before the reservation does.
-            let held = super::hold_for(shared, job, cb.timeout_ms).await;
+            if !super::hold_for(shared, job, cb.timeout_ms).await {
+                drop(host_permit);
+                shared.host_done(&host);
+                return None;
+            }
             started = shared.clock.read();
-            let answer = if held {
-                Some(shared.caller.call(job, cb, url, started).await)
-            } else {
-                None
-            };
+            let answer = shared.caller.call(job, cb, url, started).await;
             drop(host_permit);
             shared.host_done(&host);
-            shared.add_calls(queue, -1);
-            shared.room.notify_one();
-            answer?
+            answer
         }
     };
     let late_ms = started.millis().saturating_sub(job.spec.run_at);

@@ -19,12 +19,10 @@
 //!    `max_attempts` when it is dead.
 //!
 //! Limits: at most `max_in_flight` jobs held (calling or waiting for their host) per instance,
-//! at most `max_in_flight_per_host` calls to one host (`host:port`) at once, and at most twice
-//! that many of one queue's jobs held: a queue whose calls are at their host's limit with as
-//! many jobs waiting is not read further until they move, so a destination that hangs holds at
-//! most twice its limit of jobs per topic, and other destinations go on. While calls are quick,
-//! one reserve takes up to twice the limit: a queue held to a rate limit then gets a whole
-//! burst of tokens per round, not the limit's worth.
+//! at most `max_in_flight_per_host` calls to one host (`host:port`) at once, and at most that
+//! many of one queue's jobs waiting for their host: a queue whose jobs wait for a host at its
+//! limit is not read further until they move, so a destination that hangs holds at most twice
+//! its limit of jobs per topic, and other destinations go on.
 //!
 //! Here: the loop, the reservation, the limits, finish or release and the backoff. Not here:
 //! one HTTP call and its request's shape ([`callback`]), one publish ([`publish`]), the outcome
@@ -118,9 +116,9 @@ struct Shared {
     held: Arc<Semaphore>,
     /// One semaphore per host with calls running or waiting; removed when idle.
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
-    /// Per queue, its jobs held until their call ends: waiting for their host, or calling.
-    calls: Mutex<HashMap<Topic, usize>>,
-    /// Woken when a job is done with or its call ended.
+    /// Per queue, its jobs waiting for their host.
+    parked: Mutex<HashMap<Topic, usize>>,
+    /// Woken when a job is done with or leaves the wait for its host.
     room: Notify,
 }
 
@@ -142,7 +140,7 @@ impl Deliverer {
                 per_host: options.max_in_flight_per_host.max(1),
                 held: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
                 hosts: Mutex::new(HashMap::new()),
-                calls: Mutex::new(HashMap::new()),
+                parked: Mutex::new(HashMap::new()),
                 room: Notify::new(),
             }),
         })
@@ -250,9 +248,9 @@ async fn serve(
             return;
         };
         let free = shared.held.available_permits();
-        let unended = shared.calls_of(&queue);
+        let parked = shared.parked(&queue);
         let room = free
-            .min((2 * shared.per_host).saturating_sub(unended))
+            .min(shared.per_host.saturating_sub(parked))
             .min(RESERVE_BATCH);
         if room == 0 {
             // Kept for when a job is done with (`room` wakes the loop).
@@ -289,7 +287,7 @@ async fn serve(
                 tracing::error!("callback permits ran out; the job is called after its TTR");
                 break;
             };
-            shared.add_calls(&queue, 1);
+            shared.park(&queue, 1);
             shared.metrics.callbacks_held(1);
             let shared = shared.clone();
             let queue = queue.clone();
@@ -304,18 +302,18 @@ async fn serve(
 }
 
 impl Shared {
-    fn calls_of(&self, queue: &Topic) -> usize {
-        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        calls.get(queue).copied().unwrap_or(0)
+    fn parked(&self, queue: &Topic) -> usize {
+        let parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        parked.get(queue).copied().unwrap_or(0)
     }
 
-    /// Adds `delta` (±1) to a queue's jobs held until their call ends.
-    fn add_calls(&self, queue: &Topic, delta: isize) {
-        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        let n = calls.entry(queue.clone()).or_default();
+    /// Adds `delta` (±1) to a queue's jobs waiting for their host.
+    fn park(&self, queue: &Topic, delta: isize) {
+        let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        let n = parked.entry(queue.clone()).or_default();
         *n = n.saturating_add_signed(delta);
         if *n == 0 {
-            calls.remove(queue);
+            parked.remove(queue);
         }
     }
 
@@ -357,7 +355,7 @@ struct Ended {
 /// finish it on success or release it for its next attempt.
 async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
     let ended = if let Some(target) = &job.spec.publish {
-        shared.add_calls(queue, -1);
+        shared.park(queue, -1);
         shared.room.notify_one();
         publish::attempt(shared, &job, target).await
     } else if let Some(cb) = &job.spec.callback {
@@ -365,7 +363,7 @@ async fn attempt(shared: &Shared, job: Job, queue: &Topic) {
     } else {
         // Only callback and publish jobs are in callback queues; a pull job here would be a
         // store bug.
-        shared.add_calls(queue, -1);
+        shared.park(queue, -1);
         tracing::error!(job_id = %job.spec.id, "a pull job in a callback queue");
         return;
     };
