@@ -1,5 +1,6 @@
-//! The timer's pass on Redis: promotion and expiry by the rules, a tick that hits its limit,
-//! far windows drained on time, and a deadline announced only when it is its shard's earliest.
+//! The timer's pass on Redis: promotion and expiry by the rules, a tick that hits its limit, a
+//! backlog moved 250 jobs per call, far windows drained on time, and a deadline announced only
+//! when it is its shard's earliest.
 
 use super::*;
 
@@ -90,6 +91,39 @@ async fn tick_reports_now_when_its_limit_is_hit() {
     assert_eq!((out.promoted, out.next_due), (3, Some(NOW + 10)));
     let out = s.tick(NOW + 10, 3).await.unwrap();
     assert_eq!((out.promoted, out.next_due), (2, None));
+}
+
+/// A function call holds Redis while it runs, so a backlog due at once is moved in passes of
+/// at most 250 jobs whatever the timer's limit, each reporting the rest as due now; the passes
+/// together promote every job, in due order.
+#[tokio::test]
+async fn a_backlog_due_at_once_is_promoted_250_jobs_per_call() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    for i in 0..600 {
+        s.push(
+            job("t", &format!("j{i:03}"), "", NOW + 1 + i),
+            PushMode::Reject,
+            NOW,
+        )
+        .await
+        .unwrap();
+    }
+    let now = NOW + 1000;
+    let mut passes = Vec::new();
+    loop {
+        let out = s.tick(now, 1000).await.unwrap();
+        passes.push(out.promoted);
+        if out.next_due.is_none_or(|t| t > now) {
+            break;
+        }
+        assert_eq!(out.next_due, Some(now), "work left is due now");
+    }
+    assert_eq!(passes, vec![250, 250, 100]);
+    let got = s.reserve(&[topic("t")], 1000, now).await.unwrap();
+    let ids: Vec<String> = got.iter().map(|j| j.spec.id.to_string()).collect();
+    let want: Vec<String> = (0..600).map(|i| format!("j{i:03}")).collect();
+    assert_eq!(ids, want);
 }
 
 /// On one shard a tick skips the look at the far windows for a second after making one; a
