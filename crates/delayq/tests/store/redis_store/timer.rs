@@ -78,15 +78,7 @@ async fn timer_promotes_due_jobs_and_expires_reservations_by_the_rules() {
 async fn tick_reports_now_when_its_limit_is_hit() {
     let server = RedisServer::start();
     let s = store(&server, "dq", 1).await;
-    for i in 0..5 {
-        s.push(
-            job("t", &format!("j{i}"), "", NOW + 1 + i),
-            PushMode::Reject,
-            NOW,
-        )
-        .await
-        .unwrap();
-    }
+    push_one_a_ms(&s, 5).await;
     let out = s.tick(NOW + 10, 3).await.unwrap();
     assert_eq!((out.promoted, out.next_due), (3, Some(NOW + 10)));
     let out = s.tick(NOW + 10, 3).await.unwrap();
@@ -100,15 +92,7 @@ async fn tick_reports_now_when_its_limit_is_hit() {
 async fn a_backlog_due_at_once_is_promoted_250_jobs_per_call() {
     let server = RedisServer::start();
     let s = store(&server, "dq", 1).await;
-    for i in 0..600 {
-        s.push(
-            job("t", &format!("j{i:03}"), "", NOW + 1 + i),
-            PushMode::Reject,
-            NOW,
-        )
-        .await
-        .unwrap();
-    }
+    let want = push_one_a_ms(&s, 600).await;
     let now = NOW + 1000;
     let mut passes = Vec::new();
     loop {
@@ -121,9 +105,21 @@ async fn a_backlog_due_at_once_is_promoted_250_jobs_per_call() {
     }
     assert_eq!(passes, vec![250, 250, 100]);
     let got = s.reserve(&[topic("t")], 1000, now).await.unwrap();
-    let ids: Vec<String> = got.iter().map(|j| j.spec.id.to_string()).collect();
-    let want: Vec<String> = (0..600).map(|i| format!("j{i:03}")).collect();
-    assert_eq!(ids, want);
+    assert_eq!(ids(&got), want);
+}
+
+/// Pushes `n` jobs of topic `t`, `j000`, `j001`, ..., due one a millisecond from `NOW + 1`;
+/// returns their ids in due order.
+async fn push_one_a_ms(s: &RedisStore, n: u64) -> Vec<String> {
+    let mut pushed = Vec::new();
+    for i in 0..n {
+        let id = format!("j{i:03}");
+        s.push(job("t", &id, "", NOW + 1 + i), PushMode::Reject, NOW)
+            .await
+            .unwrap();
+        pushed.push(id);
+    }
+    pushed
 }
 
 /// On one shard a tick skips the look at the far windows for a second after making one; a
