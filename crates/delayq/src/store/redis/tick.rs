@@ -25,9 +25,10 @@ static TICK_DRAIN: Function = Function::new("tick_drain", include_str!("tick.lua
 /// The functions this file calls, for the library (`scripts.rs`).
 pub(super) static FUNCTIONS: [&Function; 2] = [&TICK, &TICK_DRAIN];
 
-/// Most jobs one tick moves (of the timer's `limit`): a function call holds its Redis server
-/// for as long as it runs (about 6 µs a promoted job), so a backlog falling due at once is
-/// moved in passes this size, with every other client's calls served in between.
+/// Most timeline entries one shard's tick function call moves, whatever the timer's `limit`:
+/// a function call holds its Redis server for as long as it runs, so a backlog falling due at
+/// once is moved in calls this size (each reports the rest as due now), with every other
+/// client's calls served in between.
 const TICK_MAX_MOVES: usize = 250;
 /// Most far windows per shard one tick looks at (and drains, if due); more due windows just
 /// make the tick report `next_due = now` and the timer go again.
@@ -58,7 +59,8 @@ impl Calls {
         limit: usize,
     ) -> StoreResult<TickOutcome> {
         let inner = &store.inner;
-        let mut limit = limit.min(TICK_MAX_MOVES);
+        // No more than every shard's call can move (`tick_call` bounds each).
+        let mut limit = limit.min(TICK_MAX_MOVES * inner.shards.len());
         let mut done = TickOutcome::default();
         let check_at = inner.window_check_at.load(Ordering::Relaxed);
         if plan::skips_look(inner.shards.len(), now, check_at) {
@@ -174,7 +176,7 @@ fn tick_call(store: &RedisStore, pass: &Pass, now: UnixMillis, seq: u64) -> Call
     };
     let mut call = store
         .shard_fcall_windows(function, &inner.shards[pass.shard], &pass.drains, now)
-        .arg(pass.limit)
+        .arg(pass.limit.min(TICK_MAX_MOVES as u64))
         .arg(seq)
         .arg(pass.drain_budget)
         .arg(&inner.origin)
