@@ -6,10 +6,9 @@
 //! `jobs` table as of the last checkpoint and in the logs since, and [`EmbeddedStore::open`]
 //! replays the logs into redb and rebuilds the engine from it. A transition runs under the lock
 //! and queues its changes before the lock is released, so disk order is engine order; the
-//! caller then waits outside the lock. The log's group commit (`group_commit.rs`) has no
-//! thread between a request and its fsync: the first request that finds the log idle leads, appending
-//! everything queued as one frame and fsyncing it, while the requests queued meanwhile wait
-//! for its answer or for the lead; so concurrent callers share one fsync. A checkpoint thread
+//! caller then waits outside the lock. The log's group commit (`group_commit.rs`) is one
+//! writer thread: it appends everything queued as one frame and fsyncs it, answers those
+//! callers, and goes on with what was queued meanwhile; so concurrent callers share one fsync. A checkpoint thread
 //! moves the logged changes into redb every second. A transition that changed nothing (a
 //! refusal, a reserve that found no job, a tick with nothing due) answers at once. The timer's
 //! passes (`tick`) do not wait at all: a promotion is not written (the engine records no
@@ -81,7 +80,7 @@ pub struct WriteAhead {
     log: Arc<GroupCommit>,
     /// Joined on drop, after it has checkpointed everything, so the database (and its lock)
     /// is closed when the store is gone and the directory can be opened again at once.
-    housekeeper: Option<JoinHandle<()>>,
+    writer: Option<JoinHandle<()>>,
     /// Set while an online backup runs: one at a time.
     backing_up: Arc<AtomicBool>,
 }
@@ -95,7 +94,7 @@ impl Durability for WriteAhead {
         self.log.check()
     }
 
-    /// Queues the changes for the next leader. A lazy commit has no acknowledgement and
+    /// Queues the changes for the writer. A lazy commit has no acknowledgement and
     /// leaves its events to go out now; any other holds its events back until it is synced.
     fn commit(&self, fx: &mut Effects, mode: CommitMode) -> StoreResult<Option<Self::Ack>> {
         self.log.commit(fx, mode)
@@ -173,7 +172,7 @@ async fn run_backup(log: Arc<GroupCommit>, dir: PathBuf) -> Result<BackupReport,
 impl Drop for WriteAhead {
     fn drop(&mut self) {
         self.log.stop();
-        if let Some(h) = self.housekeeper.take() {
+        if let Some(h) = self.writer.take() {
             let _ = h.join();
         }
     }
@@ -224,7 +223,7 @@ impl EmbeddedStore {
         engine.load_schedules(schedules);
 
         let events = broadcast::channel(EVENT_CHANNEL_CAPACITY).0;
-        let (log, housekeeper) =
+        let (log, writer) =
             GroupCommit::start(db, file.clone(), dir.clone(), generation, events.clone())?;
         tracing::info!(
             file = %file.display(),
@@ -235,7 +234,7 @@ impl EmbeddedStore {
         );
         let durability = WriteAhead {
             log,
-            housekeeper: Some(housekeeper),
+            writer: Some(writer),
             backing_up: Arc::default(),
         };
         Ok(EngineStore::with_durability(engine, events, durability))

@@ -546,6 +546,24 @@ async fn concurrent_writers_all_become_durable() {
     assert_eq!(counts.ready, 1_000);
 }
 
+/// One caller at a time, each waiting for its push before the next: every push finds the
+/// writer idle and must wake it. Were a wake-up lost, a push would wait for the writer's
+/// periodic pass (250 ms): 200 pushes would take 50 s. An fsync takes milliseconds at worst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_push_wakes_the_idle_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path()).await.unwrap();
+    let started = std::time::Instant::now();
+    for i in 0..200 {
+        push(&store, spec(&format!("lone-{i}"), NOW)).await;
+    }
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "200 pushes took {took:?}"
+    );
+}
+
 /// 20 rounds, each pushing 2,000 jobs and finishing the previous round's 2,000 (50 concurrent
 /// workers, so commits are shared), each ended by a graceful stop, which checkpoints
 /// everything into redb: the data directory grows to its working size in the first rounds,

@@ -4,7 +4,7 @@
 //!
 //! **How.** The request queues a commit with no changes behind every commit already queued
 //! (`group_commit.rs`), so it is written after all of them; every change whose answer has been
-//! sent is by then in a log or in redb. Right after that batch the leader rotates the log (a
+//! sent is by then in a log or in redb. Right after that batch the writer rotates the log (a
 //! checkpoint of everything logged so far, due or not) and hands the backup to the checkpoint
 //! thread behind it. When the checkpoint thread reaches it, redb holds every checkpoint before
 //! it, so a read transaction taken then is the state the copy must have: the checkpoint thread
@@ -16,7 +16,7 @@
 //! **Why not under the engine lock.** A copy of the engine's state would be exact too, but it
 //! is taken under the lock every request needs: with a million jobs, cloning them takes far
 //! longer than the 100 ms a request may be held up. Here no request waits for the copy: the
-//! leader's extra work is one log rotation (a file rename and a header), and the copy runs
+//! writer's extra work is one log rotation (a file rename and a header), and the copy runs
 //! on its own thread from a snapshot.
 //!
 //! What it does not copy: the write-ahead logs (the copy is a checkpoint, so it needs none),

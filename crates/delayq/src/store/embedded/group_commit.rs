@@ -1,29 +1,22 @@
 //! The embedded store's group commit: how queued job changes become durable, many callers per
-//! fsync, with no thread between a request and its fsync; and the checkpoint thread behind it
-//! that owns the redb [`Database`].
+//! fsync; and the checkpoint thread behind it that owns the redb [`Database`].
 //!
-//! **Leader and followers** (as RocksDB's write thread). A transition queues a [`Commit`]
-//! (while holding the engine lock, so the queue is in engine order, `engine_store.rs`) and then
-//! waits for its [`Ticket`] outside the lock. The first acknowledged commit that finds no
-//! leader becomes the leader: in its own task it takes everything queued (up to
-//! [`MAX_CHANGES_PER_COMMIT`] changes), appends the last state of each job it touches to the
-//! write-ahead log as one frame (`wal.rs`), `fdatasync`s it, and only then answers every commit
-//! in the batch and publishes their events, in queue order. Commits queued while it writes
-//! are followers: each waits on its own channel. When the leader's own commit is done it hands
-//! the lead to the oldest follower still waiting (which then writes everything queued behind
-//! it), or, if none is, leaves the log idle; then it answers its own caller. So the requests
-//! in flight share each fsync, and no request crosses to another thread and back to reach the
-//! disk. A leader in a tokio worker thread runs its writes inside
-//! [`tokio::task::block_in_place`], so the runtime moves that worker's other tasks to a
-//! thread that is not blocked on the disk.
+//! **The writer thread.** A transition queues a [`Commit`] (while holding the engine lock, so
+//! the queue is in engine order, `engine_store.rs`) and then waits for its [`Ticket`] outside
+//! the lock. The writer thread takes everything queued (up to [`MAX_CHANGES_PER_COMMIT`]
+//! changes), appends the last state of each job it touches to the write-ahead log as one frame
+//! (`wal.rs`), `fdatasync`s it, and only then answers every commit in the batch and publishes
+//! their events, in queue order; then it takes what was queued meanwhile, until nothing is.
+//! So the requests in flight share each fsync, the next fsync starts as soon as the last one
+//! ends, and no request's task blocks on the disk. An acknowledged commit wakes the writer
+//! only when it is idle.
 //!
-//! **The housekeeper** thread does what no request may be waiting for: every
-//! [`HOUSEKEEPING_EVERY`], if nobody leads, it leads itself, to write and sync lazy commits
-//! left queued and to start a checkpoint that is due; and when the store stops it writes
-//! what is left and checkpoints everything. It decides nothing about jobs; nothing here reads
-//! (the store loads at open).
+//! The writer also does what no request waits for: every [`HOUSEKEEPING_EVERY`] it writes
+//! and syncs lazy commits left queued and starts a checkpoint that is due; and when the store
+//! stops it writes what is left and checkpoints everything. It decides nothing about jobs;
+//! nothing here reads (the store loads at open).
 //!
-//! **Checkpoints.** Every [`CHECKPOINT_EVERY`] (or [`CHECKPOINT_BYTES`] of log), the leader
+//! **Checkpoints.** Every [`CHECKPOINT_EVERY`] (or [`CHECKPOINT_BYTES`] of log), the writer
 //! starts a new log after its batch and hands the changes logged since the last checkpoint to
 //! the checkpoint thread, which writes them to redb in one durable transaction and then
 //! retires the old log (kept as the spare the next new log is written over, `wal.rs`).
@@ -32,11 +25,11 @@
 //! Opening the store replays whatever logs are left (`embedded.rs`).
 //!
 //! **Lazy commits** (the timer's passes: promotions and TTR expiries, which a restart redoes by
-//! itself) have no acknowledgement and no events to hold back. They wait in the queue for the
-//! next leader, whose fsync covers them, as every commit queued before its own; so an
-//! acknowledged transition still never depends on an unwritten one, and a crash loses at most
-//! timer work that is redone. When no request comes, the housekeeper writes them within
-//! [`HOUSEKEEPING_EVERY`]; stopping the store checkpoints everything, so a graceful stop
+//! itself) have no acknowledgement and no events to hold back, and do not wake the writer.
+//! They wait in the queue for the next batch, whose fsync covers them, as every commit queued
+//! before an acknowledged one; so an acknowledged transition still never depends on an
+//! unwritten one, and a crash loses at most timer work that is redone. When no request comes,
+//! the writer takes them within [`HOUSEKEEPING_EVERY`]; stopping the store checkpoints everything, so a graceful stop
 //! leaves nothing to redo (`embedded_store.rs` checks that).
 //!
 //! After a failed commit or checkpoint the store never writes again: later commits may depend
@@ -68,11 +61,11 @@ pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 
-/// A leader stops taking queued commits into one batch past this many changes, so one batch
+/// The writer stops taking queued commits into one batch past this many changes, so one batch
 /// (and the latency of everyone in it) stays bounded under a flood of batch pushes.
 const MAX_CHANGES_PER_COMMIT: usize = 50_000;
 
-/// How often the housekeeper looks for work no request leads (see the module docs): the
+/// How often the writer looks for work no request woke it for (see the module docs): the
 /// longest a lazy commit waits for its write and fsync on an idle store.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(250);
 
@@ -80,11 +73,11 @@ const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(250);
 /// Bounds the log's size and the memory holding its changes until their checkpoint.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 const CHECKPOINT_BYTES: u64 = 16 << 20;
-/// Checkpoints handed over and not yet written to redb before a leader waits for one: if
+/// Checkpoints handed over and not yet written to redb before the writer waits for one: if
 /// redb ever fell behind, commits slow down instead of logs and memory piling up.
 const CHECKPOINTS_PENDING: usize = 2;
 
-/// Set once, by a leader or the checkpoint thread, when a write fails: the reason every later
+/// Set once, by the writer or the checkpoint thread, when a write fails: the reason every later
 /// request is refused with.
 pub type Failure = Arc<OnceLock<Cause>>;
 
@@ -112,30 +105,21 @@ enum Rotation {
     Last,
 }
 
-/// What a waiting commit is told: it is done (durable, or failed), or its waiter is to lead.
-enum Turn {
-    Done(StoreResult<()>),
-    Lead,
-}
-
-/// One transition's changes, queued for the next leader.
+/// One transition's changes, queued for the writer.
 struct Commit {
-    /// Its place in the queue (engine order).
-    seq: u64,
     changes: Vec<Change>,
     /// Published only once `changes` are durable (empty for a lazy commit: its caller
     /// published them when it queued it).
     events: Vec<StoreEvent>,
-    /// Where its waiter is told its [`Turn`]. `None` for a lazy commit, which nobody waits
-    /// for; for a leader's own commit; and for one whose waiter was handed the lead or gave up.
-    turn: Option<oneshot::Sender<Turn>>,
+    /// Where its waiter is told the result. `None` for a lazy commit, which nobody waits for.
+    turn: Option<oneshot::Sender<StoreResult<()>>>,
     /// An online backup (`backup.rs`), which has no changes: once its batch is written, the
     /// log is rotated and the backup handed to the checkpoint thread behind that rotation,
     /// so the copy holds every commit queued before it.
     backup: Option<backup::Request>,
 }
 
-/// What the leader hands the checkpoint thread, in order.
+/// What the writer hands the checkpoint thread, in order.
 enum Handed {
     /// Changes to write to redb, and the log that holds them (retired once they are).
     Checkpoint(Changes, PathBuf),
@@ -146,33 +130,16 @@ enum Handed {
 /// The queue, under the lock every commit takes (briefly, inside the engine lock).
 struct Queue {
     pending: VecDeque<Commit>,
-    next_seq: u64,
-    /// Whether someone leads (a request, or the housekeeper): at most one at a time.
-    leading: bool,
-    /// Set when the store is dropped: the housekeeper writes what is left and stops.
+    /// An acknowledged commit was queued since the writer last looked: it writes again
+    /// before it sleeps.
+    wanted: bool,
+    /// The writer is writing (not waiting on [`GroupCommit::wake`]): no commit needs to wake it.
+    writing: bool,
+    /// Set when the store is dropped: the writer writes what is left and stops.
     stopping: bool,
 }
 
-impl Queue {
-    /// A commit's place behind the leader: the channel its waiter is told its turn on, or
-    /// none when nobody leads, and the caller becomes the leader.
-    fn take_turn(
-        &mut self,
-    ) -> (
-        Option<oneshot::Sender<Turn>>,
-        Option<oneshot::Receiver<Turn>>,
-    ) {
-        if self.leading {
-            let (tx, rx) = oneshot::channel();
-            (Some(tx), Some(rx))
-        } else {
-            self.leading = true;
-            (None, None)
-        }
-    }
-}
-
-/// What only the leader touches: the log it appends to and the changes the next checkpoint
+/// What only the writer touches: the log it appends to and the changes the next checkpoint
 /// takes.
 struct Io {
     log: Option<wal::Log>,
@@ -185,13 +152,12 @@ struct Io {
 }
 
 /// The write-ahead log's group commit, shared by the store, the tickets of the requests in
-/// flight and the housekeeper thread.
+/// flight and the writer thread.
 pub struct GroupCommit {
     queue: Mutex<Queue>,
-    /// Wakes the housekeeper when the store stops.
+    /// Wakes the idle writer: an acknowledged commit was queued, or the store stops.
     wake: Condvar,
-    /// Held by the leader while it writes (never while it waits for the queue's lock from a
-    /// commit: the order is always `io`, then `queue`).
+    /// Held by the writer while it writes (the order is always `io`, then `queue`).
     io: Mutex<Io>,
     failure: Failure,
     /// Makes the next commit fail as if the disk had refused it (tests of the failure path).
@@ -202,16 +168,11 @@ pub struct GroupCommit {
     dir: PathBuf,
 }
 
-/// What an acknowledged commit's caller holds until the commit is durable: it either waits
-/// for the leader's answer, or leads (see the module docs).
+/// What an acknowledged commit's caller holds until the commit is durable: the writer's
+/// answer to come. A caller that goes away (a request cancelled while it waits) drops it; its
+/// commit is written all the same.
 pub struct Ticket {
-    log: Arc<GroupCommit>,
-    seq: u64,
-    /// `None`: this caller leads as soon as it waits.
-    turn: Option<oneshot::Receiver<Turn>>,
-    /// Set once the wait has an answer or has led; until then dropping the ticket passes on
-    /// a lead it holds.
-    settled: bool,
+    turn: oneshot::Receiver<StoreResult<()>>,
 }
 
 /// Locks `m`, ignoring poisoning: every section under these locks leaves the state whole
@@ -225,20 +186,9 @@ fn stopped() -> StoreError {
     StoreError::Unavailable("the embedded store has stopped".into())
 }
 
-/// Runs `f`, which blocks on the disk: inside `block_in_place` on a multi-threaded tokio
-/// runtime, so the worker's other tasks go on elsewhere; directly anywhere else (a
-/// current-thread runtime has no other worker to hand them to).
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
-        _ => f(),
-    }
-}
-
 impl GroupCommit {
     /// Starts the group commit of the store in `dir` over `db`: the checkpoint thread (which
-    /// owns `db`), the first log (of `generation`) and the housekeeper thread, whose handle is
+    /// owns `db`), the first log (of `generation`) and the writer thread, whose handle is
     /// returned. A log or checkpoint thread that cannot be made leaves the store failed
     /// (refusing every call), not unopened.
     pub fn start(
@@ -276,8 +226,8 @@ impl GroupCommit {
         let group = Arc::new(GroupCommit {
             queue: Mutex::new(Queue {
                 pending: VecDeque::new(),
-                next_seq: 0,
-                leading: false,
+                wanted: false,
+                writing: false,
                 stopping: false,
             }),
             wake: Condvar::new(),
@@ -293,16 +243,14 @@ impl GroupCommit {
             file,
             dir,
         });
-        let housekeeper = {
+        let writer = {
             let group = group.clone();
             std::thread::Builder::new()
-                .name("delayq-embedded-housekeeper".into())
-                .spawn(move || group.housekeep(checkpointer))
-                .map_err(|e| {
-                    StoreError::unavailable("cannot start the embedded store housekeeper", e)
-                })?
+                .name("delayq-embedded-writer".into())
+                .spawn(move || group.write_loop(checkpointer))
+                .map_err(|e| StoreError::unavailable("cannot start the embedded store writer", e))?
         };
-        Ok((group, housekeeper))
+        Ok((group, writer))
     }
 
     /// Whether the store still takes calls.
@@ -324,12 +272,9 @@ impl GroupCommit {
         if q.stopping {
             return Err(stopped());
         }
-        let seq = q.next_seq;
-        q.next_seq += 1;
         let changes = std::mem::take(&mut fx.changes);
         if mode == CommitMode::Lazy {
             q.pending.push_back(Commit {
-                seq,
                 changes,
                 events: Vec::new(),
                 turn: None,
@@ -337,20 +282,30 @@ impl GroupCommit {
             });
             return Ok(None);
         }
-        let (turn, waits) = q.take_turn();
+        let events = std::mem::take(&mut fx.events);
+        Ok(Some(self.queue_acknowledged(&mut q, changes, events, None)))
+    }
+
+    /// Queues a commit somebody waits for, and wakes the writer if it is idle.
+    fn queue_acknowledged(
+        &self,
+        q: &mut Queue,
+        changes: Vec<Change>,
+        events: Vec<StoreEvent>,
+        backup: Option<backup::Request>,
+    ) -> Ticket {
+        let (tx, rx) = oneshot::channel();
         q.pending.push_back(Commit {
-            seq,
             changes,
-            events: std::mem::take(&mut fx.events),
-            turn,
-            backup: None,
+            events,
+            turn: Some(tx),
+            backup,
         });
-        Ok(Some(Ticket {
-            log: self.clone(),
-            seq,
-            turn: waits,
-            settled: false,
-        }))
+        q.wanted = true;
+        if !q.writing {
+            self.wake.notify_one();
+        }
+        Ticket { turn: rx }
     }
 
     /// Queues an online backup behind every commit queued so far (`backup.rs`). The ticket
@@ -363,40 +318,18 @@ impl GroupCommit {
         if q.stopping {
             return Err(stopped());
         }
-        let seq = q.next_seq;
-        q.next_seq += 1;
-        let (turn, waits) = q.take_turn();
-        q.pending.push_back(Commit {
-            seq,
-            changes: Vec::new(),
-            events: Vec::new(),
-            turn,
-            backup: Some(req),
-        });
-        Ok(Ticket {
-            log: self.clone(),
-            seq,
-            turn: waits,
-            settled: false,
-        })
+        Ok(self.queue_acknowledged(&mut q, Vec::new(), Vec::new(), Some(req)))
     }
 
-    /// Leads: writes batches until the commit `until` is durable (`None`: until nothing is
-    /// queued), starts a checkpoint if one is due, and hands the lead over. Returns the result
-    /// of `until`'s batch.
-    fn lead(&self, until: Option<u64>) -> StoreResult<()> {
+    /// Writes batches until nothing is queued, then starts a checkpoint if one is due.
+    fn write_queued(&self) {
         let mut io = lock(&self.io);
-        let mut mine = Err(stopped());
         loop {
             let batch = self.take_batch();
-            let Some(last) = batch.last().map(|c| c.seq) else {
-                break;
-            };
-            let result = self.write_batch(&mut io, batch);
-            if until.is_some_and(|s| last >= s) {
-                mine = result;
+            if batch.is_empty() {
                 break;
             }
+            let _ = self.write_batch(&mut io, batch);
         }
         if self.failure.get().is_none() {
             let full = io.log.as_ref().is_some_and(|l| l.bytes >= CHECKPOINT_BYTES);
@@ -404,9 +337,6 @@ impl GroupCommit {
                 self.rotate(&mut io, Rotation::Continue);
             }
         }
-        drop(io);
-        self.hand_over();
-        mine
     }
 
     /// Takes the oldest queued commits, up to [`MAX_CHANGES_PER_COMMIT`] changes (at least
@@ -422,26 +352,6 @@ impl GroupCommit {
             batch.push(c);
         }
         batch
-    }
-
-    /// Passes the lead to the oldest commit whose waiter still waits, or leaves the log idle
-    /// if there is none (whatever is queued then waits for the next leader).
-    fn hand_over(&self) {
-        let mut q = lock(&self.queue);
-        loop {
-            match q.pending.iter_mut().find_map(|c| c.turn.take()) {
-                Some(next) => {
-                    if next.send(Turn::Lead).is_ok() {
-                        return;
-                    }
-                    // Its waiter is gone: the commit is written by the next leader all the same.
-                }
-                None => {
-                    q.leading = false;
-                    return;
-                }
-            }
-        }
     }
 
     /// Writes one batch (unless the store has failed), then answers each commit in it and
@@ -476,7 +386,7 @@ impl GroupCommit {
             }
             // The caller may have gone away; the change is durable all the same.
             if let Some(turn) = turn {
-                let _ = turn.send(Turn::Done(result.clone()));
+                let _ = turn.send(result.clone());
             }
         }
         result
@@ -613,43 +523,40 @@ impl GroupCommit {
         }
     }
 
-    /// Asks the housekeeper to write what is left, checkpoint everything and stop.
+    /// Asks the writer to write what is left, checkpoint everything and stop.
     pub fn stop(&self) {
         lock(&self.queue).stopping = true;
         self.wake.notify_all();
     }
 
-    /// The housekeeper thread (see the module docs). Runs until [`GroupCommit::stop`], then
-    /// writes what is queued, checkpoints everything and waits for the checkpoint thread,
-    /// which closes the database (releasing its lock).
-    fn housekeep(self: Arc<Self>, checkpointer: Option<JoinHandle<()>>) {
+    /// The writer thread (see the module docs). Writes whenever an acknowledged commit is
+    /// queued, and every [`HOUSEKEEPING_EVERY`] whatever is; runs until
+    /// [`GroupCommit::stop`], then writes what is queued, checkpoints everything and waits for
+    /// the checkpoint thread, which closes the database (releasing its lock).
+    fn write_loop(self: Arc<Self>, checkpointer: Option<JoinHandle<()>>) {
         let mut q = lock(&self.queue);
         loop {
-            if q.stopping && !q.leading {
+            if q.stopping {
                 break;
             }
-            if !q.stopping {
-                q = self
+            if !q.wanted {
+                let (woken, wait) = self
                     .wake
                     .wait_timeout(q, HOUSEKEEPING_EVERY)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-            } else {
-                // A leader is finishing its batch: it does not notify, so look again soon.
-                drop(q);
-                std::thread::sleep(Duration::from_millis(1));
-                q = lock(&self.queue);
+                    .unwrap_or_else(|p| p.into_inner());
+                q = woken;
+                if q.stopping || (!q.wanted && !wait.timed_out()) {
+                    continue;
+                }
             }
-            if q.leading || q.stopping {
-                continue;
-            }
-            q.leading = true;
+            q.wanted = false;
+            q.writing = true;
             drop(q);
-            let _ = self.lead(None);
+            self.write_queued();
             q = lock(&self.queue);
+            q.writing = false;
         }
-        // Stopping, and nobody leads: nobody will, since commits are refused now.
-        q.leading = true;
+        // Stopping: commits are refused now, so what is queued is the last.
         drop(q);
         let mut io = lock(&self.io);
         loop {
@@ -672,46 +579,9 @@ impl GroupCommit {
 }
 
 impl Ticket {
-    /// Resolves once the commit is durable, or failed: by the leader's answer, or by leading.
-    pub async fn wait(mut self) -> StoreResult<()> {
-        if let Some(turn) = self.turn.as_mut() {
-            let got = turn.await;
-            self.turn = None;
-            match got {
-                Ok(Turn::Lead) => {}
-                Ok(Turn::Done(result)) => {
-                    self.settled = true;
-                    return result;
-                }
-                Err(_) => {
-                    self.settled = true;
-                    return Err(stopped());
-                }
-            }
-        }
-        self.settled = true;
-        let (log, seq) = (&self.log, self.seq);
-        blocking(|| log.lead(Some(seq)))
-    }
-}
-
-impl Drop for Ticket {
-    /// A caller that goes away (a request cancelled while it waits) must not keep the lead
-    /// it was given, or take it with it: it passes it on. Its commit is written all the same.
-    fn drop(&mut self) {
-        if self.settled {
-            return;
-        }
-        let holds_lead = match self.turn.as_mut() {
-            None => true,
-            Some(turn) => {
-                turn.close();
-                matches!(turn.try_recv(), Ok(Turn::Lead))
-            }
-        };
-        if holds_lead {
-            self.log.hand_over();
-        }
+    /// Resolves once the commit is durable, or failed.
+    pub async fn wait(self) -> StoreResult<()> {
+        self.turn.await.unwrap_or_else(|_| Err(stopped()))
     }
 }
 
