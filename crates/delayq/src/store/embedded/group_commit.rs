@@ -72,7 +72,7 @@ const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(250);
 /// How often the log is checkpointed into redb, at most; and after how many bytes of log.
 /// Bounds the log's size and the memory holding its changes until their checkpoint.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
-const CHECKPOINT_BYTES: u64 = 16 << 20;
+const CHECKPOINT_BYTES: u64 = wal::PREALLOCATED;
 /// Checkpoints handed over and not yet written to redb before the writer waits for one: if
 /// redb ever fell behind, commits slow down instead of logs and memory piling up.
 const CHECKPOINTS_PENDING: usize = 2;
@@ -214,7 +214,7 @@ impl GroupCommit {
                 None
             }
         };
-        let log = match wal::Log::create(&dir, generation) {
+        let log = match wal::Log::create(&dir, generation, true) {
             Ok(log) => Some(log),
             Err(e) => {
                 let reason =
@@ -490,7 +490,7 @@ impl GroupCommit {
         }
         let next = match (rotation, io.log.as_ref()) {
             (Rotation::Continue, Some(log)) => {
-                match wal::Log::create(&self.dir, log.generation + 1) {
+                match wal::Log::create(&self.dir, log.generation + 1, false) {
                     Ok(next) => Some(next),
                     Err(e) => {
                         // Keep logging to the current one; the next rotation tries again.

@@ -12,7 +12,11 @@
 //! new log is that file renamed again and written over from the start. Overwriting blocks a
 //! file already has makes an `fdatasync` one data write and a cache flush; appending to a new
 //! file also commits the file's new size to the filesystem's journal every time, which makes
-//! each sync slower. What the old contents leave past the new frames must never read as a
+//! each sync slower. So a log file is never shorter than [`PREALLOCATED`] bytes, about what
+//! one checkpoint's log holds at most: the first log of a store is filled with zeros to that
+//! size when the store opens, a retired log is filled up to it (by the checkpoint thread, off
+//! every request's path), and trimming stops there. Only a log created when no spare is ready
+//! (the first rotation after opening) grows as it is written. What the old contents leave past the new frames must never read as a
 //! frame of the new log, so every frame's CRC covers the log's generation, and the file starts
 //! with a header naming it. Generations never repeat: opening the store starts above every
 //! log's and the spare's ([`spare_generation`]), so whatever a file held before is of older
@@ -32,7 +36,7 @@
 
 use crate::store::Cause;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// One job's last state in a commit: its record, or `None` when it was removed.
@@ -47,6 +51,10 @@ const FILE_HEADER: usize = MAGIC.len() + 8;
 
 /// The name of a checkpointed log kept for reuse (see the module docs).
 pub const SPARE: &str = "wal-spare.log";
+
+/// Least size of a log file, in zeros beyond its frames (see the module docs): the size at
+/// which a log is checkpointed (`group_commit.rs`'s `CHECKPOINT_BYTES`).
+pub const PREALLOCATED: u64 = 16 << 20;
 
 /// Largest payload [`frames`] puts in one frame, far below the `u32` length field's limit: a
 /// commit of many large bodies (batches of 1,000 jobs of up to 64 MiB) is written as several.
@@ -73,8 +81,40 @@ pub fn path(dir: &Path, generation: u64) -> PathBuf {
 
 /// A checkpointed log, kept to be written over by the next new one: renamed to [`SPARE`]
 /// (replacing an older spare), or deleted if it cannot be. Either way it is never read again.
+/// The spare is then filled with zeros to [`PREALLOCATED`] bytes if it is shorter (a spare
+/// that cannot be, on a full disk say, is only slower to write over).
 pub fn retire(dir: &Path, log: &Path) -> io::Result<()> {
-    std::fs::rename(log, dir.join(SPARE)).or_else(|_| std::fs::remove_file(log))
+    let spare = dir.join(SPARE);
+    if std::fs::rename(log, &spare).is_err() {
+        return std::fs::remove_file(log);
+    }
+    let filled = OpenOptions::new()
+        .write(true)
+        .open(&spare)
+        .and_then(|mut file| fill(&mut file, PREALLOCATED));
+    if let Err(e) = filled {
+        tracing::warn!(error = %e, spare = %spare.display(), "cannot preallocate the spare log");
+    }
+    Ok(())
+}
+
+/// Extends `file` with zeros to `size` bytes if it is shorter, durably (`fdatasync` commits
+/// the new size), and leaves its position at the start.
+fn fill(file: &mut File, size: u64) -> io::Result<()> {
+    let len = file.metadata()?.len();
+    if len < size {
+        file.seek(SeekFrom::Start(len))?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut left = size - len;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            file.write_all(&zeros[..n])?;
+            left -= n as u64;
+        }
+        file.sync_data()?;
+    }
+    file.seek(SeekFrom::Start(0))?;
+    Ok(())
 }
 
 /// The generation the spare in `dir` was last written as, if there is a spare with a header.
@@ -242,8 +282,9 @@ pub struct Log {
 impl Log {
     /// Creates the log of `generation` in `dir` (it must not exist), from the spare when
     /// there is one, writes its header and makes its directory entry durable, so a frame
-    /// synced into it is found after a power loss.
-    pub fn create(dir: &Path, generation: u64) -> io::Result<Log> {
+    /// synced into it is found after a power loss. With `preallocate` (when the store opens)
+    /// a file shorter than [`PREALLOCATED`] is first filled with zeros to that size.
+    pub fn create(dir: &Path, generation: u64, preallocate: bool) -> io::Result<Log> {
         let path = path(dir, generation);
         let recycled = !path.exists() && std::fs::rename(dir.join(SPARE), &path).is_ok();
         let mut file = if recycled {
@@ -254,6 +295,11 @@ impl Log {
                 .create_new(true)
                 .open(&path)?
         };
+        if preallocate && let Err(e) = fill(&mut file, PREALLOCATED) {
+            // Only slower to write: each sync then also commits the file's growth.
+            tracing::warn!(error = %e, log = %path.display(), "cannot preallocate the log");
+            file.seek(SeekFrom::Start(0))?;
+        }
         File::open(dir)?.sync_all()?;
         file.write_all(&file_header(generation))?;
         Ok(Log {
@@ -281,11 +327,16 @@ impl Log {
         Ok(())
     }
 
-    /// Cuts what a recycled file held past this log's frames, once the log is complete: the
-    /// spare it becomes is then no larger than this log, instead of as large as the largest
-    /// log the file ever held.
+    /// Cuts what a recycled file held past this log's frames and [`PREALLOCATED`] bytes, once
+    /// the log is complete: the spare it becomes is then no larger than this log or that
+    /// size, instead of as large as the largest log the file ever held. Never extends it.
     pub fn trim(&self) -> io::Result<()> {
-        self.file.set_len(self.bytes)
+        let len = self.file.metadata()?.len();
+        let keep = self.bytes.max(PREALLOCATED).min(len);
+        if keep < len {
+            self.file.set_len(keep)?;
+        }
+        Ok(())
     }
 
     /// Makes everything appended durable. An error names the file.
@@ -311,7 +362,7 @@ mod tests {
     #[test]
     fn frames_read_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Log::create(dir.path(), 7).unwrap();
+        let mut log = Log::create(dir.path(), 7, false).unwrap();
         log.append(&sample()).unwrap();
         log.append(&[("a".into(), None)]).unwrap();
         log.sync().unwrap();
@@ -330,7 +381,7 @@ mod tests {
         // 111 bytes per entry: two per frame.
         assert_eq!(split.len(), 5);
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Log::create(dir.path(), 1).unwrap();
+        let mut log = Log::create(dir.path(), 1, false).unwrap();
         for f in &split {
             log.append_frame(f).unwrap();
         }
@@ -342,7 +393,7 @@ mod tests {
     #[test]
     fn a_torn_or_damaged_last_frame_ends_the_log() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Log::create(dir.path(), 1).unwrap();
+        let mut log = Log::create(dir.path(), 1, false).unwrap();
         log.append(&sample()).unwrap();
         let kept = FILE_HEADER + frame(&sample(), 1).len();
         let second = frame(&[("d".into(), Some(b"dd".to_vec()))], 1);
@@ -372,7 +423,7 @@ mod tests {
     #[test]
     fn a_recycled_log_reads_only_its_own_frames() {
         let dir = tempfile::tempdir().unwrap();
-        let mut old = Log::create(dir.path(), 1).unwrap();
+        let mut old = Log::create(dir.path(), 1, false).unwrap();
         for batch in [jobs(10, 20), jobs(20, 30), jobs(30, 40)] {
             old.append(&batch).unwrap();
         }
@@ -386,19 +437,38 @@ mod tests {
         );
         assert_eq!(spare_generation(dir.path()).unwrap(), Some(1));
 
-        let mut new = Log::create(dir.path(), 2).unwrap();
+        let mut new = Log::create(dir.path(), 2, false).unwrap();
         assert!(!dir.path().join(SPARE).exists(), "the spare was reused");
-        // As long as the old first frame: the old second one starts right after it.
+        // As long as the old first frame: the old second one starts right after it, and the
+        // zeros the retired file was filled with follow the old frames.
         new.append(&jobs(40, 50)).unwrap();
         new.sync().unwrap();
-        assert_eq!(std::fs::metadata(&new.path).unwrap().len(), old_len);
+        assert_eq!(std::fs::metadata(&new.path).unwrap().len(), PREALLOCATED);
+        let bytes = std::fs::read(&new.path).unwrap();
+        assert!(bytes[old_len as usize..].iter().all(|&b| b == 0));
         assert_eq!(read(&new.path, 2).unwrap(), jobs(40, 50));
+    }
+
+    #[test]
+    fn a_preallocated_log_reads_its_frames_and_trims_to_its_preallocated_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::create(dir.path(), 3, true).unwrap();
+        assert_eq!(std::fs::metadata(&log.path).unwrap().len(), PREALLOCATED);
+        assert_eq!(read(&log.path, 3).unwrap(), vec![]);
+        log.append(&jobs(0, 10)).unwrap();
+        log.sync().unwrap();
+        assert_eq!(read(&log.path, 3).unwrap(), jobs(0, 10));
+        log.trim().unwrap();
+        assert_eq!(std::fs::metadata(&log.path).unwrap().len(), PREALLOCATED);
+        // A file of zeros whose header never reached the disk holds nothing.
+        std::fs::write(&log.path, vec![0u8; 4096]).unwrap();
+        assert_eq!(read(&log.path, 3).unwrap(), vec![]);
     }
 
     #[test]
     fn a_recycled_log_whose_new_header_was_lost_holds_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let mut old = Log::create(dir.path(), 1).unwrap();
+        let mut old = Log::create(dir.path(), 1, false).unwrap();
         old.append(&jobs(0, 10)).unwrap();
         old.sync().unwrap();
         // Renamed for generation 2, and a crash before its new header reached the disk.
@@ -428,7 +498,7 @@ mod tests {
     fn logs_are_listed_oldest_first_and_other_files_ignored() {
         let dir = tempfile::tempdir().unwrap();
         for g in [0x10, 2, 0xff] {
-            Log::create(dir.path(), g).unwrap();
+            Log::create(dir.path(), g, false).unwrap();
         }
         std::fs::write(dir.path().join("delayq.redb"), b"").unwrap();
         std::fs::write(dir.path().join("wal-zz.log"), b"").unwrap();
