@@ -8,9 +8,10 @@
 //! and queues its changes before the lock is released, so disk order is engine order; the
 //! caller then waits outside the lock. The log's group commit (`group_commit.rs`) is one
 //! writer thread: it appends everything queued as one frame and fsyncs it, answers those
-//! callers, and goes on with what was queued meanwhile; so concurrent callers share one fsync. A checkpoint thread
-//! moves the logged changes into redb every second. A transition that changed nothing (a
-//! refusal, a reserve that found no job, a tick with nothing due) answers at once. The timer's
+//! callers, and goes on with what was queued meanwhile; so concurrent callers share one
+//! fsync. A checkpoint thread moves the logged changes into redb every second. A transition
+//! that changed nothing (a refusal, a reserve that found no job, a tick with nothing due)
+//! answers at once. The timer's
 //! passes (`tick`) do not wait at all: a promotion is not written (the engine records no
 //! change for it: the first pass after a restart promotes the delayed record again), and an
 //! expiry is a lazy commit (`group_commit.rs`), made durable by the next acknowledged

@@ -29,8 +29,8 @@
 //! They wait in the queue for the next batch, whose fsync covers them, as every commit queued
 //! before an acknowledged one; so an acknowledged transition still never depends on an
 //! unwritten one, and a crash loses at most timer work that is redone. When no request comes,
-//! the writer takes them within [`HOUSEKEEPING_EVERY`]; stopping the store checkpoints everything, so a graceful stop
-//! leaves nothing to redo (`embedded_store.rs` checks that).
+//! the writer takes them within [`HOUSEKEEPING_EVERY`]; stopping the store checkpoints
+//! everything, so a graceful stop leaves nothing to redo (`embedded_store.rs` checks that).
 //!
 //! After a failed commit or checkpoint the store never writes again: later commits may depend
 //! on the lost one (a finish whose push was not written, or a push whose earlier removal was
@@ -139,8 +139,8 @@ struct Queue {
     stopping: bool,
 }
 
-/// What only the writer touches: the log it appends to and the changes the next checkpoint
-/// takes.
+/// What only the writer thread touches (it owns it): the log it appends to and the changes
+/// the next checkpoint takes.
 struct Io {
     log: Option<wal::Log>,
     /// Changes in the logs not yet handed to a checkpoint.
@@ -157,8 +157,6 @@ pub struct GroupCommit {
     queue: Mutex<Queue>,
     /// Wakes the idle writer: an acknowledged commit was queued, or the store stops.
     wake: Condvar,
-    /// Held by the writer while it writes (the order is always `io`, then `queue`).
-    io: Mutex<Io>,
     failure: Failure,
     /// Makes the next commit fail as if the disk had refused it (tests of the failure path).
     pub inject_failure: AtomicBool,
@@ -231,23 +229,23 @@ impl GroupCommit {
                 stopping: false,
             }),
             wake: Condvar::new(),
-            io: Mutex::new(Io {
-                log,
-                changes: Changes::new(),
-                since: Instant::now(),
-                checkpoints: Some(checkpoints),
-            }),
             failure,
             inject_failure: AtomicBool::new(false),
             events,
             file,
             dir,
         });
+        let io = Io {
+            log,
+            changes: Changes::new(),
+            since: Instant::now(),
+            checkpoints: Some(checkpoints),
+        };
         let writer = {
             let group = group.clone();
             std::thread::Builder::new()
                 .name("delayq-embedded-writer".into())
-                .spawn(move || group.write_loop(checkpointer))
+                .spawn(move || group.write_loop(io, checkpointer))
                 .map_err(|e| StoreError::unavailable("cannot start the embedded store writer", e))?
         };
         Ok((group, writer))
@@ -263,11 +261,7 @@ impl GroupCommit {
 
     /// Queues a transition's changes (under the engine lock). A lazy commit has no ticket and
     /// leaves its events to go out now; any other holds its events back until it is durable.
-    pub fn commit(
-        self: &Arc<Self>,
-        fx: &mut Effects,
-        mode: CommitMode,
-    ) -> StoreResult<Option<Ticket>> {
+    pub fn commit(&self, fx: &mut Effects, mode: CommitMode) -> StoreResult<Option<Ticket>> {
         let mut q = lock(&self.queue);
         if q.stopping {
             return Err(stopped());
@@ -312,7 +306,7 @@ impl GroupCommit {
     /// resolves once they are all written and the backup is handed to the checkpoint thread;
     /// `req.done` then tells how the copy went. Takes no engine lock: the copy is made from
     /// redb, off every request's path.
-    pub fn backup(self: &Arc<Self>, req: backup::Request) -> StoreResult<Ticket> {
+    pub fn backup(&self, req: backup::Request) -> StoreResult<Ticket> {
         self.check()?;
         let mut q = lock(&self.queue);
         if q.stopping {
@@ -321,20 +315,23 @@ impl GroupCommit {
         Ok(self.queue_acknowledged(&mut q, Vec::new(), Vec::new(), Some(req)))
     }
 
-    /// Writes batches until nothing is queued, then starts a checkpoint if one is due.
-    fn write_queued(&self) {
-        let mut io = lock(&self.io);
+    /// Writes batches until nothing is queued.
+    fn write_queued(&self, io: &mut Io) {
         loop {
             let batch = self.take_batch();
             if batch.is_empty() {
-                break;
+                return;
             }
-            let _ = self.write_batch(&mut io, batch);
+            self.write_batch(io, batch);
         }
+    }
+
+    /// Starts a checkpoint if one is due (by time or by the log's size).
+    fn checkpoint_if_due(&self, io: &mut Io) {
         if self.failure.get().is_none() {
             let full = io.log.as_ref().is_some_and(|l| l.bytes >= CHECKPOINT_BYTES);
             if full || io.since.elapsed() >= CHECKPOINT_EVERY {
-                self.rotate(&mut io, Rotation::Continue);
+                self.rotate(io, Rotation::Continue);
             }
         }
     }
@@ -355,8 +352,8 @@ impl GroupCommit {
     }
 
     /// Writes one batch (unless the store has failed), then answers each commit in it and
-    /// publishes the events of each, in order. Returns the batch's result.
-    fn write_batch(&self, io: &mut Io, batch: Vec<Commit>) -> StoreResult<()> {
+    /// publishes the events of each, in order.
+    fn write_batch(&self, io: &mut Io, batch: Vec<Commit>) {
         let mut changes = Vec::new();
         let mut waiting = Vec::with_capacity(batch.len());
         let mut backups = Vec::new();
@@ -389,7 +386,6 @@ impl GroupCommit {
                 let _ = turn.send(result.clone());
             }
         }
-        result
     }
 
     /// Appends the changes to the log as one frame and syncs it, and keeps them for the next
@@ -533,7 +529,7 @@ impl GroupCommit {
     /// queued, and every [`HOUSEKEEPING_EVERY`] whatever is; runs until
     /// [`GroupCommit::stop`], then writes what is queued, checkpoints everything and waits for
     /// the checkpoint thread, which closes the database (releasing its lock).
-    fn write_loop(self: Arc<Self>, checkpointer: Option<JoinHandle<()>>) {
+    fn write_loop(self: Arc<Self>, mut io: Io, checkpointer: Option<JoinHandle<()>>) {
         let mut q = lock(&self.queue);
         loop {
             if q.stopping {
@@ -552,20 +548,14 @@ impl GroupCommit {
             q.wanted = false;
             q.writing = true;
             drop(q);
-            self.write_queued();
+            self.write_queued(&mut io);
+            self.checkpoint_if_due(&mut io);
             q = lock(&self.queue);
             q.writing = false;
         }
         // Stopping: commits are refused now, so what is queued is the last.
         drop(q);
-        let mut io = lock(&self.io);
-        loop {
-            let batch = self.take_batch();
-            if batch.is_empty() {
-                break;
-            }
-            let _ = self.write_batch(&mut io, batch);
-        }
+        self.write_queued(&mut io);
         if self.failure.get().is_none() {
             self.rotate(&mut io, Rotation::Last);
         }

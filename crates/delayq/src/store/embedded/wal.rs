@@ -12,12 +12,13 @@
 //! new log is that file renamed again and written over from the start. Overwriting blocks a
 //! file already has makes an `fdatasync` one data write and a cache flush; appending to a new
 //! file also commits the file's new size to the filesystem's journal every time, which makes
-//! each sync slower. So a log file is never shorter than [`PREALLOCATED`] bytes, about what
-//! one checkpoint's log holds at most: the first log of a store is filled with zeros to that
-//! size when the store opens, a retired log is filled up to it (by the checkpoint thread, off
-//! every request's path), and trimming stops there. Only a log created when no spare is ready
-//! (the first rotation after opening) grows as it is written. What the old contents leave past the new frames must never read as a
-//! frame of the new log, so every frame's CRC covers the log's generation, and the file starts
+//! each sync slower. So log files are filled with zeros to [`PREALLOCATED`] bytes, about what
+//! one checkpoint's log holds at most, before they are written: the first log of a store when
+//! it opens, a retired log (by the checkpoint thread, off every request's path) before it is
+//! reused, and trimming stops there. Only a log started when no spare is ready (at the first
+//! rotation after opening, or while a checkpoint still holds the spare-to-be) grows as it is
+//! written. What the old contents leave past the new frames must never read as a frame of the
+//! new log, so every frame's CRC covers the log's generation, and the file starts
 //! with a header naming it. Generations never repeat: opening the store starts above every
 //! log's and the spare's ([`spare_generation`]), so whatever a file held before is of older
 //! generations.
@@ -104,13 +105,7 @@ fn fill(file: &mut File, size: u64) -> io::Result<()> {
     let len = file.metadata()?.len();
     if len < size {
         file.seek(SeekFrom::Start(len))?;
-        let zeros = vec![0u8; 1 << 20];
-        let mut left = size - len;
-        while left > 0 {
-            let n = left.min(zeros.len() as u64) as usize;
-            file.write_all(&zeros[..n])?;
-            left -= n as u64;
-        }
+        io::copy(&mut io::repeat(0).take(size - len), file)?;
         file.sync_data()?;
     }
     file.seek(SeekFrom::Start(0))?;
