@@ -400,6 +400,7 @@ pub async fn run_with(
         tokio::spawn(front.serve(listener, stopping.clone()))
     });
     let journal = state.journal.clone();
+    let store = state.store.clone();
     let app = api::router(state);
 
     let begin_shutdown = {
@@ -459,6 +460,8 @@ pub async fn run_with(
     {
         tracing::warn!("the RabbitMQ bridge did not stop in time");
     }
+    // Jobs the store reserved ahead for consumers that did not ask in time go back now.
+    store.stop().await;
     if let Some(journal) = journal {
         // In `async` mode, changes acknowledged and not yet journaled are written now.
         match tokio::time::timeout(DRAIN_TIMEOUT, journal.flush()).await {

@@ -199,7 +199,7 @@ impl<T> Answer<T> for StoreResult<T> {
 /// - in `impl Store for RedisStore`: `redis::Calls::touch(store, id, now)`, which lives in
 ///   the module of `store/redis/` that owns that kind of call.
 ///
-/// Besides the calls, the trait has `kind` and `subscribe` (not calls: no hook sees them; each
+/// Besides the calls, the trait has `kind`, `subscribe` and `stop` (not calls: no hook sees them; each
 /// impl above says where they come from) and `push`, a push of one job (a `PushBatch` to the
 /// hooks).
 macro_rules! store_calls {
@@ -234,6 +234,12 @@ macro_rules! store_calls {
             fn online_backup(&self) -> Option<&dyn OnlineBackup> {
                 None
             }
+
+            /// Hands back what the store holds for consumers that have not asked for it yet
+            /// (the Redis read-ahead, `redis/read_ahead.rs`), so that a stopped instance leaves
+            /// no job waiting for its TTR. Called once at shutdown, after the front ends
+            /// stopped; the store still answers calls after it.
+            async fn stop(&self) {}
 
             $(
                 $(#[$doc])*
@@ -300,6 +306,10 @@ macro_rules! store_calls {
                 self.inner().online_backup()
             }
 
+            async fn stop(&self) {
+                self.inner().stop().await
+            }
+
             $(
                 #[allow(clippy::extra_unused_lifetimes)]
                 async fn $name<'a>(&self, $($arg: $ty),*) -> StoreResult<$ret> {
@@ -359,6 +369,10 @@ macro_rules! store_calls {
 
             fn subscribe(&self) -> tokio::sync::broadcast::Receiver<StoreEvent> {
                 redis::Calls::subscribe(self)
+            }
+
+            async fn stop(&self) {
+                redis::Calls::stop(self).await
             }
 
             $(

@@ -9,7 +9,7 @@ use super::conn::Call;
 use super::keys::far_window;
 use super::record::{by_id_reply, bytes, decode_job, state_from_code, string, unexpected};
 use super::scripts::{Function, Memory};
-use super::{Calls, RedisStore};
+use super::{Calls, RedisStore, reserve};
 use crate::job::{Job, JobId, JobState, MAX_RUN_AT, UnixMillis};
 use crate::store::{Reschedule, StoreError, StoreResult};
 use redis::Value;
@@ -114,6 +114,7 @@ impl Calls {
             .arg(change.body.as_deref().unwrap_or(""))
             .arg(change.priority.map(|p| p.to_string()).unwrap_or_default())
             .arg(far.map(|w| w.to_string()).unwrap_or_default());
+        not_held(store, id).await;
         let v = store.fcall_one(call).await?;
         let (job, rest) = by_id_reply(id, &v)?;
         let previous = match rest {
@@ -137,6 +138,14 @@ impl Calls {
 
 /// Sends a by-id function call and decodes its reply into the job.
 async fn by_id(store: &RedisStore, id: &JobId, call: Call) -> StoreResult<Job> {
+    not_held(store, id).await;
     let v = store.fcall_one(call).await?;
     by_id_reply(id, &v).map(|(job, _)| job)
+}
+
+/// A job the read-ahead holds (`read_ahead.rs`) is given back before a call names it, so the
+/// call finds it as it would without the read-ahead: ready.
+async fn not_held(store: &RedisStore, id: &JobId) {
+    let held = store.inner.read_ahead.forget(std::slice::from_ref(id));
+    reserve::give_back(store, held).await;
 }

@@ -25,12 +25,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-type Queued<R, O> = (R, oneshot::Sender<O>);
-type Run<R, O> = Arc<dyn Fn(Vec<R>) -> Pin<Box<dyn Future<Output = Vec<O>> + Send>> + Send + Sync>;
+type Waiting<R, O> = (R, oneshot::Sender<O>);
+type Run<R, O> =
+    Arc<dyn Fn(Vec<R>, Queued) -> Pin<Box<dyn Future<Output = Vec<O>> + Send>> + Send + Sync>;
+
+/// Whether a batch was formed by the coalescer's task from queued requests (`true`: other
+/// requests were running when they came, i.e. callers are concurrent) or is one request run
+/// inline by its caller, which found the coalescer idle (`false`).
+pub type Queued = bool;
 
 /// Joins concurrent requests `R` into batches run by one function; each request gets its `O`.
 pub struct Coalescer<R, O> {
-    tx: mpsc::UnboundedSender<Queued<R, O>>,
+    tx: mpsc::UnboundedSender<Waiting<R, O>>,
     run: Run<R, O>,
     /// One per batch that may run at once.
     slots: Arc<Semaphore>,
@@ -48,15 +54,16 @@ impl Drop for Busy {
 }
 
 impl<R: Send + 'static, O: Send + 'static> Coalescer<R, O> {
-    /// Starts the batching task. `run` gets a batch and must return one output per request,
-    /// in order; `units` weighs a request (jobs in it) against `max_units`.
+    /// Starts the batching task. `run` gets a batch (and whether it was queued, [`Queued`]) and
+    /// must return one output per request, in order; `units` weighs a request (jobs in it)
+    /// against `max_units`.
     pub fn spawn<F, Fut>(in_flight: usize, max_units: usize, units: fn(&R) -> usize, run: F) -> Self
     where
-        F: Fn(Vec<R>) -> Fut + Send + Sync + 'static,
+        F: Fn(Vec<R>, Queued) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<O>> + Send + 'static,
     {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Queued<R, O>>();
-        let run: Run<R, O> = Arc::new(move |batch| Box::pin(run(batch)));
+        let (tx, mut rx) = mpsc::unbounded_channel::<Waiting<R, O>>();
+        let run: Run<R, O> = Arc::new(move |batch, queued| Box::pin(run(batch, queued)));
         let busy = Arc::new(AtomicUsize::new(0));
         let slots = Arc::new(Semaphore::new(in_flight.max(1)));
         let (task_run, task_busy, task_slots) = (run.clone(), busy.clone(), slots.clone());
@@ -88,7 +95,7 @@ impl<R: Send + 'static, O: Send + 'static> Coalescer<R, O> {
                 let running = Busy(task_busy.clone(), batch.len());
                 let (requests, replies): (Vec<R>, Vec<oneshot::Sender<O>>) =
                     batch.into_iter().unzip();
-                let outputs = task_run(requests);
+                let outputs = task_run(requests, true);
                 tokio::spawn(async move {
                     let outputs = outputs.await;
                     debug_assert_eq!(outputs.len(), replies.len());
@@ -118,7 +125,7 @@ impl<R: Send + 'static, O: Send + 'static> Coalescer<R, O> {
         let idle = self.busy.fetch_add(1, Ordering::SeqCst) == 0;
         if idle && let Ok(_slot) = self.slots.clone().try_acquire_owned() {
             let _busy = Busy(self.busy.clone(), 1);
-            return (self.run)(vec![request]).await.into_iter().next();
+            return (self.run)(vec![request], false).await.into_iter().next();
         }
         let (reply, answer) = oneshot::channel();
         if self.tx.send((request, reply)).is_err() {
@@ -140,7 +147,7 @@ mod tests {
             1,
             100,
             |_: &u32| 1,
-            |batch: Vec<u32>| async move { batch.into_iter().map(|x| x * 10).collect::<Vec<_>>() },
+            |batch: Vec<u32>, _| async move { batch.into_iter().map(|x| x * 10).collect::<Vec<_>>() },
         );
         assert_eq!(c.call(4).await, Some(40));
         assert_eq!(c.call(5).await, Some(50));
@@ -158,7 +165,7 @@ mod tests {
             1,
             100,
             |_: &bool| 1,
-            move |batch: Vec<bool>| {
+            move |batch: Vec<bool>, _| {
                 count.fetch_add(1, Ordering::SeqCst);
                 let task = tokio::task::try_id();
                 let mut gate = gate_rx.clone();
@@ -219,7 +226,7 @@ mod tests {
             1,
             max_units,
             units,
-            move |batch: Vec<R>| {
+            move |batch: Vec<R>, _| {
                 let log = log.clone();
                 let mut gate = gate_rx.clone();
                 async move {

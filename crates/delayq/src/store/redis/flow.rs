@@ -10,7 +10,7 @@
 
 use super::record::{array, bytes, int, string, unexpected};
 use super::scripts::{Function, Memory};
-use super::{Calls, RedisStore};
+use super::{Calls, RedisStore, reserve};
 use crate::job::{Topic, UnixMillis};
 use crate::store::{HeldBack, SettingsChange, Stats, StoreError, StoreResult, TopicSettings};
 use redis::Value;
@@ -102,6 +102,10 @@ impl Calls {
                 .collect();
             store.inner.conn.fcall(&calls).await?;
         }
+        // Jobs of the topic held by the read-ahead (`read_ahead.rs`) go back, to be handed
+        // out under the new settings.
+        let held = store.inner.read_ahead.forget_topic(topic);
+        reserve::give_back(store, held).await;
         Ok(s)
     }
 

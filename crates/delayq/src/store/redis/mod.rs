@@ -17,7 +17,8 @@
 //! `get`), `kick_topic.rs`, `flow.rs` (flow control settings), `stats.rs`, `list.rs` (the listings), `tick.rs` (the timer pass,
 //! planned by `tick/plan.rs`), `seq.rs` (seq stamps), `record.rs` (records and reply
 //! decoding), `keys.rs`, `scripts.rs` (the function library, gathered from each module's
-//! `FUNCTIONS`), `conn.rs`, `events.rs`, `coalesce.rs`.
+//! `FUNCTIONS`), `conn.rs`, `events.rs`, `coalesce.rs`, `read_ahead.rs` (jobs busy reserves
+//! reserved ahead, one shard).
 //!
 //! Layout (`keys.rs`): jobs are spread over `shards` shards by FNV-1a of the id; each shard is
 //! one hash tag `{<prefix>:<s>}` (one Redis Cluster slot) holding a jobs HASH (one field per
@@ -55,6 +56,7 @@ mod kick_topic;
 mod layout;
 mod list;
 mod push;
+mod read_ahead;
 mod record;
 mod remove;
 mod reserve;
@@ -72,6 +74,7 @@ use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreEvent, StoreResult};
 use coalesce::Coalescer;
 use conn::{Call, Conn};
 use push::{PushReply, PushRequest};
+use read_ahead::ReadAhead;
 use record::unexpected;
 use redis::Value;
 use reserve::ReserveRequest;
@@ -144,6 +147,10 @@ struct Inner {
     removes: Coalescer<Vec<JobId>, StoreResult<Vec<StoreResult<JobState>>>>,
     /// Concurrent reserves on a one-shard server, joined the same way.
     reserves: Coalescer<ReserveRequest, StoreResult<Vec<Job>>>,
+    /// What busy reserve batches on a one-shard server reserved ahead (`read_ahead.rs`).
+    read_ahead: Arc<ReadAhead>,
+    /// Gives back what the read-ahead held too long; stopped with the store.
+    sweeper: JoinHandle<()>,
 }
 
 /// The store behind a coalescer's batch, or `None` once it was dropped.
@@ -161,7 +168,7 @@ fn joined<R, T, F, Fut>(
 where
     R: Send + 'static,
     T: Send + 'static,
-    F: Fn(RedisStore, Vec<R>) -> Fut + Send + Sync + 'static,
+    F: Fn(RedisStore, Vec<R>, coalesce::Queued) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Vec<StoreResult<T>>> + Send + 'static,
 {
     let weak = weak.clone();
@@ -169,9 +176,9 @@ where
         COALESCE_IN_FLIGHT,
         COALESCE_MAX_JOBS,
         units,
-        move |batch: Vec<R>| {
+        move |batch: Vec<R>, queued| {
             let n = batch.len();
-            let running = upgrade(&weak).map(|s| run(s, batch));
+            let running = upgrade(&weak).map(|s| run(s, batch, queued));
             async move {
                 match running {
                     Some(f) => f.await,
@@ -189,6 +196,7 @@ fn gone() -> StoreError {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.subscriber.abort();
+        self.sweeper.abort();
     }
 }
 
@@ -265,7 +273,10 @@ impl RedisStore {
             tx.clone(),
             first,
         );
+        let read_ahead = Arc::new(ReadAhead::default());
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
+            sweeper: tokio::spawn(reserve::sweep(weak.clone(), read_ahead.clone())),
+            read_ahead,
             conn,
             shards,
             channel,
@@ -279,17 +290,17 @@ impl RedisStore {
             pushes: joined(
                 weak,
                 |r: &PushRequest| r.jobs.len(),
-                |s, b| async move { push::run_batch(&s, &b).await },
+                |s, b, _| async move { push::run_batch(&s, &b).await },
             ),
             removes: joined(
                 weak,
                 |ids: &Vec<JobId>| ids.len(),
-                |s, b| async move { remove::run_batch(&s, &b).await },
+                |s, b, _| async move { remove::run_batch(&s, &b).await },
             ),
             reserves: joined(
                 weak,
                 |r: &ReserveRequest| r.max,
-                |s, b| async move { reserve::run_batch(&s, &b).await },
+                |s, b, queued| async move { reserve::run_batch(&s, &b, queued).await },
             ),
         });
         Ok(RedisStore { inner })
@@ -359,6 +370,11 @@ impl Calls {
 
     pub(in crate::store) fn subscribe(store: &RedisStore) -> broadcast::Receiver<StoreEvent> {
         store.inner.events.subscribe()
+    }
+
+    /// Gives back every job the read-ahead holds (`read_ahead.rs`).
+    pub(in crate::store) async fn stop(store: &RedisStore) {
+        reserve::give_back(store, store.inner.read_ahead.expired(true)).await;
     }
 
     pub(in crate::store) async fn ping(store: &RedisStore) -> StoreResult<()> {

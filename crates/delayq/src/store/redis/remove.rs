@@ -46,8 +46,10 @@ async fn remove(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
     out.pop().ok_or_else(|| unexpected(&Value::Nil))?
 }
 
-/// Removes ids in order, joined with concurrent removes (`coalesce.rs`).
+/// Removes ids in order, joined with concurrent removes (`coalesce.rs`). A job the read-ahead
+/// holds (`read_ahead.rs`) is no longer held: it is removed as it is.
 async fn remove_many(store: &RedisStore, ids: Vec<JobId>) -> Removed {
+    store.inner.read_ahead.forget(&ids);
     store
         .inner
         .removes

@@ -9,20 +9,27 @@
 
 use super::conn::Call;
 use super::keys::{self, ShardKeys};
+use super::read_ahead::{self, HeldJob, ReadAhead};
 use super::record::{array, bytes, decode_job, string, unexpected};
 use super::scripts::{Function, Memory};
-use super::{Calls, RedisStore, gone};
+use super::{Calls, Inner, RedisStore, gone};
 use crate::job::{Job, Topic, UnixMillis};
 use crate::store::StoreResult;
 use redis::Value;
 use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
 
 /// The function that reserves a shard's best ready jobs (`reserve.lua`): it moves jobs, so
 /// it runs when Redis is full.
 static RESERVE: Function = Function::new("reserve", include_str!("reserve.lua"), Memory::Neutral);
 
+/// The function that gives back jobs reserved ahead and handed to no one (`unreserve.lua`,
+/// `read_ahead.rs`).
+static UNRESERVE: Function =
+    Function::new("unreserve", include_str!("unreserve.lua"), Memory::Neutral);
+
 /// The functions this file calls, for the library (`scripts.rs`).
-pub(super) static FUNCTIONS: [&Function; 1] = [&RESERVE];
+pub(super) static FUNCTIONS: [&Function; 2] = [&RESERVE, &UNRESERVE];
 
 /// `reserve` gives up after this many rounds that found jobs in a peek but reserved none
 /// (every one lost to a concurrent consumer).
@@ -59,19 +66,39 @@ impl Calls {
             return Ok(Vec::new());
         }
         if store.inner.shards.len() == 1 {
-            // Joined with the reserves running at the same moment (group commit); a lone one
-            // (e.g. the dispatcher serving its waiters, which batches by itself) runs at once.
+            // First what a busy batch reserved ahead for these topics (`read_ahead.rs`), then
+            // the rest joined with the reserves running at the same moment (group commit; a
+            // lone one, e.g. the dispatcher serving its waiters, which batches by itself, runs
+            // at once), then jobs of these topics held for other topic lists.
+            let mut out = store.inner.read_ahead.take(topics, max);
+            if out.len() == max {
+                return Ok(out);
+            }
             let request = ReserveRequest {
                 topics: topics.to_vec(),
-                max,
+                max: max - out.len(),
                 now,
             };
-            return store
+            let more = store
                 .inner
                 .reserves
                 .call(request)
                 .await
                 .unwrap_or_else(|| Err(gone()));
+            return match more {
+                Ok(more) => {
+                    out.extend(more);
+                    if out.len() < max {
+                        let left = max - out.len();
+                        out.extend(store.inner.read_ahead.take_matching(topics, left));
+                    }
+                    Ok(out)
+                }
+                // Jobs already taken from the read-ahead are handed out: the error shows on
+                // the next call.
+                Err(_) if !out.is_empty() => Ok(out),
+                Err(e) => Err(e),
+            };
         }
         let mut out: Vec<Job> = Vec::new();
         let mut idle = 0;
@@ -156,10 +183,15 @@ impl Calls {
 /// Reserves for a batch of requests (from concurrent callers) on a one-shard server, in one
 /// pipeline: one reserve function call per distinct topic list, for the sum of its requests'
 /// `max`, its jobs handed out in arrival order (as the calls one after another would have).
-/// The batch runs at the latest of the requests' `now`s.
+/// A batch of queued requests (they came while others ran: consumers are busy) reads ahead:
+/// each topic list's call asks for up to [`read_ahead::AHEAD`] times as many jobs again (within
+/// the read-ahead's room), and what
+/// its requests do not take is held for the next reserves of that list (`read_ahead.rs`). The batch runs at the latest of the requests'
+/// `now`s.
 pub(super) async fn run_batch(
     store: &RedisStore,
     requests: &[ReserveRequest],
+    queued: bool,
 ) -> Vec<StoreResult<Vec<Job>>> {
     let now = requests.iter().map(|r| r.now).max().unwrap_or(0);
     let mut groups: Vec<(&[Topic], Vec<usize>)> = Vec::new();
@@ -172,8 +204,17 @@ pub(super) async fn run_batch(
     let calls: Vec<Call> = groups
         .iter()
         .map(|(topics, members)| {
-            let max = members.iter().map(|&i| requests[i].max).sum();
-            reserve_call(store, 0, topics, max, now)
+            let asked: usize = members.iter().map(|&i| requests[i].max).sum();
+            let ahead = if queued {
+                store
+                    .inner
+                    .read_ahead
+                    .room(topics)
+                    .min(asked * read_ahead::AHEAD)
+            } else {
+                0
+            };
+            reserve_call(store, 0, topics, asked + ahead, now)
         })
         .collect();
     let replies = match store.inner.conn.fcall_each(&calls).await {
@@ -181,7 +222,7 @@ pub(super) async fn run_batch(
         Err(e) => return vec![Err(e); requests.len()],
     };
     let mut out: Vec<StoreResult<Vec<Job>>> = vec![Ok(Vec::new()); requests.len()];
-    for (reply, (_, members)) in replies.iter().zip(&groups) {
+    for (reply, (topics, members)) in replies.iter().zip(&groups) {
         match reply
             .as_ref()
             .map_err(Clone::clone)
@@ -192,6 +233,7 @@ pub(super) async fn run_batch(
                 for &i in members {
                     out[i] = Ok(jobs.by_ref().take(requests[i].max).collect());
                 }
+                store.inner.read_ahead.keep(topics, jobs.collect(), now);
             }
             Err(e) => {
                 for &i in members {
@@ -265,4 +307,50 @@ fn decode_reserved(v: &Value) -> StoreResult<Vec<Job>> {
             _ => Err(unexpected(v)),
         })
         .collect()
+}
+
+/// Gives back jobs reserved ahead and handed to no one (`unreserve.lua`): each still reserved
+/// as the read-ahead took it becomes ready again with its attempts as before. One shard (the
+/// read-ahead runs only there), one call per 500 jobs.
+pub(super) async fn unreserve(store: &RedisStore, held: &[HeldJob]) -> StoreResult<()> {
+    for chunk in held.chunks(500) {
+        let now = chunk.iter().map(|h| h.now).max().unwrap_or(0);
+        let mut call = store.shard_fcall(&UNRESERVE, &store.inner.shards[0], now);
+        for h in chunk {
+            call = call
+                .arg(h.job.spec.id.as_str())
+                .arg(h.job.reserved_until.unwrap_or(0));
+        }
+        store.fcall_one(call).await?;
+    }
+    Ok(())
+}
+
+/// Gives back what the read-ahead held too long ([`read_ahead::HOLD`]): sleeps while nothing
+/// is held. Holds the store only while giving back; aborted when the store is dropped.
+pub(super) async fn sweep(weak: Weak<Inner>, held: Arc<ReadAhead>) {
+    loop {
+        held.wait_for_jobs().await;
+        tokio::time::sleep(read_ahead::HOLD / 2).await;
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        let store = RedisStore { inner };
+        give_back(&store, held.expired(false)).await;
+    }
+}
+
+/// Gives back `held` (taken off the read-ahead), logging a failure: a job not given back is
+/// delivered again when its TTR ends, as any reserved job whose consumer went away.
+pub(super) async fn give_back(store: &RedisStore, held: Vec<HeldJob>) {
+    if held.is_empty() {
+        return;
+    }
+    if let Err(e) = unreserve(store, &held).await {
+        tracing::warn!(
+            error = %e,
+            jobs = held.len(),
+            "cannot give back jobs reserved ahead; they are delivered again when their TTR ends"
+        );
+    }
 }

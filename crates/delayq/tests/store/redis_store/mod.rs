@@ -21,6 +21,7 @@ mod instances;
 mod layout;
 mod memory;
 mod outages;
+mod read_ahead;
 mod shards;
 mod timer;
 
