@@ -1,7 +1,7 @@
 //! Read-ahead on a one-shard server: when consumers reserve faster than one reserve call at a
 //! time can serve them, a reserve batch (`reserve.rs` `run_batch`) takes up to [`AHEAD`] times
-//! as many jobs again as it was asked for, and the next reserves of those topics are answered from what it holds,
-//! without a round trip to Redis.
+//! as many jobs again as it was asked for, and the next reserves of those topics are answered
+//! from what it holds, without a round trip to Redis.
 //!
 //! Why: with one job per request, a consumer's `reserve` and `finish` are each a round trip
 //! to Redis on top of the consumer's own; under load the reserve's is what a consumer waits for

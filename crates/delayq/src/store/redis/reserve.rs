@@ -185,9 +185,8 @@ impl Calls {
 /// `max`, its jobs handed out in arrival order (as the calls one after another would have).
 /// A batch of queued requests (they came while others ran: consumers are busy) reads ahead:
 /// each topic list's call asks for up to [`read_ahead::AHEAD`] times as many jobs again (within
-/// the read-ahead's room), and what
-/// its requests do not take is held for the next reserves of that list (`read_ahead.rs`). The batch runs at the latest of the requests'
-/// `now`s.
+/// the read-ahead's room), and what its requests do not take is held for the next reserves of
+/// that list (`read_ahead.rs`). The batch runs at the latest of the requests' `now`s.
 pub(super) async fn run_batch(
     store: &RedisStore,
     requests: &[ReserveRequest],
