@@ -181,13 +181,7 @@ async fn far_windows_drained_by_two_instances_at_once_deliver_each_job_once() {
             got
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    let unique: HashSet<&String> = all.iter().collect();
-    assert_eq!(unique.len(), all.len(), "a job was handed out twice");
-    assert_eq!(all.len(), N as usize);
+    assert_eq!(joined_distinct(tasks).await.len(), N as usize);
     assert!(a.stats().await.unwrap().topics.is_empty());
     // Every window list and index entry is gone.
     for k in all_keys(&server).await {

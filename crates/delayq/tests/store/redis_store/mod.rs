@@ -108,15 +108,20 @@ async fn expect_event(rx: &mut broadcast::Receiver<StoreEvent>, want: StoreEvent
     panic!("did not see {want:?}");
 }
 
-/// Joins consumer tasks (each returning the ids it reserved): `n` ids in all, none twice.
-async fn each_once(tasks: Vec<tokio::task::JoinHandle<Vec<String>>>, n: usize) {
+/// Joins consumer tasks (each returning the ids it reserved): every id they got, none twice.
+async fn joined_distinct(tasks: Vec<tokio::task::JoinHandle<Vec<String>>>) -> Vec<String> {
     let mut all = Vec::new();
     for t in tasks {
         all.extend(t.await.unwrap());
     }
     let unique: HashSet<&String> = all.iter().collect();
-    assert_eq!(unique.len(), all.len(), "a job was reserved twice");
-    assert_eq!(all.len(), n);
+    assert_eq!(unique.len(), all.len(), "a job was handed out twice");
+    all
+}
+
+/// Joins consumer tasks: `n` ids in all, none twice.
+async fn each_once(tasks: Vec<tokio::task::JoinHandle<Vec<String>>>, n: usize) {
+    assert_eq!(joined_distinct(tasks).await.len(), n);
 }
 
 fn ids(jobs: &[delayq::job::Job]) -> Vec<String> {

@@ -20,13 +20,14 @@ async fn busy_consumers(s: &RedisStore, each: usize) -> Vec<String> {
             got
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
+    joined_distinct(tasks).await
+}
+
+fn paused(on: bool) -> SettingsChange {
+    SettingsChange {
+        paused: Some(on),
+        ..Default::default()
     }
-    let unique: HashSet<&String> = all.iter().collect();
-    assert_eq!(unique.len(), all.len(), "a job was handed out twice");
-    all
 }
 
 async fn reserved(s: &RedisStore) -> u64 {
@@ -99,21 +100,17 @@ async fn a_flow_control_change_and_a_stop_give_back_held_jobs_at_once() {
     let s = pushed(&server, n).await;
 
     let handed = burst_leaving_jobs_held(&s).await;
-    let pause = SettingsChange {
-        paused: Some(true),
-        ..Default::default()
-    };
-    s.set_settings(&topic("t"), pause, NOW).await.unwrap();
+    s.set_settings(&topic("t"), paused(true), NOW)
+        .await
+        .unwrap();
     assert_eq!(reserved(&s).await, handed.len() as u64);
     only_handed_out_jobs_are_reserved(&s, n, &handed).await;
     // Paused: nothing more is handed out, held or not.
     assert!(busy_consumers(&s, 2).await.is_empty());
 
-    let resume = SettingsChange {
-        paused: Some(false),
-        ..Default::default()
-    };
-    s.set_settings(&topic("t"), resume, NOW).await.unwrap();
+    s.set_settings(&topic("t"), paused(false), NOW)
+        .await
+        .unwrap();
     let mut handed = handed;
     handed.extend(burst_leaving_jobs_held(&s).await);
     s.stop().await;
