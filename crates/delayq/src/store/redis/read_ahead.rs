@@ -112,10 +112,12 @@ impl ReadAhead {
         MAX_HELD - held.map_or(0, |h| h.jobs.len()).min(MAX_HELD)
     }
 
-    /// Holds `jobs` (reserved by a batch at `now`) for the next reserves of `topics`.
-    pub fn keep(&self, topics: &[Topic], jobs: Vec<Job>, now: UnixMillis) {
+    /// Holds `jobs` (reserved by a batch at `now`) for the next reserves of `topics`, up to
+    /// [`MAX_HELD`] (two batches in flight may both have counted on the same room): returns
+    /// those beyond it, to be given back.
+    pub fn keep(&self, topics: &[Topic], jobs: Vec<Job>, now: UnixMillis) -> Vec<HeldJob> {
         if jobs.is_empty() {
-            return;
+            return Vec::new();
         }
         let since = Instant::now();
         let mut lists = self.lock();
@@ -131,8 +133,10 @@ impl ReadAhead {
         };
         let held = &mut lists[i].jobs;
         held.extend(jobs.into_iter().map(|job| HeldJob { job, now, since }));
+        let over = held.split_off(held.len().min(MAX_HELD));
         drop(lists);
         self.kept.notify_one();
+        over.into()
     }
 
     /// Stops holding the jobs `ids` names and returns them (to be given back).
@@ -232,6 +236,19 @@ mod tests {
         assert_eq!(ids(&r.take(&t, 2)), ["a", "b"]);
         assert_eq!(ids(&r.take(&t, 2)), ["c"]);
         assert!(r.take(&t, 2).is_empty());
+    }
+
+    #[test]
+    fn jobs_beyond_the_most_held_are_returned_to_be_given_back() {
+        let r = ReadAhead::default();
+        let t = vec![topic("t")];
+        let many =
+            |from: usize, n: usize| (from..from + n).map(|i| job(&format!("j{i}"))).collect();
+        assert!(r.keep(&t, many(0, MAX_HELD - 1), 1).is_empty());
+        let over = r.keep(&t, many(MAX_HELD - 1, 3), 1);
+        let over: Vec<&str> = over.iter().map(|h| h.job.spec.id.as_str()).collect();
+        assert_eq!(over, [format!("j{MAX_HELD}"), format!("j{}", MAX_HELD + 1)]);
+        assert_eq!(r.room(&t), 0);
     }
 
     #[test]

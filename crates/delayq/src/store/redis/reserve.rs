@@ -232,7 +232,8 @@ pub(super) async fn run_batch(
                 for &i in members {
                     out[i] = Ok(jobs.by_ref().take(requests[i].max).collect());
                 }
-                store.inner.read_ahead.keep(topics, jobs.collect(), now);
+                let over = store.inner.read_ahead.keep(topics, jobs.collect(), now);
+                give_back(store, over).await;
             }
             Err(e) => {
                 for &i in members {
