@@ -199,9 +199,9 @@ impl<T> Answer<T> for StoreResult<T> {
 /// - in `impl Store for RedisStore`: `redis::Calls::touch(store, id, now)`, which lives in
 ///   the module of `store/redis/` that owns that kind of call.
 ///
-/// Besides the calls, the trait has `kind`, `subscribe` and `stop` (not calls: no hook sees them; each
-/// impl above says where they come from) and `push`, a push of one job (a `PushBatch` to the
-/// hooks).
+/// Besides the calls, the trait has `kind`, `subscribe`, `online_backup` and `stop` (not
+/// calls: no hook sees them; each impl above says where they come from) and `push`, a push of
+/// one job (a `PushBatch` to the hooks).
 macro_rules! store_calls {
     // How `EngineStore` calls the engine: a read borrows it, anything else also records its
     // effects in `fx`.

@@ -26,11 +26,11 @@
 //!
 //! What it costs: a job may be handed out after a higher-priority job of the same topics that
 //! became ready while it was held, and some of its TTR (about [`HOLD`] at most) has run when
-//! its consumer gets it;
-//! while held it counts as reserved in the stats; and if the instance dies, its held jobs are
-//! delivered again once their TTR ends, as any reserved job's (docs/reliability.md).
+//! its consumer gets it; while held it counts as reserved in the stats; and if the instance
+//! dies, its held jobs are delivered again once their TTR ends, as any reserved job's
+//! (docs/reliability.md).
 
-use crate::job::{Job, JobId, Topic, UnixMillis};
+use crate::job::{Job, JobId, Topic};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -58,10 +58,9 @@ struct Held {
     jobs: VecDeque<HeldJob>,
 }
 
-/// A job reserved ahead: by the batch run at `now`, held since `since`.
+/// A job reserved ahead, held since `since`.
 pub(super) struct HeldJob {
     pub job: Job,
-    pub now: UnixMillis,
     since: Instant,
 }
 
@@ -112,10 +111,10 @@ impl ReadAhead {
         MAX_HELD - held.map_or(0, |h| h.jobs.len()).min(MAX_HELD)
     }
 
-    /// Holds `jobs` (reserved by a batch at `now`) for the next reserves of `topics`, up to
+    /// Holds `jobs` (just reserved by a batch) for the next reserves of `topics`, up to
     /// [`MAX_HELD`] (two batches in flight may both have counted on the same room): returns
     /// those beyond it, to be given back.
-    pub fn keep(&self, topics: &[Topic], jobs: Vec<Job>, now: UnixMillis) -> Vec<HeldJob> {
+    pub fn keep(&self, topics: &[Topic], jobs: Vec<Job>) -> Vec<HeldJob> {
         if jobs.is_empty() {
             return Vec::new();
         }
@@ -132,7 +131,7 @@ impl ReadAhead {
             }
         };
         let held = &mut lists[i].jobs;
-        held.extend(jobs.into_iter().map(|job| HeldJob { job, now, since }));
+        held.extend(jobs.into_iter().map(|job| HeldJob { job, since }));
         let over = held.split_off(held.len().min(MAX_HELD));
         drop(lists);
         self.kept.notify_one();
@@ -144,9 +143,6 @@ impl ReadAhead {
         let mut lists = self.lock();
         let mut out = Vec::new();
         for held in lists.iter_mut() {
-            if held.jobs.is_empty() {
-                continue;
-            }
             let mut i = 0;
             while i < held.jobs.len() {
                 if ids.contains(&held.jobs[i].job.spec.id) {
@@ -188,16 +184,24 @@ impl ReadAhead {
         out
     }
 
-    /// Whether any job is held.
-    pub fn is_empty(&self) -> bool {
-        self.lock().iter().all(|h| h.jobs.is_empty())
+    /// When the longest-held job will have been held for [`HOLD`]; `None` while none is held.
+    fn next_expiry(&self) -> Option<Instant> {
+        let lists = self.lock();
+        let oldest = lists
+            .iter()
+            .filter_map(|h| h.jobs.front())
+            .map(|h| h.since)
+            .min();
+        oldest.map(|since| since + HOLD)
     }
 
-    /// Waits until jobs are held (returns at once if some are).
-    pub async fn wait_for_jobs(&self) {
+    /// Waits until a held job has been held for [`HOLD`] (the earliest instant
+    /// [`ReadAhead::expired`] has something to take), sleeping while none is held.
+    pub async fn until_one_expires(&self) {
         loop {
             let kept = self.kept.notified();
-            if !self.is_empty() {
+            if let Some(at) = self.next_expiry() {
+                tokio::time::sleep_until(at.into()).await;
                 return;
             }
             kept.await;
@@ -230,7 +234,7 @@ mod tests {
         let r = ReadAhead::default();
         let t = vec![topic("t")];
         let other = vec![topic("t"), topic("u")];
-        r.keep(&t, vec![job("a"), job("b"), job("c")], 1);
+        r.keep(&t, vec![job("a"), job("b"), job("c")]);
         assert_eq!(r.room(&t), MAX_HELD - 3);
         assert!(r.take(&other, 5).is_empty());
         assert_eq!(ids(&r.take(&t, 2)), ["a", "b"]);
@@ -244,8 +248,8 @@ mod tests {
         let t = vec![topic("t")];
         let many =
             |from: usize, n: usize| (from..from + n).map(|i| job(&format!("j{i}"))).collect();
-        assert!(r.keep(&t, many(0, MAX_HELD - 1), 1).is_empty());
-        let over = r.keep(&t, many(MAX_HELD - 1, 3), 1);
+        assert!(r.keep(&t, many(0, MAX_HELD - 1)).is_empty());
+        let over = r.keep(&t, many(MAX_HELD - 1, 3));
         let over: Vec<&str> = over.iter().map(|h| h.job.spec.id.as_str()).collect();
         assert_eq!(over, [format!("j{MAX_HELD}"), format!("j{}", MAX_HELD + 1)]);
         assert_eq!(r.room(&t), 0);
@@ -255,7 +259,7 @@ mod tests {
     fn a_named_job_is_no_longer_held() {
         let r = ReadAhead::default();
         let t = vec![topic("t")];
-        r.keep(&t, vec![job("a"), job("b"), job("c")], 1);
+        r.keep(&t, vec![job("a"), job("b"), job("c")]);
         let gone = r.forget(&[JobId::parse("b").unwrap(), JobId::parse("x").unwrap()]);
         assert_eq!(gone.len(), 1);
         assert_eq!(gone[0].job.spec.id.as_str(), "b");
@@ -271,7 +275,7 @@ mod tests {
             j.spec.topic = topic(t);
             j
         });
-        r.keep(&ab, jobs.into(), 1);
+        r.keep(&ab, jobs.into());
         assert!(r.take(&[topic("a")], 5).is_empty());
         assert_eq!(ids(&r.take_matching(&[topic("a")], 5)), ["a1", "a2"]);
         assert_eq!(ids(&r.take(&ab, 5)), ["b1"]);
@@ -281,15 +285,15 @@ mod tests {
     fn jobs_held_too_long_expire_oldest_first() {
         let r = ReadAhead::default();
         let t = vec![topic("t")];
-        r.keep(&t, vec![job("a")], 1);
+        r.keep(&t, vec![job("a")]);
         std::thread::sleep(HOLD + Duration::from_millis(5));
-        r.keep(&t, vec![job("b")], 2);
+        r.keep(&t, vec![job("b")]);
         let expired = r.expired(false);
         assert_eq!(expired.len(), 1);
         assert_eq!(expired[0].job.spec.id.as_str(), "a");
         assert_eq!(ids(&r.take(&t, 5)), ["b"]);
-        assert!(r.is_empty());
-        r.keep(&t, vec![job("c")], 3);
+        assert!(r.next_expiry().is_none(), "nothing held");
+        r.keep(&t, vec![job("c")]);
         assert_eq!(r.expired(true).len(), 1, "all of them at a stop");
     }
 }

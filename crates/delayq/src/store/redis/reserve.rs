@@ -232,8 +232,12 @@ pub(super) async fn run_batch(
                 for &i in members {
                     out[i] = Ok(jobs.by_ref().take(requests[i].max).collect());
                 }
-                let over = store.inner.read_ahead.keep(topics, jobs.collect(), now);
-                give_back(store, over).await;
+                let over = store.inner.read_ahead.keep(topics, jobs.collect());
+                if !over.is_empty() {
+                    // Not on this batch's answer: its callers need not wait for it.
+                    let store = store.clone();
+                    tokio::spawn(async move { give_back(&store, over).await });
+                }
             }
             Err(e) => {
                 for &i in members {
@@ -311,10 +315,15 @@ fn decode_reserved(v: &Value) -> StoreResult<Vec<Job>> {
 
 /// Gives back jobs reserved ahead and handed to no one (`unreserve.lua`): each still reserved
 /// as the read-ahead took it becomes ready again with its attempts as before. One shard (the
-/// read-ahead runs only there), one call per 500 jobs.
-pub(super) async fn unreserve(store: &RedisStore, held: &[HeldJob]) -> StoreResult<()> {
+/// read-ahead runs only there), one call per 500 jobs, at the time the latest of them was
+/// reserved (its deadline less its TTR: the store never reads the clock).
+async fn unreserve(store: &RedisStore, held: &[HeldJob]) -> StoreResult<()> {
     for chunk in held.chunks(500) {
-        let now = chunk.iter().map(|h| h.now).max().unwrap_or(0);
+        let reserved_at = |h: &HeldJob| {
+            let until = h.job.reserved_until.unwrap_or(0);
+            until.saturating_sub(h.job.spec.ttr_ms)
+        };
+        let now = chunk.iter().map(reserved_at).max().unwrap_or(0);
         let mut call = store.shard_fcall(&UNRESERVE, &store.inner.shards[0], now);
         for h in chunk {
             call = call
@@ -326,12 +335,12 @@ pub(super) async fn unreserve(store: &RedisStore, held: &[HeldJob]) -> StoreResu
     Ok(())
 }
 
-/// Gives back what the read-ahead held too long ([`read_ahead::HOLD`]): sleeps while nothing
-/// is held. Holds the store only while giving back; aborted when the store is dropped.
+/// Gives back each held job once it has been held for [`read_ahead::HOLD`]: sleeps until the
+/// longest-held one has, or while none is held. Holds the store only while giving back;
+/// aborted when the store is dropped.
 pub(super) async fn sweep(weak: Weak<Inner>, held: Arc<ReadAhead>) {
     loop {
-        held.wait_for_jobs().await;
-        tokio::time::sleep(read_ahead::HOLD / 2).await;
+        held.until_one_expires().await;
         let Some(inner) = weak.upgrade() else {
             return;
         };
