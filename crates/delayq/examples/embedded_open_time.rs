@@ -21,9 +21,7 @@ const BATCH: usize = 1_000;
 const TOPICS: usize = 8;
 
 async fn open(dir: &Path) -> EmbeddedStore {
-    EmbeddedStore::open(EmbeddedOptions {
-        data_dir: dir.to_path_buf(),
-    })
+    EmbeddedStore::open(EmbeddedOptions::new(dir.to_path_buf()))
     .await
     .unwrap_or_else(|e| panic!("open {}: {e}", dir.display()))
 }

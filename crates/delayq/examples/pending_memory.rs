@@ -43,9 +43,7 @@ async fn main() {
     let store: Arc<dyn Store> = match mode.as_str() {
         "memory" => Arc::new(MemoryStore::new()),
         "embedded" => Arc::new(
-            EmbeddedStore::open(EmbeddedOptions {
-                data_dir: dir.path().to_path_buf(),
-            })
+            EmbeddedStore::open(EmbeddedOptions::new(dir.path().to_path_buf()))
             .await
             .expect("open the embedded store"),
         ),

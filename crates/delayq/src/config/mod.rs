@@ -79,6 +79,8 @@ pub const MAX_WAIT_LIMIT_SECS: u64 = 86_400;
 pub const MAX_JOURNAL_RETENTION_SECS: u64 = 10 * 365 * 86_400;
 /// Largest accepted `request_timeout` and `idle_timeout` (one day).
 pub const MAX_TIMEOUT_SECS: u64 = 86_400;
+/// The longest `memory_window`: a year.
+pub const MAX_MEMORY_WINDOW_SECS: u64 = 366 * 86_400;
 /// Largest accepted `callback_max_in_flight` and `callback_max_in_flight_per_host`.
 pub const MAX_CALLBACKS_IN_FLIGHT: u64 = 100_000;
 /// Largest accepted `max_connections`.
@@ -187,6 +189,20 @@ settings! {
             given: PathBuf,
             rule: NonEmptyPath,
             default: PathBuf::from("./delayq-data"),
+        },
+        /// Off by default: every job in memory, as before the cold tier; a far-future-heavy
+        /// store sets it (docs/operations.md, "Sizing").
+        memory_window_secs: Option<u64> {
+            key: memory_window,
+            flag: "memory-window",
+            env: "DELAYQ_MEMORY_WINDOW",
+            value_name: "SECS",
+            help: "Embedded store: keep delayed jobs due this many seconds ahead or more on \
+                   disk only, loaded back into memory ahead of their time (docs/operations.md)",
+            given: u64,
+            rule: SomeBetween(1, MAX_MEMORY_WINDOW_SECS),
+            shown: "none: every job in memory",
+            default: None,
         },
         /// Off by default: a request makes the server write files, so only where it is told it
         /// may (and a backup is a copy of every job body).

@@ -31,6 +31,7 @@
 //! directory: redb's file lock refuses a second opener, in this process or another.
 
 mod backup;
+pub(crate) mod cold;
 mod group_commit;
 pub(crate) mod record;
 mod wal;
@@ -43,6 +44,7 @@ use crate::store::{
     BackupError, BackupReport, EVENT_CHANNEL_CAPACITY, OnlineBackup, StoreError, StoreResult,
     TopicSettings,
 };
+use cold::ColdStore;
 use group_commit::{FORMAT_VERSION_KEY, GroupCommit, JOBS, META, Ticket};
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageError,
@@ -69,6 +71,24 @@ const CACHE_BYTES: usize = 64 << 20;
 pub struct EmbeddedOptions {
     /// Created if missing. Holds `delayq.redb`; one delayq process at a time.
     pub data_dir: PathBuf,
+    /// Delayed jobs due this far ahead or more are kept on disk only, in the cold tier
+    /// (`<data_dir>/cold/`), and loaded back into memory ahead of their time. `None`: every
+    /// job in memory (a cold tier left by an earlier run is loaded back).
+    pub memory_window: Option<std::time::Duration>,
+    /// How often the write-ahead log is checkpointed (`None`: every second). Tests of the cold
+    /// tier checkpoint after every commit, so jobs move to disk at once.
+    pub checkpoint_every: Option<std::time::Duration>,
+}
+
+impl EmbeddedOptions {
+    /// The store in `data_dir`, every job in memory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> EmbeddedOptions {
+        EmbeddedOptions {
+            data_dir: data_dir.into(),
+            memory_window: None,
+            checkpoint_every: None,
+        }
+    }
 }
 
 /// A [`Store`](crate::store::Store) kept in memory and made durable in redb. See the module
@@ -84,6 +104,7 @@ pub struct WriteAhead {
     writer: Option<JoinHandle<()>>,
     /// Set while an online backup runs: one at a time.
     backing_up: Arc<AtomicBool>,
+    cold: Option<Arc<ColdStore>>,
 }
 
 impl Durability for WriteAhead {
@@ -108,6 +129,15 @@ impl Durability for WriteAhead {
     fn online_backup(&self) -> Option<&dyn OnlineBackup> {
         Some(self)
     }
+
+    fn prepare(&self, engine: &mut Engine, fx: &mut Effects) {
+        let Some(cold) = &self.cold else {
+            return;
+        };
+        for report in cold.take_reports() {
+            engine.cold_applied(report.put, report.removed, fx);
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -115,6 +145,13 @@ impl OnlineBackup for WriteAhead {
     /// See `embedded/backup.rs`. Runs in a task of its own: a caller that goes away (a
     /// cancelled request) leaves it to finish, so it never leaves a half-named copy.
     async fn backup(&self, dir: &Path) -> Result<BackupReport, BackupError> {
+        if self.cold.is_some() {
+            return Err(BackupError::Target(
+                "online backups do not copy the cold tier yet: stop delayq and copy the data \
+                 directory instead (docs/operations.md)"
+                    .into(),
+            ));
+        }
         if self.backing_up.swap(true, Ordering::SeqCst) {
             return Err(BackupError::Running);
         }
@@ -204,12 +241,16 @@ impl EmbeddedStore {
         // redb checks what it can and reports corruption as errors, but a damaged page can
         // still make it panic: that must be a clear error too, never a crash.
         let started = std::time::Instant::now();
-        let (db, (jobs, settings, schedules), generation) = catch_unwind(AssertUnwindSafe(|| {
+        let (db, (jobs, settings, schedules), generation, cold) = catch_unwind(AssertUnwindSafe(|| {
             let db = open_db(dir, &file)?;
-            let generation = replay_logs(&db, dir, &file)?;
+            let cold = match opts.memory_window.is_some() || dir.join(cold::COLD_DIR).exists() {
+                true => Some(Arc::new(ColdStore::open(dir).map_err(StoreError::Unavailable)?)),
+                false => None,
+            };
+            let generation = replay_logs(&db, cold.as_deref(), dir, &file)?;
             let (jobs, settings) = load(&db, &file)?;
             let schedules = load_schedules(&db, &file)?;
-            Ok::<_, StoreError>((db, (jobs, settings, schedules), generation))
+            Ok::<_, StoreError>((db, (jobs, settings, schedules), generation, cold))
         }))
         .map_err(|panic| {
             let msg = panic
@@ -222,10 +263,17 @@ impl EmbeddedStore {
         let n = jobs.len();
         let mut engine = Engine::load(jobs, settings);
         engine.load_schedules(schedules);
+        if let Some(c) = &cold {
+            // Without a window, nothing more goes to disk and what is there comes back.
+            let window = opts
+                .memory_window
+                .map_or(u64::MAX / 4, |w| w.as_millis().min(u64::MAX as u128 / 4) as u64);
+            engine = engine.with_cold(c.clone(), window, c.counts());
+        }
 
         let events = broadcast::channel(EVENT_CHANNEL_CAPACITY).0;
         let (log, writer) =
-            GroupCommit::start(db, file.clone(), dir.clone(), generation, events.clone())?;
+            GroupCommit::start(db, file.clone(), dir.clone(), generation, events.clone(), cold.clone(), opts.checkpoint_every)?;
         tracing::info!(
             file = %file.display(),
             jobs = n,
@@ -237,6 +285,7 @@ impl EmbeddedStore {
             log,
             writer: Some(writer),
             backing_up: Arc::default(),
+            cold,
         };
         Ok(EngineStore::with_durability(engine, events, durability))
     }
@@ -332,7 +381,12 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
 /// finish) to redb, oldest first, each in one durable transaction, and retires them (the last
 /// is kept as the spare, `wal.rs`). Returns the generation the next log takes: above every one
 /// seen, the spare's included, so no generation is ever written twice into one file.
-fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
+fn replay_logs(
+    db: &Database,
+    cold: Option<&ColdStore>,
+    dir: &Path,
+    file: &Path,
+) -> StoreResult<u64> {
     let logs = wal::existing(dir).map_err(|e| {
         StoreError::unavailable(format_args!("cannot list the logs in {}", dir.display()), e)
     })?;
@@ -341,7 +395,7 @@ fn replay_logs(db: &Database, dir: &Path, file: &Path) -> StoreResult<u64> {
             StoreError::unavailable(format_args!("cannot read {}", log.display()), e)
         })?;
         let n = entries.len();
-        group_commit::apply(db, file, entries).map_err(StoreError::Corrupt)?;
+        group_commit::apply(db, cold, file, entries, false).map_err(StoreError::Corrupt)?;
         wal::retire(dir, log).map_err(|e| {
             StoreError::unavailable(format_args!("cannot retire {}", log.display()), e)
         })?;
@@ -418,9 +472,7 @@ mod tests {
         let parent = tempfile::tempdir().unwrap();
         let file = parent.path().join("a-file");
         std::fs::write(&file, b"").unwrap();
-        let opened = EmbeddedStore::open(EmbeddedOptions {
-            data_dir: file.clone(),
-        })
+        let opened = EmbeddedStore::open(EmbeddedOptions::new(file.clone()))
         .await;
         let Err(StoreError::Unavailable(cause)) = opened else {
             panic!("{:?}", opened.err())

@@ -35,6 +35,8 @@ use std::collections::{BTreeMap, BTreeSet, btree_map};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
+pub mod cold;
+
 /// A job record written or removed by a transition, or a topic's settings written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
@@ -45,6 +47,10 @@ pub enum Change {
     /// A recurring schedule written (created, changed or fired).
     PutSchedule(Schedule),
     RemoveSchedule(ScheduleId),
+    /// A delayed job written to the cold tier (`engine/cold.rs`), not to the hot records.
+    PutCold(Job),
+    /// A job's copy in the cold tier removed.
+    RemoveCold(JobId),
 }
 
 /// What a transition did besides its return value.
@@ -127,6 +133,8 @@ pub struct Engine {
     /// Recurring schedules by id, and the due index: (next tick, id) of each one not paused.
     schedules: BTreeMap<ScheduleId, Schedule>,
     schedule_due: BTreeSet<(UnixMillis, ScheduleId)>,
+    /// Far-future delayed jobs kept on disk only (`engine/cold.rs`); `None`: all in memory.
+    cold: Option<Box<cold::Cold>>,
 }
 
 /// A topic's flow control: its settings and its token bucket (not durable: a restart starts
@@ -297,6 +305,7 @@ impl Engine {
 
     /// Removes a job and its index entries.
     fn take(&mut self, id: &JobId) -> StoreResult<Job> {
+        self.fault_in(id)?;
         let j = *self.jobs.take(id).ok_or(StoreError::NotFound)?.0;
         self.unindex(&j);
         Ok(j)
@@ -307,7 +316,7 @@ impl Engine {
     fn put(&mut self, mut j: Job, fx: &mut Effects) -> Job {
         self.enter(&mut j, fx);
         self.jobs.replace(Stored(Box::new(j.clone())));
-        fx.changes.push(Change::Put(j.clone()));
+        self.record(j.clone(), fx);
         j
     }
 
@@ -315,7 +324,7 @@ impl Engine {
     fn put_only(&mut self, mut j: Job, fx: &mut Effects) {
         self.enter(&mut j, fx);
         self.jobs.replace(Stored(Box::new(j.clone())));
-        fx.changes.push(Change::Put(j));
+        self.record(j, fx);
     }
 
     /// Makes the delayed job `id`, the timeline's first entry (due at `t`), ready; `false`
@@ -405,7 +414,8 @@ impl Engine {
         now: UnixMillis,
         fx: &mut Effects,
     ) -> StoreResult<PushOutcome> {
-        let outcome = match (self.jobs.contains(&spec.id), mode) {
+        self.observe(now);
+        let outcome = match (self.exists(&spec.id)?, mode) {
             (false, _) => PushOutcome::Created,
             (true, PushMode::Reject) => return Err(StoreError::Exists),
             (true, PushMode::Replace) => PushOutcome::Replaced(self.take(&spec.id)?.state),
@@ -634,7 +644,7 @@ impl Engine {
     /// Removes a job in any state (finish and delete are the same transition).
     pub fn delete(&mut self, id: &JobId, fx: &mut Effects) -> StoreResult<JobState> {
         let j = self.take(id)?;
-        fx.changes.push(Change::Remove(id.clone()));
+        self.record_removal(id, fx);
         Ok(j.state)
     }
 
@@ -658,6 +668,7 @@ impl Engine {
 
     /// Takes a job only if it is in one of `allowed` states.
     fn take_in(&mut self, id: &JobId, allowed: &[JobState]) -> StoreResult<Job> {
+        self.fault_in(id)?;
         let state = self.jobs.get(id).ok_or(StoreError::NotFound)?.0.state;
         if !allowed.contains(&state) {
             return Err(StoreError::WrongState(state));
@@ -684,6 +695,7 @@ impl Engine {
         now: UnixMillis,
         fx: &mut Effects,
     ) -> StoreResult<Job> {
+        self.observe(now);
         let j = self.take_in(id, &[JobState::Reserved])?;
         let j = self.fail_delivery(j, delay_ms, now);
         Ok(self.put(j, fx))
@@ -742,6 +754,7 @@ impl Engine {
         now: UnixMillis,
         fx: &mut Effects,
     ) -> StoreResult<(Job, JobState)> {
+        self.observe(now);
         let mut j = self.take_in(id, &[JobState::Delayed, JobState::Ready])?;
         let previous = j.state;
         j.spec.run_at = change.run_at;
@@ -837,6 +850,9 @@ impl Engine {
     /// ([`Schedule::withdraws`]).
     fn withdraw(&mut self, id: &ScheduleId, tick: UnixMillis, fx: &mut Effects) {
         let job = id.job_id(tick);
+        if self.fault_in(&job).is_err() {
+            return;
+        }
         let waiting = self.jobs.get(&job).is_some_and(|s| {
             s.0.state == JobState::Delayed && s.0.spec.run_at == tick && s.0.attempts == 0
         });
@@ -909,15 +925,16 @@ impl Engine {
     }
 
     pub fn get(&self, id: &JobId) -> StoreResult<Job> {
-        self.jobs
-            .get(id)
-            .map(|s| Job::clone(&s.0))
-            .ok_or(StoreError::NotFound)
+        match self.jobs.get(id) {
+            Some(s) => Ok(Job::clone(&s.0)),
+            None => self.get_cold(id),
+        }
     }
 
     pub fn stats(&self) -> Stats {
+        let hot = self.timeline.first().map(|(t, _)| *t);
         let mut stats = Stats {
-            next_due: self.timeline.first().map(|(t, _)| *t),
+            next_due: [hot, self.first_cold()].into_iter().flatten().min(),
             schedules: self.schedules.len() as u64,
             ..Stats::default()
         };
@@ -984,12 +1001,18 @@ impl Engine {
                 })
             }
         };
-        let more = ids.len() > limit;
-        let jobs: Vec<Job> = ids
+        let mut jobs: Vec<Job> = ids
             .iter()
-            .take(limit)
-            .filter_map(|id| self.get(id).ok())
+            .take(limit + 1)
+            .filter_map(|id| self.jobs.get(id).map(|s| Job::clone(&s.0)))
             .collect();
+        if state == JobState::Delayed && self.cold.is_some() {
+            let after = after.map(|k| (k.a, &k.id));
+            jobs.extend(self.list_cold(queue, after, limit + 1));
+            jobs.sort_by(|a, b| (a.spec.run_at, &a.spec.id).cmp(&(b.spec.run_at, &b.spec.id)));
+        }
+        let more = jobs.len() > limit;
+        jobs.truncate(limit);
         let next = if more {
             jobs.last().map(ListKey::of)
         } else {
@@ -1028,6 +1051,7 @@ impl Engine {
 
     pub fn tick(&mut self, now: UnixMillis, limit: usize, fx: &mut Effects) -> TickOutcome {
         let mut out = TickOutcome::default();
+        let load = self.load_ahead(now, fx);
         let mut moved = 0;
         while let Some((t, id)) = self.timeline.first().cloned() {
             if t > now {
@@ -1061,10 +1085,10 @@ impl Engine {
             }
         }
         let wake = self.wakes.first().map(|(t, _)| *t);
-        out.next_due = match (self.timeline.first().map(|(t, _)| *t), wake) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        out.next_due = [self.timeline.first().map(|(t, _)| *t), wake, load]
+            .into_iter()
+            .flatten()
+            .min();
         out
     }
 }

@@ -10,6 +10,13 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+/// `backend_tests!`'s backends beyond the common ones: none (the store suite runs the cold
+/// tier's; the API over it is the same).
+#[macro_export]
+macro_rules! extra_backends {
+    ($($name:ident),*) => {};
+}
+
 mod callback_ids;
 mod callback_targets;
 mod callbacks;

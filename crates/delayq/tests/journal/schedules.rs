@@ -287,14 +287,14 @@ async fn schedules_and_settings_come_back_on_embedded_and_no_tick_fires_twice(db
     let journal = open_journal(db, JournalMode::Async).await;
     let dir = tempfile::TempDir::new().unwrap();
     let first = dir.path().join("first");
-    let store = EmbeddedStore::open(EmbeddedOptions { data_dir: first })
+    let store = EmbeddedStore::open(EmbeddedOptions::new(first))
         .await
         .unwrap();
     let second = dir.path().join("second");
     lose_and_restore(&journal, Arc::new(store), |store| async move {
         drop(store);
         // A new, empty data dir: everything the first one held is lost.
-        let store = EmbeddedStore::open(EmbeddedOptions { data_dir: second })
+        let store = EmbeddedStore::open(EmbeddedOptions::new(second))
             .await
             .unwrap();
         Arc::new(store) as Arc<dyn Store>

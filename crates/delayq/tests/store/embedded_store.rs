@@ -28,9 +28,7 @@ pub(crate) fn id(s: &str) -> JobId {
 }
 
 pub(crate) async fn open(dir: &Path) -> StoreResult {
-    EmbeddedStore::open(EmbeddedOptions {
-        data_dir: dir.to_path_buf(),
-    })
+    EmbeddedStore::open(EmbeddedOptions::new(dir.to_path_buf()))
     .await
 }
 

@@ -20,9 +20,7 @@ fn fixture(version: u64) -> PathBuf {
 }
 
 async fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
-    EmbeddedStore::open(EmbeddedOptions {
-        data_dir: dir.to_path_buf(),
-    })
+    EmbeddedStore::open(EmbeddedOptions::new(dir.to_path_buf()))
     .await
 }
 

@@ -7,6 +7,23 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+/// `backend_tests!`'s backends beyond the common ones: the embedded store with a 1 ms memory
+/// window, so every case moves its jobs to the cold tier and back.
+#[macro_export]
+macro_rules! extra_backends {
+    ($($name:ident),*) => {
+        mod embedded_cold {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let b = $crate::support::backends::Backend::embedded_cold().await;
+                    super::$name(&b).await;
+                }
+            )*
+        }
+    };
+}
+
 mod conformance;
 mod embedded_backup;
 mod embedded_crash;

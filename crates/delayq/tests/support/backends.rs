@@ -43,13 +43,30 @@ impl Backend {
     /// (when this is its last handle) is closed before the directory is removed.
     pub async fn embedded() -> Backend {
         let dir = tempfile::TempDir::new().expect("create a temp dir");
-        let store = EmbeddedStore::open(EmbeddedOptions {
-            data_dir: dir.path().to_path_buf(),
-        })
+        let store = EmbeddedStore::open(EmbeddedOptions::new(dir.path().to_path_buf()))
         .await
         .expect("open the embedded store");
         Backend {
             name: "embedded",
+            store: Arc::new(store),
+            guard: Some(Box::new(dir)),
+            _timing: timing().await,
+        }
+    }
+
+    /// An `EmbeddedStore` whose memory window is 1 ms and which checkpoints after every
+    /// commit: every delayed job goes to the cold tier at once and comes back when due, so
+    /// each case of the suite moves jobs between disk and memory.
+    pub async fn embedded_cold() -> Backend {
+        let dir = tempfile::TempDir::new().expect("create a temp dir");
+        let mut opts = EmbeddedOptions::new(dir.path());
+        opts.memory_window = Some(std::time::Duration::from_millis(1));
+        opts.checkpoint_every = Some(std::time::Duration::ZERO);
+        let store = EmbeddedStore::open(opts)
+            .await
+            .expect("open the embedded store");
+        Backend {
+            name: "embedded_cold",
             store: Arc::new(store),
             guard: Some(Box::new(dir)),
             _timing: timing().await,
@@ -109,7 +126,9 @@ impl Backend {
 
 /// `backend_tests!(a, b)` expects `async fn a(b: &Backend)` etc. in the calling module and
 /// generates `memory::a`, `redis::a` (8 shards, the default), `redis_one_shard::a`,
-/// `redis_cluster::a`, ... (one `#[tokio::test]` per backend and test).
+/// `redis_cluster::a`, ... (one `#[tokio::test]` per backend and test), and whatever the
+/// test binary's own `extra_backends!` adds (the store suite: `embedded_cold`, the cold tier's
+/// moves under every case; the HTTP suites: nothing, the API being the same over it).
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
@@ -131,6 +150,7 @@ macro_rules! backend_tests {
                 }
             )*
         }
+        $crate::extra_backends!($($name),*);
         mod redis {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,6 +37,7 @@
 //! not), so it refuses them all and records why in [`Failure`]; the store then refuses every
 //! request until a restart reloads the last durable state (redb, then the logs).
 
+use super::cold::ColdStore;
 use super::{backup, record, wal};
 use crate::job::{Job, JobId, Topic};
 use crate::store::engine::{Change, Effects};
@@ -86,6 +87,8 @@ pub type Failure = Arc<OnceLock<Cause>>;
 enum Key {
     Job(JobId),
     Settings(Topic),
+    /// A job's copy in the cold tier (`cold.rs`).
+    Cold(JobId),
 }
 
 enum Value {
@@ -164,6 +167,8 @@ pub struct GroupCommit {
     /// The redb file (for messages) and the data directory (for the logs).
     file: PathBuf,
     dir: PathBuf,
+    /// [`CHECKPOINT_EVERY`] unless the store was opened with another interval.
+    checkpoint_every: Duration,
 }
 
 /// What an acknowledged commit's caller holds until the commit is durable: the writer's
@@ -195,6 +200,8 @@ impl GroupCommit {
         dir: PathBuf,
         generation: u64,
         events: broadcast::Sender<StoreEvent>,
+        cold: Option<Arc<ColdStore>>,
+        checkpoint_every: Option<Duration>,
     ) -> StoreResult<(Arc<GroupCommit>, JoinHandle<()>)> {
         let failure = Failure::default();
         let (checkpoints, to_apply) = mpsc::sync_channel::<Handed>(CHECKPOINTS_PENDING);
@@ -202,7 +209,7 @@ impl GroupCommit {
             let (file, dir, failure) = (file.clone(), dir.clone(), failure.clone());
             std::thread::Builder::new()
                 .name("delayq-embedded-checkpoint".into())
-                .spawn(move || checkpoint_loop(db, &file, &dir, &failure, to_apply))
+                .spawn(move || checkpoint_loop(db, cold, &file, &dir, &failure, to_apply))
         };
         let checkpointer = match spawned {
             Ok(handle) => Some(handle),
@@ -234,6 +241,7 @@ impl GroupCommit {
             events,
             file,
             dir,
+            checkpoint_every: checkpoint_every.unwrap_or(CHECKPOINT_EVERY),
         });
         let io = Io {
             log,
@@ -330,7 +338,7 @@ impl GroupCommit {
     fn checkpoint_if_due(&self, io: &mut Io) {
         if self.failure.get().is_none() {
             let full = io.log.as_ref().is_some_and(|l| l.bytes >= CHECKPOINT_BYTES);
-            if full || io.since.elapsed() >= CHECKPOINT_EVERY {
+            if full || io.since.elapsed() >= self.checkpoint_every {
                 self.rotate(io, Rotation::Continue);
             }
         }
@@ -417,6 +425,12 @@ impl GroupCommit {
                 Change::RemoveSchedule(id) => {
                     schedules.insert(record::schedule_key(&id), None);
                 }
+                Change::PutCold(j) => {
+                    last.insert(Key::Cold(j.spec.id.clone()), Some(Value::Job(j)));
+                }
+                Change::RemoveCold(id) => {
+                    last.insert(Key::Cold(id), None);
+                }
             }
         }
         if self.inject_failure.swap(false, Ordering::SeqCst) {
@@ -431,6 +445,7 @@ impl GroupCommit {
                 let key = match key {
                     Key::Job(id) => id.as_str().to_string(),
                     Key::Settings(topic) => record::settings_key(&topic),
+                    Key::Cold(id) => record::cold_key(id.as_str()),
                 };
                 let value = value.map(|v| match v {
                     Value::Job(j) => record::encode(j),
@@ -509,7 +524,7 @@ impl GroupCommit {
             let handed = Instant::now();
             let _ = checkpoints.send(Handed::Checkpoint(changes, old.path.clone()));
             let waited = handed.elapsed();
-            if waited > CHECKPOINT_EVERY {
+            if waited > self.checkpoint_every.max(CHECKPOINT_EVERY) {
                 // Every commit waited meanwhile: redb is behind the log.
                 tracing::warn!(
                     waited_ms = waited.as_millis() as u64,
@@ -582,6 +597,7 @@ impl Ticket {
 /// the backups still copying (their read transactions hold the file).
 fn checkpoint_loop(
     db: Database,
+    cold: Option<Arc<ColdStore>>,
     file: &Path,
     dir: &Path,
     failure: &Failure,
@@ -603,7 +619,7 @@ fn checkpoint_loop(
             continue;
         }
         let (count, started) = (changes.len(), Instant::now());
-        match apply(&db, file, changes) {
+        match apply(&db, cold.as_deref(), file, changes, true) {
             Ok(()) => {
                 tracing::debug!(
                     jobs = count,
@@ -632,14 +648,32 @@ fn fail(failure: &Failure, file: &Path, reason: Cause) {
     let _ = failure.set(reason);
 }
 
-/// Writes jobs' last states to redb in one durable transaction. Used by checkpoints and by
-/// the replay of leftover logs at open.
+/// Writes jobs' last states to redb in one durable transaction, after writing and syncing
+/// the cold tier's entries in one batch of their own (`cold.rs`; `report`: tell the engine).
+/// Used by checkpoints and by the replay of leftover logs at open. Applying the same entries
+/// again leaves the same state, so a crash between the two commits is repaired by the
+/// replay.
 pub fn apply(
     db: &Database,
+    cold: Option<&ColdStore>,
     file: &Path,
     changes: impl IntoIterator<Item = wal::Entry>,
+    report: bool,
 ) -> Result<(), Cause> {
     let shown = file.display();
+    let (colds, changes): (Vec<_>, Vec<_>) = changes
+        .into_iter()
+        .partition(|(key, _)| record::cold_of_key(key).is_some());
+    if !colds.is_empty() {
+        let Some(cold) = cold else {
+            return Err(format!("{shown}: the logs hold cold tier entries, and no cold tier is open").into());
+        };
+        let colds = colds
+            .into_iter()
+            .map(|(key, rec)| (record::cold_of_key(&key).unwrap_or_default().to_string(), rec))
+            .collect();
+        cold.apply(colds, report)?;
+    }
     catch_unwind(AssertUnwindSafe(|| {
         let mut tx = db.begin_write().map_err(|e| {
             Cause::with_source(

@@ -208,6 +208,20 @@ pub fn schedule_key(id: &ScheduleId) -> String {
     format!("{SCHEDULE_KEY_PREFIX}{id}")
 }
 
+/// A log key's first character when it is a job's copy in the cold tier (`cold.rs`); no job
+/// id has it.
+const COLD_KEY_PREFIX: char = '\u{2}';
+
+/// The log key of job `id`'s copy in the cold tier.
+pub fn cold_key(id: &str) -> String {
+    format!("{COLD_KEY_PREFIX}{id}")
+}
+
+/// The job id of a log key, if it is a cold copy's.
+pub fn cold_of_key(key: &str) -> Option<&str> {
+    key.strip_prefix(COLD_KEY_PREFIX)
+}
+
 /// The schedule id of a log key, if it is a schedule's.
 pub fn schedule_of_key(key: &str) -> Option<&str> {
     key.strip_prefix(SCHEDULE_KEY_PREFIX)

@@ -1,0 +1,332 @@
+//! The embedded store's cold tier on disk: delayed jobs due beyond the memory window
+//! (`--memory-window`), kept in an LSM tree (fjall) in `<data_dir>/cold/` and in no index in
+//! memory (the engine's side, `engine/cold.rs`, keeps only their counts by queue and minute).
+//!
+//! Three keyspaces, written together in one atomic batch per checkpoint:
+//! - `due`: `[queue length u16][queue][run_at u64][id]` → the job's record (`record.rs`): each
+//!   queue's cold jobs in due order, for loading them back and for the listings;
+//! - `ids`: `id` → `[run_at u64][queue]`: where a job's `due` entry is (a get, delete or
+//!   reschedule of a far-future job, a push's check that its id is free);
+//! - `hist`: `[queue length u16][queue][minute u64]` → how many cold jobs of the queue fall due
+//!   in that minute: the engine's counts at open, without reading the jobs.
+//!
+//! Only the checkpoint thread writes (`group_commit.rs`), from the write-ahead log's cold
+//! entries (`record::cold_key`), after they are durable in the log: so the tier is never ahead
+//! of the log, and a checkpoint replayed after a crash rewrites the same state. Each batch is
+//! synced before the checkpoint retires its log. Numbers are big-endian, so byte order is
+//! numeric order.
+
+use super::record;
+use crate::job::{Job, JobId, Topic, UnixMillis};
+use crate::store::engine::cold::ColdTier;
+use crate::store::{Cause, SCHEDULE_BUCKET_MS};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+/// The cold tier's directory inside the data directory.
+pub const COLD_DIR: &str = "cold";
+
+/// fjall's block cache: the tier is read for loads (sequential) and by-id lookups (rare).
+const CACHE_BYTES: u64 = 32 << 20;
+
+/// What a checkpoint did to the tier, for the engine (`Engine::cold_applied`): the jobs it
+/// now holds as they were written (the engine drops its copy of each one it still has
+/// unchanged) and the ids it no longer holds.
+#[derive(Debug, Default)]
+pub struct ColdReport {
+    pub put: Vec<Job>,
+    pub removed: Vec<JobId>,
+}
+
+pub struct ColdStore {
+    db: Database,
+    due: Keyspace,
+    ids: Keyspace,
+    hist: Keyspace,
+    /// The `hist` keyspace's counts, kept here by the only writer (the checkpoint thread).
+    counts: Mutex<HashMap<(Topic, u64), u64>>,
+    /// Reports of checkpoints the engine has not taken yet.
+    reports: Mutex<Vec<ColdReport>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn io(what: &str, e: fjall::Error) -> Cause {
+    Cause::with_source(format!("cold tier: cannot {what}"), e)
+}
+
+fn queue_prefix(queue: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + queue.len() + 8 + 16);
+    k.extend_from_slice(&(queue.len() as u16).to_be_bytes());
+    k.extend_from_slice(queue.as_bytes());
+    k
+}
+
+fn due_key(queue: &str, run_at: UnixMillis, id: &str) -> Vec<u8> {
+    let mut k = queue_prefix(queue);
+    k.extend_from_slice(&run_at.to_be_bytes());
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+fn hist_key(queue: &str, minute: u64) -> Vec<u8> {
+    let mut k = queue_prefix(queue);
+    k.extend_from_slice(&minute.to_be_bytes());
+    k
+}
+
+/// Splits a `due` or `hist` key into its queue and what follows it.
+fn split_queue(key: &[u8]) -> Option<(&str, &[u8])> {
+    let (len, rest) = key.split_first_chunk::<2>()?;
+    let (queue, rest) = rest.split_at_checked(u16::from_be_bytes(*len) as usize)?;
+    Some((std::str::from_utf8(queue).ok()?, rest))
+}
+
+fn u64_at(bytes: &[u8]) -> Option<u64> {
+    bytes.first_chunk::<8>().map(|b| u64::from_be_bytes(*b))
+}
+
+/// An `ids` value: the job's due time and queue.
+fn located(v: &[u8]) -> Option<(UnixMillis, &str)> {
+    Some((u64_at(v)?, std::str::from_utf8(v.get(8..)?).ok()?))
+}
+
+fn corrupt(what: impl std::fmt::Display) -> Cause {
+    Cause::new(format!("cold tier: {what} cannot be decoded"))
+}
+
+impl ColdStore {
+    /// Opens (creating if needed) the tier in `<data_dir>/cold/` and reads its counts.
+    pub fn open(data_dir: &Path) -> Result<ColdStore, Cause> {
+        let db = Database::builder(data_dir.join(COLD_DIR))
+            .cache_size(CACHE_BYTES)
+            .manual_journal_persist(true)
+            .open()
+            .map_err(|e| io("open", e))?;
+        let ks = |name: &str| {
+            db.keyspace(name, KeyspaceCreateOptions::default)
+                .map_err(|e| io("open a keyspace", e))
+        };
+        let (due, ids, hist) = (ks("due")?, ks("ids")?, ks("hist")?);
+        let mut counts = HashMap::new();
+        for entry in hist.iter() {
+            let (k, v) = entry.into_inner().map_err(|e| io("read the counts", e))?;
+            let (queue, rest) = split_queue(&k).ok_or_else(|| corrupt("a count's key"))?;
+            let queue = Topic::parse_queue(queue).map_err(|_| corrupt("a count's queue"))?;
+            let minute = u64_at(rest).ok_or_else(|| corrupt("a count's minute"))?;
+            let n = u64_at(&v).ok_or_else(|| corrupt("a count"))?;
+            counts.insert((queue, minute), n);
+        }
+        Ok(ColdStore {
+            db,
+            due,
+            ids,
+            hist,
+            counts: Mutex::new(counts),
+            reports: Mutex::default(),
+        })
+    }
+
+    /// How many cold jobs each queue has due in each minute.
+    pub fn counts(&self) -> Vec<(Topic, u64, u64)> {
+        lock(&self.counts)
+            .iter()
+            .map(|((q, m), n)| (q.clone(), *m, *n))
+            .collect()
+    }
+
+    /// Applies cold log entries (`record::cold_key` stripped: a job id and its record, or
+    /// `None` for its removal), in order, as one atomic batch, and syncs it. Replaying entries
+    /// already applied changes nothing. Returns what the engine is told (`report`: false when
+    /// there is no engine yet, at open).
+    pub fn apply(
+        &self,
+        entries: Vec<(String, Option<Vec<u8>>)>,
+        report: bool,
+    ) -> Result<(), Cause> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut batch = self.db.batch();
+        // Where each id's entry is as of this batch so far (the keyspaces do not see it).
+        let mut at: HashMap<String, Option<(UnixMillis, Topic)>> = HashMap::new();
+        let mut deltas: HashMap<(Topic, u64), i64> = HashMap::new();
+        let mut out = ColdReport::default();
+        for (id, rec) in entries {
+            let old = match at.get(&id) {
+                Some(known) => known.clone(),
+                None => match self.ids.get(&id).map_err(|e| io("read an id", e))? {
+                    None => None,
+                    Some(v) => {
+                        let (run_at, queue) = located(&v).ok_or_else(|| corrupt("an id's entry"))?;
+                        let queue = Topic::parse_queue(queue).map_err(|_| corrupt("an id's queue"))?;
+                        Some((run_at, queue))
+                    }
+                },
+            };
+            if let Some((run_at, queue)) = &old {
+                batch.remove(&self.due, due_key(queue.as_str(), *run_at, &id));
+                *deltas
+                    .entry((queue.clone(), run_at / SCHEDULE_BUCKET_MS))
+                    .or_default() -= 1;
+            }
+            match rec {
+                Some(bytes) => {
+                    let job = record::decode(&id, &bytes)
+                        .map_err(|e| Cause::new(format!("cold tier: job {id:?}: {e}")))?;
+                    let (run_at, queue) = (job.spec.run_at, job.spec.queue());
+                    batch.insert(&self.due, due_key(queue.as_str(), run_at, &id), bytes);
+                    let mut v = run_at.to_be_bytes().to_vec();
+                    v.extend_from_slice(queue.as_str().as_bytes());
+                    batch.insert(&self.ids, id.as_str(), v);
+                    *deltas
+                        .entry((queue.clone(), run_at / SCHEDULE_BUCKET_MS))
+                        .or_default() += 1;
+                    at.insert(id, Some((run_at, queue)));
+                    if report {
+                        out.put.push(job);
+                    }
+                }
+                None => {
+                    if old.is_some() {
+                        batch.remove(&self.ids, id.as_str());
+                    }
+                    if report && let Ok(id) = JobId::parse(id.as_str()) {
+                        out.removed.push(id);
+                    }
+                    at.insert(id, None);
+                }
+            }
+        }
+        let mut counts = lock(&self.counts);
+        let mut written = Vec::with_capacity(deltas.len());
+        for ((queue, minute), d) in deltas {
+            if d == 0 {
+                continue;
+            }
+            let n = counts.get(&(queue.clone(), minute)).copied().unwrap_or(0);
+            let n = n.saturating_add_signed(d);
+            let key = hist_key(queue.as_str(), minute);
+            if n == 0 {
+                batch.remove(&self.hist, key);
+            } else {
+                batch.insert(&self.hist, key, n.to_be_bytes().to_vec());
+            }
+            written.push(((queue, minute), n));
+        }
+        batch.commit().map_err(|e| io("write a checkpoint", e))?;
+        self.db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| io("sync a checkpoint", e))?;
+        for (key, n) in written {
+            if n == 0 {
+                counts.remove(&key);
+            } else {
+                counts.insert(key, n);
+            }
+        }
+        drop(counts);
+        if report {
+            lock(&self.reports).push(out);
+        }
+        Ok(())
+    }
+
+    /// The reports of the checkpoints written since the last call, oldest first.
+    pub fn take_reports(&self) -> Vec<ColdReport> {
+        std::mem::take(&mut *lock(&self.reports))
+    }
+
+    /// Bytes on disk.
+    pub fn disk_space(&self) -> u64 {
+        self.db.disk_space().unwrap_or(0)
+    }
+
+    fn decode_due(&self, k: &[u8], v: &[u8]) -> Result<Job, Cause> {
+        let (_, rest) = split_queue(k).ok_or_else(|| corrupt("a due key"))?;
+        let id = rest
+            .get(8..)
+            .and_then(|id| std::str::from_utf8(id).ok())
+            .ok_or_else(|| corrupt("a due key's id"))?;
+        record::decode(id, v).map_err(|e| Cause::new(format!("cold tier: job {id:?}: {e}")))
+    }
+
+    /// Jobs of `queue` from key `from` (inclusive) to `to` (exclusive), at most `limit`.
+    fn scan(&self, from: Vec<u8>, to: Vec<u8>, limit: usize) -> Result<Vec<Job>, Cause> {
+        let mut out = Vec::new();
+        for entry in self.due.range(from..to) {
+            if out.len() == limit {
+                break;
+            }
+            let (k, v) = entry.into_inner().map_err(|e| io("read due jobs", e))?;
+            out.push(self.decode_due(&k, &v)?);
+        }
+        Ok(out)
+    }
+}
+
+impl ColdTier for ColdStore {
+    fn get(&self, id: &JobId) -> Result<Option<Job>, Cause> {
+        let Some(v) = self
+            .ids
+            .get(id.as_str())
+            .map_err(|e| io("read an id", e))?
+        else {
+            return Ok(None);
+        };
+        let (run_at, queue) = located(&v).ok_or_else(|| corrupt("an id's entry"))?;
+        let key = due_key(queue, run_at, id.as_str());
+        match self.due.get(&key).map_err(|e| io("read a job", e))? {
+            Some(rec) => self.decode_due(&key, &rec).map(Some),
+            None => Err(corrupt(format_args!("job {id:?} (indexed, not stored)"))),
+        }
+    }
+
+    fn due(
+        &self,
+        queue: &Topic,
+        from: UnixMillis,
+        to: UnixMillis,
+        limit: usize,
+    ) -> Result<Vec<Job>, Cause> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        self.scan(due_key(queue.as_str(), from, ""), due_key(queue.as_str(), to, ""), limit)
+    }
+
+    fn after(
+        &self,
+        queue: &Topic,
+        after: Option<(UnixMillis, &JobId)>,
+        limit: usize,
+    ) -> Result<Vec<Job>, Cause> {
+        let from = match after {
+            // The smallest key above (run_at, id): the id followed by a zero byte.
+            Some((run_at, id)) => {
+                let mut k = due_key(queue.as_str(), run_at, id.as_str());
+                k.push(0);
+                k
+            }
+            None => queue_prefix(queue.as_str()),
+        };
+        let mut to = queue_prefix(queue.as_str());
+        to.extend_from_slice(&[0xff; 9]);
+        self.scan(from, to, limit)
+    }
+
+    fn first_due(&self, queue: &Topic, from: UnixMillis) -> Result<Option<UnixMillis>, Cause> {
+        let mut to = queue_prefix(queue.as_str());
+        to.extend_from_slice(&[0xff; 9]);
+        let Some(entry) = self.due.range(due_key(queue.as_str(), from, "")..to).next() else {
+            return Ok(None);
+        };
+        let k = entry.key().map_err(|e| io("read due jobs", e))?;
+        let (_, rest) = split_queue(&k).ok_or_else(|| corrupt("a due key"))?;
+        Ok(u64_at(rest))
+    }
+}

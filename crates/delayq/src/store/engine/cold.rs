@@ -1,0 +1,465 @@
+//! The engine's side of a cold tier: delayed jobs due beyond the memory window live on disk
+//! only (the embedded store's `embedded/cold.rs`), and the engine keeps of them just their
+//! counts by queue and minute (so `stats`, the listings' totals and the "what fires next"
+//! chart need no disk read).
+//!
+//! How a job moves:
+//! - **Out.** A change that leaves a job delayed and due at or after [`Cold::spill_from`] (the
+//!   window's far edge) is recorded as `Change::PutCold` (with `Change::Remove` of its record
+//!   among the hot ones) instead of `Change::Put`. The job stays in memory until the checkpoint
+//!   has written it to the tier; the checkpoint's report ([`Engine::cold_applied`]) then drops
+//!   it from memory, if it is still exactly as written and still beyond the edge.
+//! - **In, ahead of time.** The timer's pass (`tick`) loads every cold job due before
+//!   `now + window` once the earliest one is within half the window, in chunks of at most
+//!   [`LOAD_CHUNK`] (the pass reports `next_due = now` while more is to load). A loaded job
+//!   keeps its copy on disk until its first change, which removes it (`Change::RemoveCold`);
+//!   its promotion is no change, as for any job, so a restart loads and promotes it again.
+//! - **In, on demand.** A call naming a job the engine does not hold (delete, reschedule,
+//!   bury, kick, a push replacing it) reads it from the tier first ([`Engine::fault_in`]); `get`
+//!   and a push's check that the id is free read it without loading it.
+//!
+//! Two sets keep memory and disk apart while the checkpoint has not caught up: `origin`, the
+//! jobs in memory that may have a copy on disk (a later change removes that copy), and `gone`,
+//! the ids whose copy on disk is stale (removed or changed in memory since): no read believes
+//! it until a checkpoint report says it is removed. So a job is never in memory twice, never
+//! read back after its removal, and never loaded early: a loaded job is promoted by the timer
+//! at its due time like any other.
+
+use super::{Change, Effects, Engine, Stored};
+use crate::job::{Job, JobId, JobState, Topic, UnixMillis};
+use crate::store::{Cause, SCHEDULE_BUCKET_MS, StoreError, StoreEvent, StoreResult};
+use foldhash::{HashMap, HashSet};
+use std::collections::{BTreeMap, btree_map};
+use std::sync::Arc;
+
+/// Most cold jobs one timer pass loads: a pass holds the engine's lock.
+pub const LOAD_CHUNK: usize = 2_000;
+
+/// Where cold jobs are read from (`embedded/cold.rs`). Reads only: the tier is written by the
+/// store's checkpoint from the changes the engine records.
+pub trait ColdTier: Send + Sync {
+    /// The job as the tier holds it.
+    fn get(&self, id: &JobId) -> Result<Option<Job>, Cause>;
+    /// Jobs of `queue` due in `[from, to)`, in due order (then id), at most `limit`.
+    fn due(
+        &self,
+        queue: &Topic,
+        from: UnixMillis,
+        to: UnixMillis,
+        limit: usize,
+    ) -> Result<Vec<Job>, Cause>;
+    /// Jobs of `queue` after `(run_at, id)` (from the first when `None`), in due order, at most
+    /// `limit`.
+    fn after(
+        &self,
+        queue: &Topic,
+        after: Option<(UnixMillis, &JobId)>,
+        limit: usize,
+    ) -> Result<Vec<Job>, Cause>;
+    /// The due time of `queue`'s first job due at or after `from`.
+    fn first_due(&self, queue: &Topic, from: UnixMillis) -> Result<Option<UnixMillis>, Cause>;
+}
+
+/// The engine's state of its cold tier.
+pub(super) struct Cold {
+    tier: Arc<dyn ColdTier>,
+    window: u64,
+    /// Every cold job due before this is in memory.
+    loaded_until: UnixMillis,
+    /// The latest `now` a transition was given.
+    seen: UnixMillis,
+    /// No cold job is due before this (it may be earlier than the first one, never later).
+    next: Option<UnixMillis>,
+    origin: HashSet<JobId>,
+    gone: HashSet<JobId>,
+    /// Cold jobs by queue and the minute they fall due.
+    minutes: HashMap<Topic, BTreeMap<u64, u64>>,
+}
+
+impl std::fmt::Debug for Cold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cold")
+            .field("window", &self.window)
+            .field("loaded_until", &self.loaded_until)
+            .field("origin", &self.origin.len())
+            .field("gone", &self.gone.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cold {
+    /// Delayed jobs due at or after this go to disk.
+    fn spill_from(&self) -> UnixMillis {
+        self.loaded_until
+            .max(self.seen.saturating_add(self.window))
+    }
+
+    /// When the timer must load next: half a window before the first cold job is due.
+    fn load_at(&self) -> Option<UnixMillis> {
+        self.next.map(|n| n.saturating_sub(self.window / 2))
+    }
+
+    /// Whether the tier's copy of `id` may be read (the engine holds no newer state of it).
+    fn readable(&self, id: &JobId) -> bool {
+        !self.gone.contains(id)
+    }
+}
+
+fn unavailable(cause: Cause) -> StoreError {
+    StoreError::Unavailable(cause)
+}
+
+/// The topic whose schedule counts a queue's jobs count in (a callback queue's topic).
+fn topic_of(queue: &Topic) -> Topic {
+    queue.callback_topic().unwrap_or_else(|| queue.clone())
+}
+
+impl Engine {
+    /// Gives the engine a cold tier holding the delayed jobs due `window_ms` or more ahead,
+    /// with the counts the tier holds at open (queue, minute, jobs).
+    pub fn with_cold(
+        mut self,
+        tier: Arc<dyn ColdTier>,
+        window_ms: u64,
+        counts: Vec<(Topic, u64, u64)>,
+    ) -> Engine {
+        let next = counts
+            .iter()
+            .map(|(_, m, _)| m.saturating_mul(SCHEDULE_BUCKET_MS))
+            .min();
+        self.cold = Some(Box::new(Cold {
+            tier,
+            window: window_ms.max(1),
+            loaded_until: 0,
+            seen: 0,
+            next,
+            origin: HashSet::default(),
+            gone: HashSet::default(),
+            minutes: HashMap::default(),
+        }));
+        for (queue, minute, n) in counts {
+            self.count_cold(&queue, minute, n, true);
+        }
+        self
+    }
+
+    /// How many jobs are in memory, and how many of them may also have a copy on disk.
+    pub fn held(&self) -> (usize, usize) {
+        (
+            self.jobs.len(),
+            self.cold.as_ref().map_or(0, |c| c.origin.len()),
+        )
+    }
+
+    /// Notes the time a transition was given (the window's far edge moves with it).
+    pub(super) fn observe(&mut self, now: UnixMillis) {
+        if let Some(c) = self.cold.as_deref_mut() {
+            c.seen = c.seen.max(now);
+        }
+    }
+
+    /// Adds (`add`) or removes `n` cold jobs of `queue` due in `minute` to or from every
+    /// count: the queue's delayed count, the schedule's minute counts and the tier's own.
+    fn count_cold(&mut self, queue: &Topic, minute: u64, n: u64, add: bool) {
+        let bump = |m: &mut BTreeMap<u64, u64>| {
+            let e = m.entry(minute);
+            if add {
+                *e.or_default() += n;
+            } else if let btree_map::Entry::Occupied(mut o) = e {
+                *o.get_mut() = o.get().saturating_sub(n);
+                if *o.get() == 0 {
+                    o.remove();
+                }
+            }
+        };
+        let drop_empty = |map: &mut HashMap<Topic, BTreeMap<u64, u64>>, key: &Topic| {
+            if map.get(key).is_some_and(BTreeMap::is_empty) {
+                map.remove(key);
+            }
+        };
+        bump(&mut self.due_all);
+        let topic = topic_of(queue);
+        bump(self.due.entry(topic.clone()).or_default());
+        drop_empty(&mut self.due, &topic);
+        if let Some(c) = self.cold.as_deref_mut() {
+            bump(c.minutes.entry(queue.clone()).or_default());
+            drop_empty(&mut c.minutes, queue);
+        }
+        let counts = self.counts.entry(queue.clone()).or_default();
+        counts.delayed = if add {
+            counts.delayed + n
+        } else {
+            counts.delayed.saturating_sub(n)
+        };
+        if counts.total() == 0 {
+            self.counts.remove(queue);
+        }
+    }
+
+    /// Takes a job read from the tier into memory (counted hot from now on), unless memory
+    /// holds the id already or its copy is stale.
+    fn adopt(&mut self, mut j: Job) {
+        let Some(c) = self.cold.as_deref() else {
+            return;
+        };
+        let id = j.spec.id.clone();
+        if self.jobs.contains(&id) || !c.readable(&id) {
+            return;
+        }
+        self.count_cold(&j.spec.queue(), j.spec.run_at / SCHEDULE_BUCKET_MS, 1, false);
+        if let Some(c) = self.cold.as_deref_mut() {
+            c.origin.insert(id);
+        }
+        self.index(&mut j);
+        self.jobs.insert(Stored(Box::new(j)));
+    }
+
+    /// Brings job `id` into memory from the tier if it is there and not in memory.
+    pub(super) fn fault_in(&mut self, id: &JobId) -> StoreResult<()> {
+        let Some(c) = self.cold.as_deref() else {
+            return Ok(());
+        };
+        if self.jobs.contains(id) || !c.readable(id) {
+            return Ok(());
+        }
+        if let Some(j) = c.tier.get(id).map_err(unavailable)? {
+            self.adopt(j);
+        }
+        Ok(())
+    }
+
+    /// Whether a job `id` exists, in memory or on disk (without loading it).
+    pub(super) fn exists(&self, id: &JobId) -> StoreResult<bool> {
+        if self.jobs.contains(id) {
+            return Ok(true);
+        }
+        match self.cold.as_deref() {
+            Some(c) if c.readable(id) => Ok(c.tier.get(id).map_err(unavailable)?.is_some()),
+            _ => Ok(false),
+        }
+    }
+
+    /// A job not in memory, read from the tier.
+    pub(super) fn get_cold(&self, id: &JobId) -> StoreResult<Job> {
+        match self.cold.as_deref() {
+            Some(c) if c.readable(id) => c
+                .tier
+                .get(id)
+                .map_err(unavailable)?
+                .ok_or(StoreError::NotFound),
+            _ => Err(StoreError::NotFound),
+        }
+    }
+
+    /// Records a job's new state: on disk only once checkpointed if it is delayed beyond the
+    /// window, in memory and the hot records otherwise (removing a copy on disk).
+    pub(super) fn record(&mut self, j: Job, fx: &mut Effects) {
+        if let Some(c) = self.cold.as_deref_mut() {
+            let id = j.spec.id.clone();
+            if j.state == JobState::Delayed && j.spec.run_at >= c.spill_from() {
+                c.origin.insert(id.clone());
+                c.gone.remove(&id);
+                fx.changes.push(Change::Remove(id));
+                fx.changes.push(Change::PutCold(j));
+                return;
+            }
+            if c.origin.remove(&id) {
+                c.gone.insert(id.clone());
+                fx.changes.push(Change::RemoveCold(id));
+            }
+        }
+        fx.changes.push(Change::Put(j));
+    }
+
+    /// Records a job's removal, and its copy on disk's.
+    pub(super) fn record_removal(&mut self, id: &JobId, fx: &mut Effects) {
+        fx.changes.push(Change::Remove(id.clone()));
+        if let Some(c) = self.cold.as_deref_mut()
+            && c.origin.remove(id)
+        {
+            c.gone.insert(id.clone());
+            fx.changes.push(Change::RemoveCold(id.clone()));
+        }
+    }
+
+    /// Takes what checkpoints wrote to the tier: drops from memory every job written there
+    /// that memory still holds exactly so, beyond the window; and believes the tier again
+    /// about the ids it removed.
+    pub fn cold_applied(
+        &mut self,
+        put: impl IntoIterator<Item = Job>,
+        removed: impl IntoIterator<Item = JobId>,
+        fx: &mut Effects,
+    ) {
+        let Some(c) = self.cold.as_deref_mut() else {
+            return;
+        };
+        for id in removed {
+            c.gone.remove(&id);
+        }
+        let mut earliest = None::<UnixMillis>;
+        for j in put {
+            let Some(c) = self.cold.as_deref() else {
+                return;
+            };
+            let id = &j.spec.id;
+            let unchanged = self.jobs.get(id).is_some_and(|s| *s.0 == j);
+            if !unchanged || j.state != JobState::Delayed || j.spec.run_at < c.spill_from() {
+                continue;
+            }
+            let Some(stored) = self.jobs.take(id) else {
+                continue;
+            };
+            self.unindex(&stored.0);
+            let (queue, run_at) = (j.spec.queue(), j.spec.run_at);
+            self.count_cold(&queue, run_at / SCHEDULE_BUCKET_MS, 1, true);
+            if let Some(c) = self.cold.as_deref_mut() {
+                c.origin.remove(id);
+                c.gone.remove(id);
+                c.next = Some(c.next.map_or(run_at, |n| n.min(run_at)));
+            }
+            earliest = Some(earliest.map_or(run_at, |e| e.min(run_at)));
+        }
+        // The timer must wake to load them back in time.
+        if earliest.is_some()
+            && let Some(t) = self.cold.as_deref().and_then(Cold::load_at)
+        {
+            fx.events.push(StoreEvent::Due(t));
+        }
+    }
+
+    /// The timer pass's share: loads the cold jobs due within the window once the first is
+    /// within half of it. Returns when the next pass must come for it (`now` when a chunk
+    /// was not enough).
+    pub(super) fn load_ahead(&mut self, now: UnixMillis, fx: &mut Effects) -> Option<UnixMillis> {
+        self.observe(now);
+        let c = self.cold.as_deref()?;
+        if c.load_at().is_none_or(|t| t > now) {
+            return c.load_at();
+        }
+        let (from, to) = (c.loaded_until, now.saturating_add(c.window));
+        let last_minute = to.div_ceil(SCHEDULE_BUCKET_MS);
+        let queues: Vec<Topic> = c
+            .minutes
+            .iter()
+            .filter(|(_, m)| m.first_key_value().is_some_and(|(&f, _)| f <= last_minute))
+            .map(|(q, _)| q.clone())
+            .collect();
+        let tier = c.tier.clone();
+        let loaded = (|| -> Result<(Vec<Job>, UnixMillis), Cause> {
+            let mut got = Vec::new();
+            for q in &queues {
+                got.extend(tier.due(q, from, to, LOAD_CHUNK + 1)?);
+            }
+            if got.len() <= LOAD_CHUNK {
+                return Ok((got, to));
+            }
+            got.sort_by_key(|j| j.spec.run_at);
+            let cut = got[LOAD_CHUNK].spec.run_at;
+            if cut > from {
+                got.retain(|j| j.spec.run_at < cut);
+                return Ok((got, cut));
+            }
+            // More than a chunk due in one millisecond: all of them at once.
+            let mut all = Vec::new();
+            for q in &queues {
+                all.extend(tier.due(q, from, from + 1, usize::MAX)?);
+            }
+            Ok((all, from + 1))
+        })();
+        let (jobs, until) = match loaded {
+            Ok(l) => l,
+            Err(cause) => {
+                tracing::error!(%cause, "cannot load due jobs from the cold tier; retrying");
+                return Some(now.saturating_add(1_000));
+            }
+        };
+        for mut j in jobs {
+            // Counted and indexed as `adopt` does, with the timer told of an earlier head.
+            let Some(c) = self.cold.as_deref() else {
+                break;
+            };
+            let id = j.spec.id.clone();
+            if self.jobs.contains(&id) || !c.readable(&id) {
+                continue;
+            }
+            self.count_cold(&j.spec.queue(), j.spec.run_at / SCHEDULE_BUCKET_MS, 1, false);
+            if let Some(c) = self.cold.as_deref_mut() {
+                c.origin.insert(id);
+            }
+            self.enter(&mut j, fx);
+            self.jobs.insert(Stored(Box::new(j)));
+        }
+        let next = queues
+            .iter()
+            .map(|q| tier.first_due(q, until))
+            .collect::<Result<Vec<_>, _>>();
+        let c = self.cold.as_deref_mut()?;
+        c.loaded_until = until;
+        c.next = match next {
+            Ok(firsts) => firsts.into_iter().flatten().min(),
+            // Read again at the next pass.
+            Err(_) => Some(until),
+        };
+        // Queues with no cold job in the range were not read: their first one bounds `next`.
+        for m in c.minutes.values() {
+            if let Some((&f, _)) = m.first_key_value() {
+                let start = f.saturating_mul(SCHEDULE_BUCKET_MS).max(until);
+                c.next = Some(c.next.map_or(start, |n| n.min(start)));
+            }
+        }
+        if until < to {
+            return Some(now);
+        }
+        c.load_at()
+    }
+
+    /// The due time of the first job on disk only.
+    pub(super) fn first_cold(&self) -> Option<UnixMillis> {
+        let c = self.cold.as_deref()?;
+        c.minutes
+            .keys()
+            .filter_map(|q| self.list_cold(q, None, 1).first().map(|j| j.spec.run_at))
+            .min()
+    }
+
+    /// Cold jobs of `queue` for a listing of its delayed jobs after `after`: at most `limit`,
+    /// in due order, none that memory holds or whose copy is stale.
+    pub(super) fn list_cold(
+        &self,
+        queue: &Topic,
+        after: Option<(UnixMillis, &JobId)>,
+        limit: usize,
+    ) -> Vec<Job> {
+        let Some(c) = self.cold.as_deref() else {
+            return Vec::new();
+        };
+        if !c.minutes.contains_key(queue) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut cursor = after.map(|(t, id)| (t, id.clone()));
+        loop {
+            let page = match c
+                .tier
+                .after(queue, cursor.as_ref().map(|(t, id)| (*t, id)), limit)
+            {
+                Ok(p) => p,
+                Err(cause) => {
+                    tracing::error!(%cause, "cannot list jobs of the cold tier");
+                    return out;
+                }
+            };
+            let full = page.len() == limit;
+            cursor = page.last().map(|j| (j.spec.run_at, j.spec.id.clone()));
+            out.extend(
+                page.into_iter()
+                    .filter(|j| !self.jobs.contains(&j.spec.id) && c.readable(&j.spec.id)),
+            );
+            if out.len() >= limit || !full {
+                out.truncate(limit);
+                return out;
+            }
+        }
+    }
+}
