@@ -167,6 +167,12 @@ impl fmt::Display for Topic {
 pub struct JobId(Arc<str>);
 
 impl JobId {
+    /// The empty id, which sorts before every id and is never a job's: for the lower bound of
+    /// a range of index keys.
+    pub(crate) fn lowest() -> JobId {
+        JobId(Arc::from(""))
+    }
+
     pub fn parse(s: impl Into<String>) -> Result<JobId, InvalidField> {
         let s = s.into();
         let n = s.chars().count();

@@ -232,6 +232,7 @@ pub struct Metrics {
     amqp_up: Gauge,
     store_up: Gauge,
     schedules: Gauge,
+    jobs_on_disk: Gauge,
     waiting: Gauge,
     schedule_ticks_fired: Counter,
     schedule_ticks_caught_up: Counter,
@@ -432,6 +433,13 @@ impl Metrics {
             "Recurring schedules in the store, paused ones included",
             schedules.clone(),
         );
+        let jobs_on_disk = Gauge::default();
+        registry.register(
+            "jobs_on_disk",
+            "Delayed jobs the embedded store keeps on disk only, beyond its memory window \
+             (--memory-window); 0 without one",
+            jobs_on_disk.clone(),
+        );
         let waiting = Gauge::default();
         registry.register(
             "waiting_consumers",
@@ -491,6 +499,7 @@ impl Metrics {
             amqp_up,
             store_up,
             schedules,
+            jobs_on_disk,
             waiting,
             scrape: tokio::sync::Mutex::new(()),
         }
@@ -532,6 +541,9 @@ impl Metrics {
                 self.flow_gauges(&stats);
                 self.schedules
                     .set(i64::try_from(stats.schedules).unwrap_or(i64::MAX));
+                if let Some(n) = stats.on_disk {
+                    self.jobs_on_disk.set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
                 for (gauges, topics) in [
                     (&self.jobs, &stats.topics),
                     (&self.callback_jobs, &stats.callbacks),

@@ -201,7 +201,7 @@ settings! {
                    disk only, loaded back into memory ahead of their time (docs/operations.md)",
             given: u64,
             rule: SomeBetween(1, MAX_MEMORY_WINDOW_SECS),
-            shown: "none: every job in memory",
+            shown: "none (every job in memory)",
             default: None,
         },
         /// Off by default: a request makes the server write files, so only where it is told it

@@ -104,6 +104,7 @@ fn every_setting_is_read_from_flags() {
             "--amqp-publish-timeout=12",
             "--amqp-prefetch=13",
             "--beanstalk-listen=0.0.0.0:11300",
+            "--memory-window=3600",
         ],
         &[],
     )
@@ -120,6 +121,7 @@ fn every_setting_is_read_from_flags() {
             redis_cluster: None,
             memory: false,
             data_dir: "/d".into(),
+            memory_window_secs: Some(3600),
             backup_dir: Some("/b".into()),
             prefix: "p".into(),
             shards: 2,

@@ -947,6 +947,7 @@ impl Engine {
             .map(|f| (f.topic.clone(), f.settings))
             .collect();
         stats.held = self.held.clone();
+        stats.on_disk = self.on_disk();
         stats
     }
 

@@ -132,6 +132,9 @@ pub struct Stats {
     pub next_due: Option<UnixMillis>,
     /// How many recurring schedules there are (paused ones included).
     pub schedules: u64,
+    /// Delayed jobs kept on disk only, not in memory: the embedded store's cold tier
+    /// (`--memory-window`); `None` for a store without one.
+    pub on_disk: Option<u64>,
 }
 
 impl Stats {

@@ -26,6 +26,7 @@ macro_rules! extra_backends {
 
 mod conformance;
 mod embedded_backup;
+mod embedded_cold;
 mod embedded_crash;
 mod embedded_store;
 mod embedded_versions;

@@ -74,6 +74,10 @@ pub(super) struct Cold {
     gone: HashSet<JobId>,
     /// Cold jobs by queue and the minute they fall due.
     minutes: HashMap<Topic, BTreeMap<u64, u64>>,
+    /// Where the sweep of the jobs loaded from the hot records at open goes on (`None`: done):
+    /// those beyond the window (kept in memory by a delayq without a window, or with a larger
+    /// one) go to disk, a chunk per timer pass.
+    sweep: Option<(UnixMillis, Option<JobId>)>,
 }
 
 impl std::fmt::Debug for Cold {
@@ -103,6 +107,10 @@ impl Cold {
     fn readable(&self, id: &JobId) -> bool {
         !self.gone.contains(id)
     }
+}
+
+fn c_has_origin(c: Option<&Cold>, id: &JobId) -> bool {
+    c.is_some_and(|c| c.origin.contains(id))
 }
 
 fn unavailable(cause: Cause) -> StoreError {
@@ -136,19 +144,12 @@ impl Engine {
             origin: HashSet::default(),
             gone: HashSet::default(),
             minutes: HashMap::default(),
+            sweep: Some((0, None)),
         }));
         for (queue, minute, n) in counts {
             self.count_cold(&queue, minute, n, true);
         }
         self
-    }
-
-    /// How many jobs are in memory, and how many of them may also have a copy on disk.
-    pub fn held(&self) -> (usize, usize) {
-        (
-            self.jobs.len(),
-            self.cold.as_ref().map_or(0, |c| c.origin.len()),
-        )
     }
 
     /// Notes the time a transition was given (the window's far edge moves with it).
@@ -328,11 +329,51 @@ impl Engine {
         }
     }
 
+    /// Sends to disk up to [`LOAD_CHUNK`] delayed jobs beyond the window that memory held since
+    /// open; `true` when there may be more.
+    fn sweep(&mut self, fx: &mut Effects) -> bool {
+        let Some(c) = self.cold.as_deref() else {
+            return false;
+        };
+        let Some((t, after)) = c.sweep.clone() else {
+            return false;
+        };
+        let from = t.max(c.spill_from());
+        let lower = match after {
+            Some(id) if t >= from => std::ops::Bound::Excluded((t, id)),
+            _ => std::ops::Bound::Included((from, JobId::lowest())),
+        };
+        let keys: Vec<(UnixMillis, JobId)> = self
+            .timeline
+            .range((lower, std::ops::Bound::Unbounded))
+            .take(LOAD_CHUNK)
+            .cloned()
+            .collect();
+        let more = keys.len() == LOAD_CHUNK;
+        for (_, id) in &keys {
+            let spill = self.jobs.get(id).is_some_and(|s| s.0.state == JobState::Delayed)
+                && !c_has_origin(self.cold.as_deref(), id);
+            if spill && let Some(j) = self.jobs.get(id).map(|s| Job::clone(&s.0)) {
+                self.record(j, fx);
+            }
+        }
+        if let Some(c) = self.cold.as_deref_mut() {
+            c.sweep = match (more, keys.last()) {
+                (true, Some((t, id))) => Some((*t, Some(id.clone()))),
+                _ => None,
+            };
+        }
+        more
+    }
+
     /// The timer pass's share: loads the cold jobs due within the window once the first is
     /// within half of it. Returns when the next pass must come for it (`now` when a chunk
     /// was not enough).
     pub(super) fn load_ahead(&mut self, now: UnixMillis, fx: &mut Effects) -> Option<UnixMillis> {
         self.observe(now);
+        if self.sweep(fx) {
+            return Some(now);
+        }
         let c = self.cold.as_deref()?;
         if c.load_at().is_none_or(|t| t > now) {
             return c.load_at();
@@ -412,6 +453,12 @@ impl Engine {
             return Some(now);
         }
         c.load_at()
+    }
+
+    /// How many jobs are on disk only (`None`: no cold tier).
+    pub(super) fn on_disk(&self) -> Option<u64> {
+        let c = self.cold.as_deref()?;
+        Some(c.minutes.values().flat_map(BTreeMap::values).sum())
     }
 
     /// The due time of the first job on disk only.
