@@ -22,8 +22,8 @@ const TOPICS: usize = 8;
 
 async fn open(dir: &Path) -> EmbeddedStore {
     EmbeddedStore::open(EmbeddedOptions::new(dir.to_path_buf()))
-    .await
-    .unwrap_or_else(|e| panic!("open {}: {e}", dir.display()))
+        .await
+        .unwrap_or_else(|e| panic!("open {}: {e}", dir.display()))
 }
 
 fn rss_mib() -> String {

@@ -44,8 +44,8 @@ async fn main() {
         "memory" => Arc::new(MemoryStore::new()),
         "embedded" => Arc::new(
             EmbeddedStore::open(EmbeddedOptions::new(dir.path().to_path_buf()))
-            .await
-            .expect("open the embedded store"),
+                .await
+                .expect("open the embedded store"),
         ),
         other => panic!("mode must be memory or embedded, not {other}"),
     };

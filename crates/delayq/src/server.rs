@@ -323,7 +323,9 @@ pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, ServeError> {
         (None, None) => {
             let opts = EmbeddedOptions {
                 data_dir: config.data_dir.clone(),
-                memory_window: config.memory_window_secs.map(std::time::Duration::from_secs),
+                memory_window: config
+                    .memory_window_secs
+                    .map(std::time::Duration::from_secs),
                 checkpoint_every: None,
             };
             let store = EmbeddedStore::open(opts).await.map_err(ServeError::Store)?;

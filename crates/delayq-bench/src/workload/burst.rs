@@ -51,6 +51,8 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         super::PushPlan {
             n: p.jobs,
             id_prefix: format!("{}-", c.run_id),
+            first: 0,
+            id_digits: 0,
             due_of,
             rate_per_producer: None,
             batch: None,

@@ -46,6 +46,8 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
     let plan = super::PushPlan {
         n: p.jobs,
         id_prefix: format!("{}-", c.run_id),
+        first: 0,
+        id_digits: 0,
         due_of,
         rate_per_producer: None,
         batch: None,

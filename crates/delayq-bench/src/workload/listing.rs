@@ -55,6 +55,8 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
         let plan = PushPlan {
             n: p.pending,
             id_prefix: format!("{}-d-", c.run_id),
+            first: 0,
+            id_digits: 0,
             due_of: Arc::new(move |k| Due::RunAtMs(start + k * spread / n)),
             rate_per_producer: None,
             batch: None,
@@ -72,6 +74,8 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
         let plan = PushPlan {
             n: p.others,
             id_prefix: format!("{}-r-", c.run_id),
+            first: 0,
+            id_digits: 0,
             due_of: Arc::new(|_| Due::DelayMs(0)),
             rate_per_producer: None,
             batch: None,

@@ -21,6 +21,18 @@ pub struct Params {
     /// Leave the jobs in place (skips the cleanup phase).
     #[arg(long)]
     pub no_cleanup: bool,
+    /// Instead of `--delay-s`: each job due at a pseudo-random time over this many hours
+    /// from a minute after the run starts (the cold tier's benchmark: 720, thirty days).
+    #[arg(long)]
+    pub spread_h: Option<u64>,
+    /// Push in this many equal parts, reporting each part's push rate and the footprint after
+    /// it (`push_jobs_per_s_<k>`, `rss_bytes_<k>`, `data_dir_bytes_<k>`).
+    #[arg(long, default_value_t = 1)]
+    pub marks: u64,
+    /// Job ids as `<letter><number>`, the number zero-padded to this many digits (0: the run
+    /// id, a dash and the number).
+    #[arg(long, default_value_t = 0)]
+    pub id_digits: usize,
 }
 
 fn per_job(r: &mut RunResult, name: &str, before: Option<u64>, after: Option<u64>, n: u64) {
@@ -41,15 +53,57 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
     let before: Footprint = c.probes.read().await?;
     let m = multi(c.progress);
     let delay_ms = p.delay_s * 1000;
-    let plan = super::PushPlan {
-        n: p.pending,
-        id_prefix: format!("{}-", c.run_id),
-        due_of: Arc::new(move |_| Due::DelayMs(delay_ms)),
-        rate_per_producer: None,
-        batch: None,
-        collect_server_ids: !p.no_cleanup,
+    let due_of: Arc<dyn Fn(u64) -> Due + Send + Sync> = match p.spread_h {
+        None => Arc::new(move |_| Due::DelayMs(delay_ms)),
+        Some(h) => {
+            let (start, spread) = (crate::driver::now_ms() + 60_000, (h * 3_600_000).max(1));
+            // A multiplicative hash of the number: due times in no order, evenly spread.
+            Arc::new(move |k: u64| {
+                Due::RunAtMs(start + k.wrapping_mul(0x9E37_79B9_7F4A_7C15) % spread)
+            })
+        }
     };
-    let pushed = produce(c, ep, plan, None, c.bar(&m, p.pending, "push")).await?;
+    if let Some(h) = p.spread_h {
+        r.params.insert("spread_h".into(), h.into());
+    }
+    let (id_prefix, id_digits) = match p.id_digits {
+        0 => (format!("{}-", c.run_id), 0),
+        d => (c.run_id.chars().take(1).collect(), d),
+    };
+    let marks = p.marks.clamp(1, p.pending.max(1));
+    let pb = c.bar(&m, p.pending, "push");
+    let mut pushed = super::Pushed::default();
+    for k in 0..marks {
+        let plan = super::PushPlan {
+            n: p.pending * (k + 1) / marks,
+            id_prefix: id_prefix.clone(),
+            first: p.pending * k / marks,
+            id_digits,
+            due_of: due_of.clone(),
+            rate_per_producer: None,
+            batch: None,
+            collect_server_ids: !p.no_cleanup,
+        };
+        let part = produce(c, ep, plan, None, pb.clone()).await?;
+        if marks > 1 {
+            let at: Footprint = c.probes.read().await?;
+            let name = |m: &str| format!("{m}_{}", k + 1);
+            r.metrics.insert(
+                name("push_jobs_per_s"),
+                part.acked as f64 / part.elapsed.as_secs_f64(),
+            );
+            for (m, v) in [
+                ("rss_bytes", at.rss_bytes),
+                ("data_dir_bytes", at.data_dir_bytes),
+            ] {
+                if let Some(v) = v {
+                    r.metrics.insert(name(m), v as f64);
+                }
+            }
+        }
+        pushed.add(part);
+    }
+    pb.finish();
     r.metrics.insert("pending".into(), pushed.acked as f64);
     r.metrics.insert(
         "push_jobs_per_s".into(),
@@ -90,7 +144,9 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         return Ok(r);
     }
     let handles: Vec<String> = if pushed.server_ids.is_empty() {
-        (0..p.pending).map(|s| c.id(s)).collect()
+        (0..p.pending)
+            .map(|s| format!("{id_prefix}{s:0id_digits$}"))
+            .collect()
     } else {
         pushed.server_ids
     };

@@ -41,10 +41,6 @@ pub struct Common {
 }
 
 impl Common {
-    pub fn id(&self, seq: u64) -> String {
-        format!("{}-{seq}", self.run_id)
-    }
-
     pub fn result(&self, workload: &str) -> RunResult {
         let mut params = BTreeMap::new();
         params.insert("producers".into(), self.producers.into());
@@ -130,11 +126,14 @@ pub fn body_due_us(protocol: Protocol, due: Due, sent_us: u64) -> u64 {
     }
 }
 
-/// What one producer pass pushes: sequence numbers `[0, n)` taken in batches from a shared
-/// counter, each due as `due_of(seq)` says.
+/// What one producer pass pushes: sequence numbers `[first, n)` taken in batches from a shared
+/// counter, each due as `due_of(seq)` says, with id `id_prefix` and the number (zero-padded to
+/// `id_digits` digits).
 pub struct PushPlan {
     pub n: u64,
     pub id_prefix: String,
+    pub first: u64,
+    pub id_digits: usize,
     pub due_of: Arc<dyn Fn(u64) -> Due + Send + Sync>,
     /// Pace: the k-th job of a producer is not pushed before `start + k / rate` (jobs/s per
     /// producer); `None` pushes as fast as the server answers.
@@ -146,6 +145,7 @@ pub struct PushPlan {
 }
 
 /// What the producers did.
+#[derive(Default)]
 pub struct Pushed {
     pub acked: u64,
     pub elapsed: Duration,
@@ -154,6 +154,24 @@ pub struct Pushed {
     pub server_ids: Vec<String>,
     /// Worst lag behind the pace (paced plans only).
     pub max_lag: Duration,
+}
+
+impl Pushed {
+    /// Adds a later pass's figures to these (elapsed times add up; errors count together,
+    /// the first one kept).
+    pub fn add(&mut self, later: Pushed) {
+        self.acked += later.acked;
+        self.elapsed += later.elapsed;
+        let n = later.errors.count.load(Ordering::Relaxed);
+        if n > 0 {
+            let first = later.errors.first.lock().expect("not poisoned").clone();
+            if self.errors.count.fetch_add(n, Ordering::Relaxed) == 0 {
+                *self.errors.first.lock().expect("not poisoned") = first;
+            }
+        }
+        self.server_ids.extend(later.server_ids);
+        self.max_lag = self.max_lag.max(later.max_lag);
+    }
 }
 
 /// Runs `c.producers` producer tasks over `plan`, marking acknowledged jobs in `ledger` (when
@@ -165,7 +183,7 @@ pub async fn produce(
     ledger: Option<Arc<Ledger>>,
     pb: ProgressBar,
 ) -> anyhow::Result<Pushed> {
-    let next = Arc::new(AtomicU64::new(0));
+    let next = Arc::new(AtomicU64::new(plan.first));
     let errors = Arc::new(Errors::default());
     let acked = Arc::new(AtomicU64::new(0));
     let plan = Arc::new(plan);
@@ -208,7 +226,7 @@ pub async fn produce(
                     .map(|seq| {
                         let due = (plan.due_of)(seq);
                         NewJob {
-                            id: format!("{}{seq}", plan.id_prefix),
+                            id: format!("{}{seq:0w$}", plan.id_prefix, w = plan.id_digits),
                             due,
                             body: body::encode(
                                 body_due_us(protocol, due, sent_us),

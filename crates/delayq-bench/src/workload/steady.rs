@@ -59,6 +59,8 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         super::PushPlan {
             n: p.backlog,
             id_prefix: format!("{}-b", c.run_id),
+            first: 0,
+            id_digits: 0,
             due_of: Arc::new(move |_| Due::DelayMs(backlog_delay_ms)),
             rate_per_producer: None,
             collect_server_ids: true,
@@ -87,6 +89,8 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         super::PushPlan {
             n,
             id_prefix: format!("{}-", c.run_id),
+            first: 0,
+            id_digits: 0,
             due_of: Arc::new(move |_| Due::DelayMs(fire_delay_ms)),
             rate_per_producer: Some(p.rate as f64 / c.producers.max(1) as f64),
             collect_server_ids: false,

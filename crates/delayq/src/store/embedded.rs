@@ -130,12 +130,12 @@ impl Durability for WriteAhead {
         Some(self)
     }
 
-    fn prepare(&self, engine: &mut Engine, fx: &mut Effects) {
+    fn prepare(&self, engine: &mut Engine) {
         let Some(cold) = &self.cold else {
             return;
         };
         for report in cold.take_reports() {
-            engine.cold_applied(report.put, report.removed, fx);
+            engine.cold_applied(report.put, report.removed);
         }
     }
 }
@@ -241,39 +241,49 @@ impl EmbeddedStore {
         // redb checks what it can and reports corruption as errors, but a damaged page can
         // still make it panic: that must be a clear error too, never a crash.
         let started = std::time::Instant::now();
-        let (db, (jobs, settings, schedules), generation, cold) = catch_unwind(AssertUnwindSafe(|| {
-            let db = open_db(dir, &file)?;
-            let cold = match opts.memory_window.is_some() || dir.join(cold::COLD_DIR).exists() {
-                true => Some(Arc::new(ColdStore::open(dir).map_err(StoreError::Unavailable)?)),
-                false => None,
-            };
-            let generation = replay_logs(&db, cold.as_deref(), dir, &file)?;
-            let (jobs, settings) = load(&db, &file)?;
-            let schedules = load_schedules(&db, &file)?;
-            Ok::<_, StoreError>((db, (jobs, settings, schedules), generation, cold))
-        }))
-        .map_err(|panic| {
-            let msg = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("unknown panic");
-            StoreError::Corrupt(format!("{}: cannot be read: {msg}", file.display()).into())
-        })??;
+        let (db, (jobs, settings, schedules), generation, cold) =
+            catch_unwind(AssertUnwindSafe(|| {
+                let db = open_db(dir, &file)?;
+                let cold = match opts.memory_window.is_some() || dir.join(cold::COLD_DIR).exists() {
+                    true => Some(Arc::new(
+                        ColdStore::open(dir).map_err(StoreError::Unavailable)?,
+                    )),
+                    false => None,
+                };
+                let generation = replay_logs(&db, cold.as_deref(), dir, &file)?;
+                let (jobs, settings) = load(&db, &file)?;
+                let schedules = load_schedules(&db, &file)?;
+                Ok::<_, StoreError>((db, (jobs, settings, schedules), generation, cold))
+            }))
+            .map_err(|panic| {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("unknown panic");
+                StoreError::Corrupt(format!("{}: cannot be read: {msg}", file.display()).into())
+            })??;
         let n = jobs.len();
         let mut engine = Engine::load(jobs, settings);
         engine.load_schedules(schedules);
         if let Some(c) = &cold {
             // Without a window, nothing more goes to disk and what is there comes back.
-            let window = opts
-                .memory_window
-                .map_or(u64::MAX / 4, |w| w.as_millis().min(u64::MAX as u128 / 4) as u64);
+            let window = opts.memory_window.map_or(u64::MAX / 4, |w| {
+                w.as_millis().min(u64::MAX as u128 / 4) as u64
+            });
             engine = engine.with_cold(c.clone(), window, c.counts());
         }
 
         let events = broadcast::channel(EVENT_CHANNEL_CAPACITY).0;
-        let (log, writer) =
-            GroupCommit::start(db, file.clone(), dir.clone(), generation, events.clone(), cold.clone(), opts.checkpoint_every)?;
+        let (log, writer) = GroupCommit::start(
+            db,
+            file.clone(),
+            dir.clone(),
+            generation,
+            events.clone(),
+            cold.clone(),
+            opts.checkpoint_every,
+        )?;
         tracing::info!(
             file = %file.display(),
             jobs = n,
@@ -472,8 +482,7 @@ mod tests {
         let parent = tempfile::tempdir().unwrap();
         let file = parent.path().join("a-file");
         std::fs::write(&file, b"").unwrap();
-        let opened = EmbeddedStore::open(EmbeddedOptions::new(file.clone()))
-        .await;
+        let opened = EmbeddedStore::open(EmbeddedOptions::new(file.clone())).await;
         let Err(StoreError::Unavailable(cause)) = opened else {
             panic!("{:?}", opened.err())
         };

@@ -47,8 +47,12 @@ pub enum Change {
     /// A recurring schedule written (created, changed or fired).
     PutSchedule(Schedule),
     RemoveSchedule(ScheduleId),
-    /// A delayed job written to the cold tier (`engine/cold.rs`), not to the hot records.
-    PutCold(Job),
+    /// A delayed job written to the cold tier (`engine/cold.rs`), not to the hot records;
+    /// `fresh` when the tier holds no copy of it (so its writer need not look for one).
+    PutCold {
+        job: Job,
+        fresh: bool,
+    },
     /// A job's copy in the cold tier removed.
     RemoveCold(JobId),
 }
@@ -313,15 +317,23 @@ impl Engine {
 
     /// Stores a job (new or modified) with its index entries, records the change and the events
     /// it causes; returns a copy for the caller's answer.
-    fn put(&mut self, mut j: Job, fx: &mut Effects) -> Job {
-        self.enter(&mut j, fx);
-        self.jobs.replace(Stored(Box::new(j.clone())));
-        self.record(j.clone(), fx);
-        j
+    fn put(&mut self, j: Job, fx: &mut Effects) -> Job {
+        let copy = j.clone();
+        self.put_only(j, fx);
+        copy
     }
 
     /// [`Engine::put`] for a caller that needs no copy back.
-    fn put_only(&mut self, mut j: Job, fx: &mut Effects) {
+    fn put_only(&mut self, j: Job, fx: &mut Effects) {
+        self.put_as(j, true, fx);
+    }
+
+    /// [`Engine::put_only`]; `hot_record` is false for a new job, which has no hot record to
+    /// remove if it goes to the cold tier.
+    fn put_as(&mut self, j: Job, hot_record: bool, fx: &mut Effects) {
+        let Some(mut j) = self.spill(j, hot_record, fx) else {
+            return;
+        };
         self.enter(&mut j, fx);
         self.jobs.replace(Stored(Box::new(j.clone())));
         self.record(j, fx);
@@ -423,7 +435,7 @@ impl Engine {
         let seq = self.stamp();
         let mut j = Job::new(spec, now, seq);
         j.attempts = attempts;
-        self.put_only(j, fx);
+        self.put_as(j, outcome != PushOutcome::Created, fx);
         Ok(outcome)
     }
 

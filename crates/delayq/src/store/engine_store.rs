@@ -57,7 +57,7 @@ pub trait Durability: Send + Sync + 'static {
 
     /// Runs under the engine's lock before every call: hands the engine what the durability
     /// did since (the embedded store's cold tier: the jobs its checkpoints moved to disk).
-    fn prepare(&self, _engine: &mut Engine, _fx: &mut Effects) {}
+    fn prepare(&self, _engine: &mut Engine) {}
 }
 
 /// Whether anyone waits for a commit.
@@ -125,7 +125,7 @@ impl<D: Durability> EngineStore<D> {
     ) -> StoreResult<(T, Option<D::Ack>)> {
         let mut engine = self.lock()?;
         let mut fx = Effects::default();
-        self.durability.prepare(&mut engine, &mut fx);
+        self.durability.prepare(&mut engine);
         let out = f(&mut engine, &mut fx);
         engine.settle(&mut fx);
         let ack = if fx.changes.is_empty() {

@@ -303,9 +303,7 @@ async fn ten_thousand_jobs_come_back_on_embedded_after_losing_its_data_dir(db: &
     let dir = tempfile::TempDir::new().unwrap();
     let data_dir = dir.path().join("data");
     let open = |d: std::path::PathBuf| async move {
-        let store = EmbeddedStore::open(EmbeddedOptions::new(d))
-            .await
-            .unwrap();
+        let store = EmbeddedStore::open(EmbeddedOptions::new(d)).await.unwrap();
         Arc::new(store) as Arc<dyn Store>
     };
     let store = open(data_dir.clone()).await;
@@ -315,9 +313,7 @@ async fn ten_thousand_jobs_come_back_on_embedded_after_losing_its_data_dir(db: &
         let mut tries = 0;
         loop {
             std::fs::remove_dir_all(&data_dir).unwrap();
-            match EmbeddedStore::open(EmbeddedOptions::new(data_dir.clone()))
-            .await
-            {
+            match EmbeddedStore::open(EmbeddedOptions::new(data_dir.clone())).await {
                 Ok(s) => break Arc::new(s) as Arc<dyn Store>,
                 Err(e) if tries < 50 => {
                     tries += 1;

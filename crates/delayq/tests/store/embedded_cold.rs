@@ -71,8 +71,10 @@ async fn pusher(base: String, w: usize, stop: Arc<AtomicBool>, rec: Arc<Mutex<Re
         }
         let reply = client
             .post(format!("{base}/v1/jobs"))
-            .json(&json!({"topic": TOPIC, "id": id, "body": format!("body of {id}"),
-                          "delay_ms": delay_ms, "ttr_ms": TTR_MS}))
+            .json(
+                &json!({"topic": TOPIC, "id": id, "body": format!("body of {id}"),
+                          "delay_ms": delay_ms, "ttr_ms": TTR_MS}),
+            )
             .send()
             .await;
         match reply {
@@ -173,12 +175,16 @@ async fn stats(client: &Client, base: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_while_jobs_move_to_disk_and_back_loses_nothing_and_delivers_none_early_or_twice()
-{
+async fn kill_9_while_jobs_move_to_disk_and_back_loses_nothing_and_delivers_none_early_or_twice() {
     delayq::install_tls_provider();
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let args = ["--data-dir", data.to_str().unwrap(), "--memory-window", WINDOW];
+    let args = [
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--memory-window",
+        WINDOW,
+    ];
     let mut server = DelayqProcess::start(&args).await;
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -218,7 +224,10 @@ async fn kill_9_while_jobs_move_to_disk_and_back_loses_nothing_and_delivers_none
         rec.push_acked.len() > 200 && rec.delivered.len() > 50 && !rec.delete_acked.is_empty(),
         "too little load to mean anything"
     );
-    assert!(most_on_disk > 50, "too few jobs went to disk: {most_on_disk}");
+    assert!(
+        most_on_disk > 50,
+        "too few jobs went to disk: {most_on_disk}"
+    );
 
     server.restart().await;
     let client = Client::new();
@@ -273,9 +282,15 @@ async fn kill_9_while_jobs_move_to_disk_and_back_loses_nothing_and_delivers_none
             let due = job["run_at_ms"].as_u64().unwrap();
             assert!(at >= due, "job {id} delivered {} ms early", due - at);
             assert!(rec.push_sent.contains(&id), "unknown job {id} delivered");
-            assert!(!reserved.contains(&id), "job {id} redelivered before its TTR");
+            assert!(
+                !reserved.contains(&id),
+                "job {id} redelivered before its TTR"
+            );
             assert!(!rec.far.contains(&id), "far job {id} delivered");
-            assert!(drained.insert(id.clone(), at).is_none(), "job {id} delivered twice");
+            assert!(
+                drained.insert(id.clone(), at).is_none(),
+                "job {id} delivered twice"
+            );
             let s = client
                 .post(format!("{base}/v1/jobs/{id}/finish"))
                 .send()
@@ -299,7 +314,10 @@ async fn kill_9_while_jobs_move_to_disk_and_back_loses_nothing_and_delivers_none
         assert!(Instant::now() < deadline, "drain did not finish in 20 s");
     }
     for id in &pending {
-        assert!(drained.contains_key(id), "job {id} pending but never delivered");
+        assert!(
+            drained.contains_key(id),
+            "job {id} pending but never delivered"
+        );
     }
     // The far jobs not deleted are still there, delayed, on disk or in memory.
     for id in rec.far.iter().filter(|id| !rec.delete_sent.contains(*id)) {
@@ -333,8 +351,7 @@ async fn push_far(client: &Client, base: &str, n: usize) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_data_directory_moves_its_far_jobs_to_disk_when_a_window_is_set_and_back_without_one()
-{
+async fn a_data_directory_moves_its_far_jobs_to_disk_when_a_window_is_set_and_back_without_one() {
     delayq::install_tls_provider();
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
@@ -353,15 +370,18 @@ async fn a_data_directory_moves_its_far_jobs_to_disk_when_a_window_is_set_and_ba
     let base = server.base_url.clone();
     let deadline = Instant::now() + Duration::from_secs(10);
     while on_disk(&client, &base).await < 500 {
-        assert!(Instant::now() < deadline, "the far jobs never all went to disk");
+        assert!(
+            Instant::now() < deadline,
+            "the far jobs never all went to disk"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(
-        stats(&client, &base).await["topics"][TOPIC]["delayed"],
-        500
-    );
+    assert_eq!(stats(&client, &base).await["topics"][TOPIC]["delayed"], 500);
     let job = get(&client, &base, &ids[7]).await.expect("a far job reads");
-    assert_eq!((job["state"].as_str(), job["body"].as_str()), (Some("delayed"), Some("far-7")));
+    assert_eq!(
+        (job["state"].as_str(), job["body"].as_str()),
+        (Some("delayed"), Some("far-7"))
+    );
     let s = client
         .delete(format!("{base}/v1/jobs/{}", ids[0]))
         .send()
@@ -376,16 +396,21 @@ async fn a_data_directory_moves_its_far_jobs_to_disk_when_a_window_is_set_and_ba
     let base = server.base_url.clone();
     let deadline = Instant::now() + Duration::from_secs(10);
     while on_disk(&client, &base).await > 0 {
-        assert!(Instant::now() < deadline, "the far jobs never came back into memory");
+        assert!(
+            Instant::now() < deadline,
+            "the far jobs never came back into memory"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(
-        stats(&client, &base).await["topics"][TOPIC]["delayed"],
-        499
+    assert_eq!(stats(&client, &base).await["topics"][TOPIC]["delayed"], 499);
+    assert!(
+        get(&client, &base, &ids[0]).await.is_none(),
+        "delete undone"
     );
-    assert!(get(&client, &base, &ids[0]).await.is_none(), "delete undone");
     let page: Value = client
-        .get(format!("{base}/v1/topics/{TOPIC}/jobs?state=delayed&limit=1000"))
+        .get(format!(
+            "{base}/v1/topics/{TOPIC}/jobs?state=delayed&limit=1000"
+        ))
         .send()
         .await
         .unwrap()

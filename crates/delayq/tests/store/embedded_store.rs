@@ -28,8 +28,7 @@ pub(crate) fn id(s: &str) -> JobId {
 }
 
 pub(crate) async fn open(dir: &Path) -> StoreResult {
-    EmbeddedStore::open(EmbeddedOptions::new(dir.to_path_buf()))
-    .await
+    EmbeddedStore::open(EmbeddedOptions::new(dir.to_path_buf())).await
 }
 
 type StoreResult = Result<EmbeddedStore, StoreError>;

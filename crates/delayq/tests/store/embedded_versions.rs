@@ -20,8 +20,7 @@ fn fixture(version: u64) -> PathBuf {
 }
 
 async fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
-    EmbeddedStore::open(EmbeddedOptions::new(dir.to_path_buf()))
-    .await
+    EmbeddedStore::open(EmbeddedOptions::new(dir.to_path_buf())).await
 }
 
 fn spec(topic: &str, id: &str, run_at: u64) -> JobSpec {

@@ -44,8 +44,8 @@ impl Backend {
     pub async fn embedded() -> Backend {
         let dir = tempfile::TempDir::new().expect("create a temp dir");
         let store = EmbeddedStore::open(EmbeddedOptions::new(dir.path().to_path_buf()))
-        .await
-        .expect("open the embedded store");
+            .await
+            .expect("open the embedded store");
         Backend {
             name: "embedded",
             store: Arc::new(store),

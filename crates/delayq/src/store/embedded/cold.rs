@@ -21,7 +21,7 @@ use crate::job::{Job, JobId, Topic, UnixMillis};
 use crate::store::engine::cold::ColdTier;
 use crate::store::{Cause, SCHEDULE_BUCKET_MS};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
@@ -95,6 +95,14 @@ fn located(v: &[u8]) -> Option<(UnixMillis, &str)> {
     Some((u64_at(v)?, std::str::from_utf8(v.get(8..)?).ok()?))
 }
 
+/// A cold entry's value in the write-ahead log: whether the tier holds no copy of the job yet
+/// (`fresh`: its writer need not look for one), then the job's record.
+pub fn encode(job: Job, fresh: bool) -> Vec<u8> {
+    let mut v = vec![u8::from(fresh)];
+    v.extend_from_slice(&record::encode(job));
+    v
+}
+
 fn corrupt(what: impl std::fmt::Display) -> Cause {
     Cause::new(format!("cold tier: {what} cannot be decoded"))
 }
@@ -139,10 +147,11 @@ impl ColdStore {
             .collect()
     }
 
-    /// Applies cold log entries (`record::cold_key` stripped: a job id and its record, or
-    /// `None` for its removal), in order, as one atomic batch, and syncs it. Replaying entries
-    /// already applied changes nothing. Returns what the engine is told (`report`: false when
-    /// there is no engine yet, at open).
+    /// Applies cold log entries (`record::cold_key` stripped: a job id and its [`encode`]d
+    /// value, or `None` for its removal), in order, as one atomic batch, and syncs it.
+    /// `report`: a checkpoint, whose report the engine takes; otherwise the replay of a log at
+    /// open, which may have been applied before: it trusts no `fresh` flag, so replaying
+    /// entries already applied changes nothing.
     pub fn apply(
         &self,
         entries: Vec<(String, Option<Vec<u8>>)>,
@@ -156,14 +165,24 @@ impl ColdStore {
         let mut at: HashMap<String, Option<(UnixMillis, Topic)>> = HashMap::new();
         let mut deltas: HashMap<(Topic, u64), i64> = HashMap::new();
         let mut out = ColdReport::default();
-        for (id, rec) in entries {
+        for (id, value) in entries {
+            let (fresh, rec) = match &value {
+                Some(v) => match v.split_first() {
+                    Some((flag, rec)) => (*flag == 1, Some(rec)),
+                    None => return Err(corrupt(format_args!("the log entry of job {id:?}"))),
+                },
+                None => (false, None),
+            };
             let old = match at.get(&id) {
                 Some(known) => known.clone(),
+                None if fresh && report => None,
                 None => match self.ids.get(&id).map_err(|e| io("read an id", e))? {
                     None => None,
                     Some(v) => {
-                        let (run_at, queue) = located(&v).ok_or_else(|| corrupt("an id's entry"))?;
-                        let queue = Topic::parse_queue(queue).map_err(|_| corrupt("an id's queue"))?;
+                        let (run_at, queue) =
+                            located(&v).ok_or_else(|| corrupt("an id's entry"))?;
+                        let queue =
+                            Topic::parse_queue(queue).map_err(|_| corrupt("an id's queue"))?;
                         Some((run_at, queue))
                     }
                 },
@@ -176,10 +195,14 @@ impl ColdStore {
             }
             match rec {
                 Some(bytes) => {
-                    let job = record::decode(&id, &bytes)
+                    let job = record::decode(&id, bytes)
                         .map_err(|e| Cause::new(format!("cold tier: job {id:?}: {e}")))?;
                     let (run_at, queue) = (job.spec.run_at, job.spec.queue());
-                    batch.insert(&self.due, due_key(queue.as_str(), run_at, &id), bytes);
+                    batch.insert(
+                        &self.due,
+                        due_key(queue.as_str(), run_at, &id),
+                        bytes.to_vec(),
+                    );
                     let mut v = run_at.to_be_bytes().to_vec();
                     v.extend_from_slice(queue.as_str().as_bytes());
                     batch.insert(&self.ids, id.as_str(), v);
@@ -266,11 +289,7 @@ impl ColdStore {
 
 impl ColdTier for ColdStore {
     fn get(&self, id: &JobId) -> Result<Option<Job>, Cause> {
-        let Some(v) = self
-            .ids
-            .get(id.as_str())
-            .map_err(|e| io("read an id", e))?
-        else {
+        let Some(v) = self.ids.get(id.as_str()).map_err(|e| io("read an id", e))? else {
             return Ok(None);
         };
         let (run_at, queue) = located(&v).ok_or_else(|| corrupt("an id's entry"))?;
@@ -291,7 +310,11 @@ impl ColdTier for ColdStore {
         if from >= to {
             return Ok(Vec::new());
         }
-        self.scan(due_key(queue.as_str(), from, ""), due_key(queue.as_str(), to, ""), limit)
+        self.scan(
+            due_key(queue.as_str(), from, ""),
+            due_key(queue.as_str(), to, ""),
+            limit,
+        )
     }
 
     fn after(
@@ -342,7 +365,10 @@ mod tests {
     }
 
     fn put(j: &Job) -> (String, Option<Vec<u8>>) {
-        (j.spec.id.as_str().to_string(), Some(record::encode(j.clone())))
+        (
+            j.spec.id.as_str().to_string(),
+            Some(encode(j.clone(), false)),
+        )
     }
 
     fn gone(id: &str) -> (String, Option<Vec<u8>>) {
@@ -362,7 +388,10 @@ mod tests {
             // A replay of the same log after a crash between the tier's sync and redb's.
             cold.apply(entries, false).unwrap();
             assert_eq!(cold.counts(), [(Topic::parse("t").unwrap(), 3 * 1_000, 1)]);
-            assert_eq!(cold.get(&JobId::parse("a").unwrap()).unwrap(), Some(moved.clone()));
+            assert_eq!(
+                cold.get(&JobId::parse("a").unwrap()).unwrap(),
+                Some(moved.clone())
+            );
             assert_eq!(cold.get(&JobId::parse("b").unwrap()).unwrap(), None);
             let reports = cold.take_reports();
             assert_eq!(reports.len(), 1, "the replay reports nothing");
@@ -372,10 +401,17 @@ mod tests {
         let cold = ColdStore::open(dir.path()).unwrap();
         assert_eq!(cold.counts(), [(Topic::parse("t").unwrap(), 3 * 1_000, 1)]);
         let t = Topic::parse("t").unwrap();
-        assert_eq!(cold.due(&t, 0, u64::MAX, 10).unwrap(), [moved.clone()]);
+        assert_eq!(
+            cold.due(&t, 0, u64::MAX, 10).unwrap(),
+            std::slice::from_ref(&moved)
+        );
         assert_eq!(cold.first_due(&t, 0).unwrap(), Some(3 * minute));
         assert_eq!(cold.first_due(&t, 3 * minute + 1).unwrap(), None);
-        assert_eq!(cold.after(&t, Some((3 * minute, &moved.spec.id)), 10).unwrap(), []);
+        assert_eq!(
+            cold.after(&t, Some((3 * minute, &moved.spec.id)), 10)
+                .unwrap(),
+            []
+        );
     }
 
     #[test]

@@ -37,7 +37,7 @@
 //! not), so it refuses them all and records why in [`Failure`]; the store then refuses every
 //! request until a restart reloads the last durable state (redb, then the logs).
 
-use super::cold::ColdStore;
+use super::cold::{self, ColdStore};
 use super::{backup, record, wal};
 use crate::job::{Job, JobId, Topic};
 use crate::store::engine::{Change, Effects};
@@ -94,6 +94,8 @@ enum Key {
 enum Value {
     Job(Job),
     Settings(TopicSettings),
+    /// A job's copy in the cold tier, and whether the tier holds none yet.
+    Cold(Job, bool),
 }
 
 /// Changes logged since the last checkpoint: each job's last state (`None`: removed).
@@ -425,8 +427,11 @@ impl GroupCommit {
                 Change::RemoveSchedule(id) => {
                     schedules.insert(record::schedule_key(&id), None);
                 }
-                Change::PutCold(j) => {
-                    last.insert(Key::Cold(j.spec.id.clone()), Some(Value::Job(j)));
+                Change::PutCold { job, fresh } => {
+                    last.insert(
+                        Key::Cold(job.spec.id.clone()),
+                        Some(Value::Cold(job, fresh)),
+                    );
                 }
                 Change::RemoveCold(id) => {
                     last.insert(Key::Cold(id), None);
@@ -450,6 +455,7 @@ impl GroupCommit {
                 let value = value.map(|v| match v {
                     Value::Job(j) => record::encode(j),
                     Value::Settings(s) => record::encode_settings(&s),
+                    Value::Cold(j, fresh) => cold::encode(j, fresh),
                 });
                 (key, value)
             })
@@ -666,11 +672,19 @@ pub fn apply(
         .partition(|(key, _)| record::cold_of_key(key).is_some());
     if !colds.is_empty() {
         let Some(cold) = cold else {
-            return Err(format!("{shown}: the logs hold cold tier entries, and no cold tier is open").into());
+            return Err(format!(
+                "{shown}: the logs hold cold tier entries, and no cold tier is open"
+            )
+            .into());
         };
         let colds = colds
             .into_iter()
-            .map(|(key, rec)| (record::cold_of_key(&key).unwrap_or_default().to_string(), rec))
+            .map(|(key, rec)| {
+                (
+                    record::cold_of_key(&key).unwrap_or_default().to_string(),
+                    rec,
+                )
+            })
             .collect();
         cold.apply(colds, report)?;
     }

@@ -5,10 +5,11 @@
 //!
 //! How a job moves:
 //! - **Out.** A change that leaves a job delayed and due at or after [`Cold::spill_from`] (the
-//!   window's far edge) is recorded as `Change::PutCold` (with `Change::Remove` of its record
-//!   among the hot ones) instead of `Change::Put`. The job stays in memory until the checkpoint
-//!   has written it to the tier; the checkpoint's report ([`Engine::cold_applied`]) then drops
-//!   it from memory, if it is still exactly as written and still beyond the edge.
+//!   window's far edge) leaves it out of the indexes and records `Change::PutCold` (with
+//!   `Change::Remove` of its hot record, if it may have one) instead of `Change::Put`. Until
+//!   the checkpoint has written it to the tier it waits in `pending`, where every read finds
+//!   it first; the checkpoint's report ([`Engine::cold_applied`]) drops it from there if it is
+//!   still exactly as written.
 //! - **In, ahead of time.** The timer's pass (`tick`) loads every cold job due before
 //!   `now + window` once the earliest one is within half the window, in chunks of at most
 //!   [`LOAD_CHUNK`] (the pass reports `next_due = now` while more is to load). A loaded job
@@ -19,17 +20,18 @@
 //!   and a push's check that the id is free read it without loading it.
 //!
 //! Two sets keep memory and disk apart while the checkpoint has not caught up: `origin`, the
-//! jobs in memory that may have a copy on disk (a later change removes that copy), and `gone`,
-//! the ids whose copy on disk is stale (removed or changed in memory since): no read believes
-//! it until a checkpoint report says it is removed. So a job is never in memory twice, never
-//! read back after its removal, and never loaded early: a loaded job is promoted by the timer
-//! at its due time like any other.
+//! jobs in the indexes that may have a copy on disk (a later change removes that copy), and
+//! `gone`, the ids whose copy on disk is stale (removed or changed in memory since): no read
+//! believes it until a checkpoint report says it is removed. So a job is never in memory
+//! twice, never read back after its removal, and never loaded early: a loaded job is promoted
+//! by the timer at its due time like any other.
 
 use super::{Change, Effects, Engine, Stored};
 use crate::job::{Job, JobId, JobState, Topic, UnixMillis};
 use crate::store::{Cause, SCHEDULE_BUCKET_MS, StoreError, StoreEvent, StoreResult};
 use foldhash::{HashMap, HashSet};
 use std::collections::{BTreeMap, btree_map};
+use std::ops::Bound;
 use std::sync::Arc;
 
 /// Most cold jobs one timer pass loads: a pass holds the engine's lock.
@@ -72,8 +74,10 @@ pub(super) struct Cold {
     next: Option<UnixMillis>,
     origin: HashSet<JobId>,
     gone: HashSet<JobId>,
-    /// Cold jobs by queue and the minute they fall due.
+    /// Cold jobs by queue and the minute they fall due (`pending` included).
     minutes: HashMap<Topic, BTreeMap<u64, u64>>,
+    /// Jobs gone cold whose write to the tier no checkpoint has reported yet.
+    pending: HashMap<JobId, Job>,
     /// Where the sweep of the jobs loaded from the hot records at open goes on (`None`: done):
     /// those beyond the window (kept in memory by a delayq without a window, or with a larger
     /// one) go to disk, a chunk per timer pass.
@@ -94,8 +98,7 @@ impl std::fmt::Debug for Cold {
 impl Cold {
     /// Delayed jobs due at or after this go to disk.
     fn spill_from(&self) -> UnixMillis {
-        self.loaded_until
-            .max(self.seen.saturating_add(self.window))
+        self.loaded_until.max(self.seen.saturating_add(self.window))
     }
 
     /// When the timer must load next: half a window before the first cold job is due.
@@ -103,14 +106,20 @@ impl Cold {
         self.next.map(|n| n.saturating_sub(self.window / 2))
     }
 
-    /// Whether the tier's copy of `id` may be read (the engine holds no newer state of it).
+    /// Whether the tier's copy of `id` may be read (memory holds no newer state of it, in
+    /// `pending` or in the indexes, which the caller checks).
     fn readable(&self, id: &JobId) -> bool {
-        !self.gone.contains(id)
+        !self.gone.contains(id) && !self.pending.contains_key(id)
     }
-}
 
-fn c_has_origin(c: Option<&Cold>, id: &JobId) -> bool {
-    c.is_some_and(|c| c.origin.contains(id))
+    /// Moves `next` to `run_at` if it is earlier; `true` if it moved.
+    fn note_next(&mut self, run_at: UnixMillis) -> bool {
+        let earlier = self.next.is_none_or(|n| run_at < n);
+        if earlier {
+            self.next = Some(run_at);
+        }
+        earlier
+    }
 }
 
 fn unavailable(cause: Cause) -> StoreError {
@@ -144,6 +153,7 @@ impl Engine {
             origin: HashSet::default(),
             gone: HashSet::default(),
             minutes: HashMap::default(),
+            pending: HashMap::default(),
             sweep: Some((0, None)),
         }));
         for (queue, minute, n) in counts {
@@ -197,35 +207,41 @@ impl Engine {
         }
     }
 
-    /// Takes a job read from the tier into memory (counted hot from now on), unless memory
-    /// holds the id already or its copy is stale.
-    fn adopt(&mut self, mut j: Job) {
-        let Some(c) = self.cold.as_deref() else {
-            return;
-        };
-        let id = j.spec.id.clone();
-        if self.jobs.contains(&id) || !c.readable(&id) {
-            return;
-        }
-        self.count_cold(&j.spec.queue(), j.spec.run_at / SCHEDULE_BUCKET_MS, 1, false);
+    /// Takes a cold job (read from the tier or taken from `pending`) into the indexes, unless
+    /// memory holds a newer state of it; `fx` gets the events of its entry (the timer's new
+    /// head).
+    fn adopt(&mut self, mut j: Job, fx: &mut Effects) {
+        self.count_cold(
+            &j.spec.queue(),
+            j.spec.run_at / SCHEDULE_BUCKET_MS,
+            1,
+            false,
+        );
         if let Some(c) = self.cold.as_deref_mut() {
-            c.origin.insert(id);
+            c.origin.insert(j.spec.id.clone());
         }
-        self.index(&mut j);
+        self.enter(&mut j, fx);
         self.jobs.insert(Stored(Box::new(j)));
     }
 
-    /// Brings job `id` into memory from the tier if it is there and not in memory.
+    /// Brings job `id` into the indexes from `pending` or the tier, if it is cold.
     pub(super) fn fault_in(&mut self, id: &JobId) -> StoreResult<()> {
-        let Some(c) = self.cold.as_deref() else {
+        let Some(c) = self.cold.as_deref_mut() else {
             return Ok(());
         };
-        if self.jobs.contains(id) || !c.readable(id) {
+        if self.jobs.contains(id) {
             return Ok(());
         }
-        if let Some(j) = c.tier.get(id).map_err(unavailable)? {
-            self.adopt(j);
-        }
+        let j = match c.pending.remove(id) {
+            Some(j) => j,
+            None if c.readable(id) => match c.tier.get(id).map_err(unavailable)? {
+                Some(j) => j,
+                None => return Ok(()),
+            },
+            None => return Ok(()),
+        };
+        // Its events are the caller's to cause: it changes the job next.
+        self.adopt(j, &mut Effects::default());
         Ok(())
     }
 
@@ -235,14 +251,16 @@ impl Engine {
             return Ok(true);
         }
         match self.cold.as_deref() {
+            Some(c) if c.pending.contains_key(id) => Ok(true),
             Some(c) if c.readable(id) => Ok(c.tier.get(id).map_err(unavailable)?.is_some()),
             _ => Ok(false),
         }
     }
 
-    /// A job not in memory, read from the tier.
+    /// A job not in the indexes, from `pending` or the tier.
     pub(super) fn get_cold(&self, id: &JobId) -> StoreResult<Job> {
         match self.cold.as_deref() {
+            Some(c) if c.pending.contains_key(id) => Ok(c.pending[id].clone()),
             Some(c) if c.readable(id) => c
                 .tier
                 .get(id)
@@ -252,21 +270,44 @@ impl Engine {
         }
     }
 
-    /// Records a job's new state: on disk only once checkpointed if it is delayed beyond the
-    /// window, in memory and the hot records otherwise (removing a copy on disk).
+    /// Sends `j` cold if it is delayed beyond the window (`hot_record`: it may have a hot
+    /// record to remove); gives it back otherwise.
+    pub(super) fn spill(&mut self, j: Job, hot_record: bool, fx: &mut Effects) -> Option<Job> {
+        let Some(c) = self.cold.as_deref_mut() else {
+            return Some(j);
+        };
+        if j.state != JobState::Delayed || j.spec.run_at < c.spill_from() {
+            return Some(j);
+        }
+        let id = j.spec.id.clone();
+        // Both removed: its copy on disk, if any, is this one from now on.
+        let had_copy = c.origin.remove(&id) | c.gone.remove(&id);
+        let (queue, run_at) = (j.spec.queue(), j.spec.run_at);
+        if c.note_next(run_at)
+            && let Some(t) = c.load_at()
+        {
+            fx.events.push(StoreEvent::Due(t));
+        }
+        c.pending.insert(id.clone(), j.clone());
+        if hot_record {
+            fx.changes.push(Change::Remove(id));
+        }
+        fx.changes.push(Change::PutCold {
+            job: j,
+            fresh: !had_copy,
+        });
+        self.count_cold(&queue, run_at / SCHEDULE_BUCKET_MS, 1, true);
+        None
+    }
+
+    /// Records a job's new state in the hot records, removing its copy on disk if it may have
+    /// one.
     pub(super) fn record(&mut self, j: Job, fx: &mut Effects) {
         if let Some(c) = self.cold.as_deref_mut() {
-            let id = j.spec.id.clone();
-            if j.state == JobState::Delayed && j.spec.run_at >= c.spill_from() {
-                c.origin.insert(id.clone());
-                c.gone.remove(&id);
-                fx.changes.push(Change::Remove(id));
-                fx.changes.push(Change::PutCold(j));
-                return;
-            }
-            if c.origin.remove(&id) {
+            let id = &j.spec.id;
+            if c.origin.remove(id) {
                 c.gone.insert(id.clone());
-                fx.changes.push(Change::RemoveCold(id));
+                fx.changes.push(Change::RemoveCold(id.clone()));
             }
         }
         fx.changes.push(Change::Put(j));
@@ -283,14 +324,12 @@ impl Engine {
         }
     }
 
-    /// Takes what checkpoints wrote to the tier: drops from memory every job written there
-    /// that memory still holds exactly so, beyond the window; and believes the tier again
-    /// about the ids it removed.
+    /// Takes what checkpoints wrote to the tier: a pending job written as it still is now
+    /// lives on disk only; the ids it removed may be read from it again.
     pub fn cold_applied(
         &mut self,
         put: impl IntoIterator<Item = Job>,
         removed: impl IntoIterator<Item = JobId>,
-        fx: &mut Effects,
     ) {
         let Some(c) = self.cold.as_deref_mut() else {
             return;
@@ -298,39 +337,16 @@ impl Engine {
         for id in removed {
             c.gone.remove(&id);
         }
-        let mut earliest = None::<UnixMillis>;
         for j in put {
-            let Some(c) = self.cold.as_deref() else {
-                return;
-            };
-            let id = &j.spec.id;
-            let unchanged = self.jobs.get(id).is_some_and(|s| *s.0 == j);
-            if !unchanged || j.state != JobState::Delayed || j.spec.run_at < c.spill_from() {
-                continue;
+            if c.pending.get(&j.spec.id) == Some(&j) {
+                c.pending.remove(&j.spec.id);
             }
-            let Some(stored) = self.jobs.take(id) else {
-                continue;
-            };
-            self.unindex(&stored.0);
-            let (queue, run_at) = (j.spec.queue(), j.spec.run_at);
-            self.count_cold(&queue, run_at / SCHEDULE_BUCKET_MS, 1, true);
-            if let Some(c) = self.cold.as_deref_mut() {
-                c.origin.remove(id);
-                c.gone.remove(id);
-                c.next = Some(c.next.map_or(run_at, |n| n.min(run_at)));
-            }
-            earliest = Some(earliest.map_or(run_at, |e| e.min(run_at)));
-        }
-        // The timer must wake to load them back in time.
-        if earliest.is_some()
-            && let Some(t) = self.cold.as_deref().and_then(Cold::load_at)
-        {
-            fx.events.push(StoreEvent::Due(t));
         }
     }
 
-    /// Sends to disk up to [`LOAD_CHUNK`] delayed jobs beyond the window that memory held since
-    /// open; `true` when there may be more.
+    /// Sends cold up to [`LOAD_CHUNK`] delayed jobs beyond the window that the indexes held
+    /// since open (kept in memory by a delayq without a window, or a larger one); `true` when
+    /// there may be more.
     fn sweep(&mut self, fx: &mut Effects) -> bool {
         let Some(c) = self.cold.as_deref() else {
             return false;
@@ -340,21 +356,30 @@ impl Engine {
         };
         let from = t.max(c.spill_from());
         let lower = match after {
-            Some(id) if t >= from => std::ops::Bound::Excluded((t, id)),
-            _ => std::ops::Bound::Included((from, JobId::lowest())),
+            Some(id) if t >= from => Bound::Excluded((t, id)),
+            _ => Bound::Included((from, JobId::lowest())),
         };
         let keys: Vec<(UnixMillis, JobId)> = self
             .timeline
-            .range((lower, std::ops::Bound::Unbounded))
+            .range((lower, Bound::Unbounded))
             .take(LOAD_CHUNK)
             .cloned()
             .collect();
         let more = keys.len() == LOAD_CHUNK;
         for (_, id) in &keys {
-            let spill = self.jobs.get(id).is_some_and(|s| s.0.state == JobState::Delayed)
-                && !c_has_origin(self.cold.as_deref(), id);
-            if spill && let Some(j) = self.jobs.get(id).map(|s| Job::clone(&s.0)) {
-                self.record(j, fx);
+            if self
+                .jobs
+                .get(id)
+                .is_some_and(|s| s.0.state == JobState::Delayed)
+                && let Some(stored) = self.jobs.take(id)
+            {
+                self.unindex(&stored.0);
+                if let Some(j) = self.spill(*stored.0, true, fx) {
+                    // Not beyond the edge after all: back as it was.
+                    let mut j = j;
+                    self.index(&mut j);
+                    self.jobs.insert(Stored(Box::new(j)));
+                }
             }
         }
         if let Some(c) = self.cold.as_deref_mut() {
@@ -415,21 +440,26 @@ impl Engine {
                 return Some(now.saturating_add(1_000));
             }
         };
-        for mut j in jobs {
-            // Counted and indexed as `adopt` does, with the timer told of an earlier head.
+        for j in jobs {
             let Some(c) = self.cold.as_deref() else {
                 break;
             };
-            let id = j.spec.id.clone();
-            if self.jobs.contains(&id) || !c.readable(&id) {
-                continue;
+            if !self.jobs.contains(&j.spec.id) && c.readable(&j.spec.id) {
+                self.adopt(j, fx);
             }
-            self.count_cold(&j.spec.queue(), j.spec.run_at / SCHEDULE_BUCKET_MS, 1, false);
-            if let Some(c) = self.cold.as_deref_mut() {
-                c.origin.insert(id);
+        }
+        // Pending jobs in the range: taken from there (their write to the tier goes on).
+        let c = self.cold.as_deref_mut()?;
+        let due: Vec<JobId> = c
+            .pending
+            .values()
+            .filter(|j| j.spec.run_at < until)
+            .map(|j| j.spec.id.clone())
+            .collect();
+        for id in due {
+            if let Some(j) = self.cold.as_deref_mut().and_then(|c| c.pending.remove(&id)) {
+                self.adopt(j, fx);
             }
-            self.enter(&mut j, fx);
-            self.jobs.insert(Stored(Box::new(j)));
         }
         let next = queues
             .iter()
@@ -442,12 +472,17 @@ impl Engine {
             // Read again at the next pass.
             Err(_) => Some(until),
         };
-        // Queues with no cold job in the range were not read: their first one bounds `next`.
-        for m in c.minutes.values() {
-            if let Some((&f, _)) = m.first_key_value() {
-                let start = f.saturating_mul(SCHEDULE_BUCKET_MS).max(until);
-                c.next = Some(c.next.map_or(start, |n| n.min(start)));
-            }
+        // Queues with no cold job in the range were not read: their first minute bounds
+        // `next`; so do the pending jobs.
+        let mut bounds: Vec<UnixMillis> = c
+            .minutes
+            .values()
+            .filter_map(|m| m.first_key_value())
+            .map(|(&f, _)| f.saturating_mul(SCHEDULE_BUCKET_MS).max(until))
+            .collect();
+        bounds.extend(c.pending.values().map(|j| j.spec.run_at));
+        for b in bounds {
+            c.note_next(b);
         }
         if until < to {
             return Some(now);
@@ -455,23 +490,25 @@ impl Engine {
         c.load_at()
     }
 
-    /// How many jobs are on disk only (`None`: no cold tier).
+    /// How many jobs are cold (`None`: no cold tier).
     pub(super) fn on_disk(&self) -> Option<u64> {
         let c = self.cold.as_deref()?;
         Some(c.minutes.values().flat_map(BTreeMap::values).sum())
     }
 
-    /// The due time of the first job on disk only.
+    /// The due time of the first cold job.
     pub(super) fn first_cold(&self) -> Option<UnixMillis> {
         let c = self.cold.as_deref()?;
+        let pending = c.pending.values().map(|j| j.spec.run_at).min();
         c.minutes
             .keys()
-            .filter_map(|q| self.list_cold(q, None, 1).first().map(|j| j.spec.run_at))
+            .filter_map(|q| self.tier_page(c, q, None, 1).first().map(|j| j.spec.run_at))
+            .chain(pending)
             .min()
     }
 
     /// Cold jobs of `queue` for a listing of its delayed jobs after `after`: at most `limit`,
-    /// in due order, none that memory holds or whose copy is stale.
+    /// in due order, from `pending` and the tier, none whose copy on disk is stale.
     pub(super) fn list_cold(
         &self,
         queue: &Topic,
@@ -484,6 +521,29 @@ impl Engine {
         if !c.minutes.contains_key(queue) {
             return Vec::new();
         }
+        let past = |j: &Job| after.is_none_or(|(t, id)| (j.spec.run_at, &j.spec.id) > (t, id));
+        let mut out: Vec<Job> = c
+            .pending
+            .values()
+            .filter(|j| j.spec.queue() == *queue && past(j))
+            .cloned()
+            .collect();
+        out.extend(self.tier_page(c, queue, after, limit));
+        out.sort_by_key(|j| (j.spec.run_at, j.spec.id.clone()));
+        out.truncate(limit);
+        out
+    }
+
+    /// Up to `limit` of `queue`'s jobs in the tier after `after`, in due order, none that
+    /// memory holds a newer state of.
+    fn tier_page(
+        &self,
+        c: &Cold,
+        queue: &Topic,
+        after: Option<(UnixMillis, &JobId)>,
+        limit: usize,
+    ) -> Vec<Job> {
+        let key = |j: &Job| (j.spec.run_at, j.spec.id.clone());
         let mut out = Vec::new();
         let mut cursor = after.map(|(t, id)| (t, id.clone()));
         loop {
@@ -494,19 +554,20 @@ impl Engine {
                 Ok(p) => p,
                 Err(cause) => {
                     tracing::error!(%cause, "cannot list jobs of the cold tier");
-                    return out;
+                    break;
                 }
             };
             let full = page.len() == limit;
-            cursor = page.last().map(|j| (j.spec.run_at, j.spec.id.clone()));
+            cursor = page.last().map(key);
             out.extend(
                 page.into_iter()
                     .filter(|j| !self.jobs.contains(&j.spec.id) && c.readable(&j.spec.id)),
             );
             if out.len() >= limit || !full {
-                out.truncate(limit);
-                return out;
+                break;
             }
         }
+        out.truncate(limit);
+        out
     }
 }
