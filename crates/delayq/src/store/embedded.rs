@@ -25,6 +25,11 @@
 //! After a failed commit the store refuses every request with `Unavailable` until restart
 //! (memory may then hold changes the disk does not; restarting reloads the last commit).
 //!
+//! With a memory window (`EmbeddedOptions::memory_window`), delayed jobs due beyond it are
+//! kept on disk only, in the cold tier (`embedded/cold.rs`, `<data_dir>/cold/`), which the
+//! checkpoint thread writes from the log and the engine reads (`engine/cold.rs`); a directory
+//! holding a cold tier always opens it, window or not.
+//!
 //! Not here: the state machine (job.rs, `engine.rs`), the locking and the `Store` methods
 //! (`engine_store.rs`), the timer (dispatch/), the record layout (`embedded/record.rs`), the
 //! log and redb writes (`embedded/group_commit.rs`, `embedded/wal.rs`). One process per data
@@ -126,8 +131,12 @@ impl Durability for WriteAhead {
         ack.wait().await
     }
 
+    /// None with a cold tier: the copy would miss the jobs on disk only.
     fn online_backup(&self) -> Option<&dyn OnlineBackup> {
-        Some(self)
+        match self.cold {
+            Some(_) => None,
+            None => Some(self),
+        }
     }
 
     fn prepare(&self, engine: &mut Engine) {
@@ -145,13 +154,6 @@ impl OnlineBackup for WriteAhead {
     /// See `embedded/backup.rs`. Runs in a task of its own: a caller that goes away (a
     /// cancelled request) leaves it to finish, so it never leaves a half-named copy.
     async fn backup(&self, dir: &Path) -> Result<BackupReport, BackupError> {
-        if self.cold.is_some() {
-            return Err(BackupError::Target(
-                "online backups do not copy the cold tier yet: stop delayq and copy the data \
-                 directory instead (docs/operations.md)"
-                    .into(),
-            ));
-        }
         if self.backing_up.swap(true, Ordering::SeqCst) {
             return Err(BackupError::Running);
         }
@@ -364,6 +366,17 @@ fn open_db(dir: &Path, file: &Path) -> StoreResult<Database> {
                     )
                     .into(),
                 ));
+            }
+            // Version 1 had no cold tier: nothing to change but the number.
+            Some(1) => {
+                meta.insert(FORMAT_VERSION_KEY, record::FORMAT_VERSION)
+                    .map_err(|e| corrupt(file, e))?;
+                tracing::info!(
+                    file = %shown,
+                    from = 1,
+                    to = record::FORMAT_VERSION,
+                    "data directory format migrated"
+                );
             }
             Some(v) => {
                 return Err(StoreError::Corrupt(

@@ -382,6 +382,23 @@ async fn a_data_directory_moves_its_far_jobs_to_disk_when_a_window_is_set_and_ba
         (job["state"].as_str(), job["body"].as_str()),
         (Some("delayed"), Some("far-7"))
     );
+    // An online backup would miss the jobs on disk: refused, saying what to do.
+    let r = client
+        .post(format!("{base}/v1/backup"))
+        .json(&json!({"dir": "nightly"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "backup_unsupported", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("copy its data directory"),
+        "{body}"
+    );
     let s = client
         .delete(format!("{base}/v1/jobs/{}", ids[0]))
         .send()

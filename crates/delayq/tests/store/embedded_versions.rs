@@ -104,7 +104,11 @@ fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
     }
 }
 
@@ -113,7 +117,10 @@ async fn a_data_directory_of_every_earlier_format_opens_with_every_job() {
     let current = fixture(FORMAT_VERSION);
     if std::env::var_os("DELAYQ_BLESS").is_some() && !current.exists() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = open(tmp.path()).await.unwrap();
+        // With a cold tier (format 2 on): the delayed jobs on disk only.
+        let mut opts = EmbeddedOptions::new(tmp.path());
+        opts.memory_window = Some(std::time::Duration::from_millis(1));
+        let store = EmbeddedStore::open(opts).await.unwrap();
         fill(&store).await;
         drop(store);
         copy_dir(tmp.path(), &current);
@@ -149,10 +156,13 @@ async fn a_data_directory_of_every_earlier_format_opens_with_every_job() {
         };
         use JobState::*;
         assert_eq!(states, [Delayed, Ready, Reserved, Dead, Delayed]);
-        assert_eq!(
+        // Counted alike, wherever they are kept (format 2's delayed jobs are on disk only).
+        let (mut got, mut want) = (
             store.stats().await.unwrap(),
-            reference.stats().await.unwrap()
+            reference.stats().await.unwrap(),
         );
+        (got.on_disk, want.on_disk) = (None, None);
+        assert_eq!(got, want, "format {version}");
         assert_eq!(
             store.list_schedules(None, 10).await.unwrap(),
             reference.list_schedules(None, 10).await.unwrap()

@@ -31,6 +31,9 @@ pub const COLD_DIR: &str = "cold";
 /// fjall's block cache: the tier is read for loads (sequential) and by-id lookups (rare).
 const CACHE_BYTES: u64 = 32 << 20;
 
+/// fjall's journals, at most, before it flushes the memtables they hold.
+const JOURNAL_BYTES: u64 = 128 << 20;
+
 /// What a checkpoint did to the tier, for the engine (`Engine::cold_applied`): the jobs it
 /// now holds as they were written (the engine drops its copy of each one it still has
 /// unchanged) and the ids it no longer holds.
@@ -113,6 +116,12 @@ impl ColdStore {
         let db = Database::builder(data_dir.join(COLD_DIR))
             .cache_size(CACHE_BYTES)
             .manual_journal_persist(true)
+            // One background worker: with more, an idle one hands a compaction request back
+            // to the queue and takes it again while the other compacts, a busy loop.
+            .worker_threads(1)
+            // Replayed at open: a smaller journal is a faster restart (it flushes memtables
+            // sooner).
+            .max_journaling_size(JOURNAL_BYTES)
             .open()
             .map_err(|e| io("open", e))?;
         let ks = |name: &str| {

@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 /// silently drop, as a table they do not know) bumps it; the build that bumps it opens the
 /// previous version by migrating it at open (`embedded.rs` `open_db`, in the transaction that
 /// records the new version), and the fixture of each version (`tests/fixtures/`) must go on
-/// opening with every job.
-pub const FORMAT_VERSION: u64 = 1;
+/// opening with every job. Version 2 added the cold tier (`cold.rs`, `<data_dir>/cold/`), which
+/// a build reading version 1 would not see; version 1 migrates by raising the number.
+pub const FORMAT_VERSION: u64 = 2;
 
 /// A [`Job`] without its id, in the order written. Owned, so encoding moves the job's strings
 /// instead of copying them.
