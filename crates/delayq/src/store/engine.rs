@@ -219,7 +219,7 @@ impl Engine {
                     .entry(queue)
                     .or_default()
                     .insert((j.spec.run_at, id));
-                self.count_due(&j.spec.topic, j.spec.run_at, true);
+                self.count_due(&j.spec.topic, j.spec.run_at / SCHEDULE_BUCKET_MS, 1, true);
             }
             JobState::Reserved => {
                 let t = j.reserved_until.unwrap_or(0);
@@ -245,7 +245,7 @@ impl Engine {
                 let key = (j.spec.run_at, id);
                 self.timeline.remove(&key);
                 remove_from(&mut self.delayed, topic, &key);
-                self.count_due(&j.spec.topic, j.spec.run_at, false);
+                self.count_due(&j.spec.topic, j.spec.run_at / SCHEDULE_BUCKET_MS, 1, false);
             }
             JobState::Reserved => {
                 let key = (j.reserved_until.unwrap_or(0), id);
@@ -282,25 +282,14 @@ impl Engine {
         }
     }
 
-    /// Adds (`add`) or removes a delayed job due at `run_at` to or from its topic's and the
-    /// overall minute counts.
-    fn count_due(&mut self, topic: &Topic, run_at: UnixMillis, add: bool) {
-        let minute = run_at / SCHEDULE_BUCKET_MS;
-        let bump = |m: &mut BTreeMap<u64, u64>| {
-            if add {
-                *m.entry(minute).or_default() += 1;
-            } else if let btree_map::Entry::Occupied(mut o) = m.entry(minute) {
-                *o.get_mut() -= 1;
-                if *o.get() == 0 {
-                    o.remove();
-                }
-            }
-        };
-        bump(&mut self.due_all);
+    /// Adds (`add`) or removes `n` delayed jobs due in `minute` to or from their topic's and
+    /// the overall minute counts.
+    fn count_due(&mut self, topic: &Topic, minute: u64, n: u64, add: bool) {
+        bump_minute(&mut self.due_all, minute, n, add);
         if add {
-            bump(self.due.entry(topic.clone()).or_default());
+            bump_minute(self.due.entry(topic.clone()).or_default(), minute, n, add);
         } else if let Some(m) = self.due.get_mut(topic) {
-            bump(m);
+            bump_minute(m, minute, n, add);
             if m.is_empty() {
                 self.due.remove(topic);
             }
@@ -1103,6 +1092,20 @@ impl Engine {
             .flatten()
             .min();
         out
+    }
+}
+
+/// Adds (`add`) or removes `n` to or from `minute`'s count, dropping a count that reaches 0.
+fn bump_minute(m: &mut BTreeMap<u64, u64>, minute: u64, n: u64, add: bool) {
+    match m.entry(minute) {
+        btree_map::Entry::Occupied(mut o) if !add => {
+            *o.get_mut() = o.get().saturating_sub(n);
+            if *o.get() == 0 {
+                o.remove();
+            }
+        }
+        btree_map::Entry::Vacant(_) if !add => {}
+        e => *e.or_default() += n,
     }
 }
 

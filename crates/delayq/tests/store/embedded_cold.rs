@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::load::now_ms;
 use support::process::DelayqProcess;
 
 const TOPIC: &str = "cold";
@@ -38,18 +39,8 @@ struct Record {
     delivered: HashSet<String>,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
 fn client() -> Client {
-    Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
+    support::load::client(Duration::from_secs(5))
 }
 
 /// Pushes jobs due 1.2 to 3.3 s ahead (beyond the window: each goes to disk and comes back

@@ -26,11 +26,11 @@
 //! twice, never read back after its removal, and never loaded early: a loaded job is promoted
 //! by the timer at its due time like any other.
 
-use super::{Change, Effects, Engine, Stored};
+use super::{Change, Effects, Engine, Stored, bump_minute};
 use crate::job::{Job, JobId, JobState, Topic, UnixMillis};
 use crate::store::{Cause, SCHEDULE_BUCKET_MS, StoreError, StoreEvent, StoreResult};
 use foldhash::{HashMap, HashSet};
-use std::collections::{BTreeMap, btree_map};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -172,29 +172,13 @@ impl Engine {
     /// Adds (`add`) or removes `n` cold jobs of `queue` due in `minute` to or from every
     /// count: the queue's delayed count, the schedule's minute counts and the tier's own.
     fn count_cold(&mut self, queue: &Topic, minute: u64, n: u64, add: bool) {
-        let bump = |m: &mut BTreeMap<u64, u64>| {
-            let e = m.entry(minute);
-            if add {
-                *e.or_default() += n;
-            } else if let btree_map::Entry::Occupied(mut o) = e {
-                *o.get_mut() = o.get().saturating_sub(n);
-                if *o.get() == 0 {
-                    o.remove();
-                }
-            }
-        };
-        let drop_empty = |map: &mut HashMap<Topic, BTreeMap<u64, u64>>, key: &Topic| {
-            if map.get(key).is_some_and(BTreeMap::is_empty) {
-                map.remove(key);
-            }
-        };
-        bump(&mut self.due_all);
-        let topic = topic_of(queue);
-        bump(self.due.entry(topic.clone()).or_default());
-        drop_empty(&mut self.due, &topic);
+        self.count_due(&topic_of(queue), minute, n, add);
         if let Some(c) = self.cold.as_deref_mut() {
-            bump(c.minutes.entry(queue.clone()).or_default());
-            drop_empty(&mut c.minutes, queue);
+            let m = c.minutes.entry(queue.clone()).or_default();
+            bump_minute(m, minute, n, add);
+            if m.is_empty() {
+                c.minutes.remove(queue);
+            }
         }
         let counts = self.counts.entry(queue.clone()).or_default();
         counts.delayed = if add {
@@ -303,19 +287,19 @@ impl Engine {
     /// Records a job's new state in the hot records, removing its copy on disk if it may have
     /// one.
     pub(super) fn record(&mut self, j: Job, fx: &mut Effects) {
-        if let Some(c) = self.cold.as_deref_mut() {
-            let id = &j.spec.id;
-            if c.origin.remove(id) {
-                c.gone.insert(id.clone());
-                fx.changes.push(Change::RemoveCold(id.clone()));
-            }
-        }
+        self.drop_copy(&j.spec.id, fx);
         fx.changes.push(Change::Put(j));
     }
 
     /// Records a job's removal, and its copy on disk's.
     pub(super) fn record_removal(&mut self, id: &JobId, fx: &mut Effects) {
         fx.changes.push(Change::Remove(id.clone()));
+        self.drop_copy(id, fx);
+    }
+
+    /// Removes the copy on disk of a job in the indexes, if it may have one; no read believes
+    /// that copy until a checkpoint reports it removed.
+    fn drop_copy(&mut self, id: &JobId, fx: &mut Effects) {
         if let Some(c) = self.cold.as_deref_mut()
             && c.origin.remove(id)
         {
@@ -374,12 +358,8 @@ impl Engine {
                 && let Some(stored) = self.jobs.take(id)
             {
                 self.unindex(&stored.0);
-                if let Some(j) = self.spill(*stored.0, true, fx) {
-                    // Not beyond the edge after all: back as it was.
-                    let mut j = j;
-                    self.index(&mut j);
-                    self.jobs.insert(Stored(Box::new(j)));
-                }
+                // Beyond the edge (the range starts there): it goes cold.
+                self.put_as(*stored.0, true, fx);
             }
         }
         if let Some(c) = self.cold.as_deref_mut() {
@@ -473,11 +453,13 @@ impl Engine {
             Err(_) => Some(until),
         };
         // Queues with no cold job in the range were not read: their first minute bounds
-        // `next`; so do the pending jobs.
+        // `next` (not a read queue's, whose `first_due` is exact: its first minute may start
+        // before `until` and would bring the timer back at once); so do the pending jobs.
         let mut bounds: Vec<UnixMillis> = c
             .minutes
-            .values()
-            .filter_map(|m| m.first_key_value())
+            .iter()
+            .filter(|(q, _)| !queues.contains(q))
+            .filter_map(|(_, m)| m.first_key_value())
             .map(|(&f, _)| f.saturating_mul(SCHEDULE_BUCKET_MS).max(until))
             .collect();
         bounds.extend(c.pending.values().map(|j| j.spec.run_at));
