@@ -131,12 +131,8 @@ impl Durability for WriteAhead {
         ack.wait().await
     }
 
-    /// None with a cold tier: the copy would miss the jobs on disk only.
     fn online_backup(&self) -> Option<&dyn OnlineBackup> {
-        match self.cold {
-            Some(_) => None,
-            None => Some(self),
-        }
+        Some(self)
     }
 
     fn prepare(&self, engine: &mut Engine) {

@@ -89,7 +89,7 @@ pub struct BackupReport {
     pub jobs: u64,
     /// Recurring schedules in the copy.
     pub schedules: u64,
-    /// Size of the copy's file.
+    /// Size of the copy: its redb file and its cold tier.
     pub bytes: u64,
     /// How long the backup took, from the call to the copy's last sync.
     pub took_ms: u64,

@@ -342,7 +342,7 @@ async fn push_far(client: &Client, base: &str, n: usize) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_data_directory_moves_its_far_jobs_to_disk_when_a_window_is_set_and_back_without_one() {
+async fn far_jobs_move_to_disk_with_a_window_are_backed_up_there_and_come_back_without_one() {
     delayq::install_tls_provider();
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
@@ -357,7 +357,10 @@ async fn a_data_directory_moves_its_far_jobs_to_disk_when_a_window_is_set_and_ba
 
     // With a window: they go to disk (within the timer's passes and a checkpoint), and every
     // one still reads, counts and deletes.
-    let mut server = DelayqProcess::start(&["--data-dir", dir, "--memory-window", "60"]).await;
+    let backups = tmp.path().join("backups");
+    let backup_dir = backups.to_str().unwrap();
+    let window = ["--memory-window", "60", "--backup-dir", backup_dir];
+    let mut server = DelayqProcess::start(&[&["--data-dir", dir][..], &window].concat()).await;
     let base = server.base_url.clone();
     let deadline = Instant::now() + Duration::from_secs(10);
     while on_disk(&client, &base).await < 500 {
@@ -373,23 +376,16 @@ async fn a_data_directory_moves_its_far_jobs_to_disk_when_a_window_is_set_and_ba
         (job["state"].as_str(), job["body"].as_str()),
         (Some("delayed"), Some("far-7"))
     );
-    // An online backup would miss the jobs on disk: refused, saying what to do.
+    // An online backup copies the jobs on disk too.
     let r = client
         .post(format!("{base}/v1/backup"))
         .json(&json!({"dir": "nightly"}))
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert_eq!(r.status(), StatusCode::OK);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "backup_unsupported", "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("copy its data directory"),
-        "{body}"
-    );
+    assert_eq!(body["jobs"], 500, "{body}");
     let s = client
         .delete(format!("{base}/v1/jobs/{}", ids[0]))
         .send()
@@ -398,6 +394,21 @@ async fn a_data_directory_moves_its_far_jobs_to_disk_when_a_window_is_set_and_ba
         .status();
     assert_eq!(s, StatusCode::NO_CONTENT);
     assert!(server.terminate(Duration::from_secs(10)).is_some());
+
+    // The backup opens with every far job on disk, the one deleted after it included.
+    let copy = backups.join("nightly");
+    let mut restored =
+        DelayqProcess::start(&[&["--data-dir", copy.to_str().unwrap()][..], &window].concat())
+            .await;
+    let restored_base = restored.base_url.clone();
+    assert_eq!(on_disk(&client, &restored_base).await, 500);
+    let counts = &stats(&client, &restored_base).await["topics"][TOPIC];
+    assert_eq!(counts["delayed"], 500, "{counts}");
+    let job = get(&client, &restored_base, &ids[0])
+        .await
+        .expect("the backup holds the job deleted after it");
+    assert_eq!(job["body"], "far-0");
+    assert!(restored.terminate(Duration::from_secs(10)).is_some());
 
     // Without the window again: they come back into memory, the delete kept.
     let server = DelayqProcess::start(&["--data-dir", dir]).await;

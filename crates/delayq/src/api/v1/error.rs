@@ -229,12 +229,6 @@ impl ApiError {
                  itself (RDB snapshots or the append-only file; docs/operations.md)"
                     .into()
             }
-            ApiError::BackupUnsupported("embedded") => {
-                "an online backup does not copy the jobs the embedded store keeps on disk only \
-                 (--memory-window) yet: stop delayq and copy its data directory \
-                 (docs/operations.md)"
-                    .into()
-            }
             ApiError::BackupUnsupported(kind) => {
                 format!("the {kind} store has no online backup; only the embedded store has")
             }

@@ -19,10 +19,16 @@
 //! writer's extra work is one log rotation (a file rename and a header), and the copy runs
 //! on its own thread from a snapshot.
 //!
+//! With a cold tier (`cold.rs`), the checkpoint thread takes a snapshot of it beside the read
+//! transaction: it writes the tier only in checkpoints, so the two match. The backup thread
+//! bulk-loads the snapshot into a new tier (`cold.partial`, renamed to `cold` before the redb
+//! file gets its name).
+//!
 //! What it does not copy: the write-ahead logs (the copy is a checkpoint, so it needs none),
 //! lazy commits queued after the request (the timer's promotions and expiries, which a start
 //! on the copy redoes), and anything of the journal (its database has its own backups).
 
+use super::cold::{COLD_DIR, ColdSnapshot, ColdStore};
 use super::group_commit::{JOBS, META, SCHEDULES};
 use super::{DB_FILE_NAME, record};
 use crate::store::{BackupError, BackupReport, Cause};
@@ -41,6 +47,9 @@ use tokio::sync::oneshot;
 /// The copy's file while it is written; renamed to [`DB_FILE_NAME`] once it is complete, so a
 /// backup interrupted by a crash is never taken for a data directory.
 pub const PARTIAL_FILE_NAME: &str = "delayq.redb.partial";
+
+/// The copy of the cold tier while it is written; renamed to [`COLD_DIR`] once complete.
+const PARTIAL_COLD_DIR: &str = "cold.partial";
 
 /// Rows copied between two looks at whether the store is stopping.
 const CANCEL_CHECK_EVERY: u64 = 4096;
@@ -72,9 +81,10 @@ pub struct Running {
 }
 
 impl Running {
-    /// Starts copying `db` as it is now (a read transaction) into the request's file, in a
-    /// thread of its own. `file` is the store's redb file, for messages.
-    pub fn start(&mut self, db: &Database, file: &Path, req: Request) {
+    /// Starts copying `db` and the cold tier as they are now (a read transaction, a snapshot)
+    /// into the request's file and a tier beside it, in a thread of its own. `file` is the
+    /// store's redb file, for messages.
+    pub fn start(&mut self, db: &Database, cold: Option<&ColdStore>, file: &Path, req: Request) {
         self.threads.retain(|t| !t.is_finished());
         let snapshot = match db.begin_read() {
             Ok(tx) => tx,
@@ -86,14 +96,23 @@ impl Running {
                 return req.refuse(reason);
             }
         };
+        let cold = cold.map(ColdStore::snapshot);
         let cancel = self.cancel.clone();
         let spawned = std::thread::Builder::new()
             .name("delayq-embedded-backup".into())
             .spawn(move || {
                 let Request { file, done } = req;
-                let copied = copy(snapshot, &file, &cancel);
+                let copied = copy(snapshot, &file, &cancel).and_then(|mut report| {
+                    if let Some(cold) = cold {
+                        let (jobs, bytes) = copy_cold(&cold, &file, &cancel)?;
+                        report.jobs += jobs;
+                        report.bytes += bytes;
+                    }
+                    Ok(report)
+                });
                 if copied.is_err() {
                     let _ = std::fs::remove_file(&file);
+                    let _ = std::fs::remove_dir_all(partial_cold(&file));
                 }
                 let _ = done.send(copied);
             });
@@ -189,6 +208,44 @@ fn copy(snapshot: ReadTransaction, to: &Path, cancel: &AtomicBool) -> Result<Bac
     Ok(report)
 }
 
+/// Where the cold tier's copy is written beside the redb file `partial`.
+fn partial_cold(partial: &Path) -> PathBuf {
+    partial.with_file_name(PARTIAL_COLD_DIR)
+}
+
+/// Copies the cold tier's snapshot beside the redb file `partial`. Returns how many jobs it
+/// holds and its size.
+fn copy_cold(
+    cold: &ColdSnapshot,
+    partial: &Path,
+    cancel: &AtomicBool,
+) -> Result<(u64, u64), Cause> {
+    let to = partial_cold(partial);
+    let jobs = cold
+        .copy_to(&to, &|| !cancel.load(Ordering::SeqCst))
+        .map_err(|e| {
+            Cause::new(format!(
+                "cannot copy the cold tier into {}: {e}",
+                to.display()
+            ))
+        })?;
+    Ok((jobs, bytes_under(&to)))
+}
+
+/// The size of the files under `dir` (what could be read of it).
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => bytes_under(&e.path()),
+            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+        })
+        .sum()
+}
+
 /// Makes `dir` ready to take a backup: creates it (and its missing parents), or checks that
 /// it is an empty directory. Returns the file the copy is written to first.
 pub fn prepare(dir: &Path) -> Result<PathBuf, BackupError> {
@@ -216,8 +273,14 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, BackupError> {
     Ok(dir.join(PARTIAL_FILE_NAME))
 }
 
-/// Gives the complete copy its name and makes the name durable.
+/// Gives the complete copy its name (the cold tier's first, if any: a directory without
+/// `delayq.redb` is no data directory) and makes the names durable.
 pub fn finish(dir: &Path, partial: &Path) -> Result<(), Cause> {
+    let cold = partial_cold(partial);
+    if cold.exists() {
+        std::fs::rename(&cold, dir.join(COLD_DIR))
+            .map_err(|e| Cause::with_source(format_args!("cannot rename {}", cold.display()), e))?;
+    }
     let done = dir.join(DB_FILE_NAME);
     std::fs::rename(partial, &done)
         .map_err(|e| Cause::with_source(format_args!("cannot rename {}", partial.display()), e))?;

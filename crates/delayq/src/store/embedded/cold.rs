@@ -20,7 +20,7 @@ use super::record;
 use crate::job::{Job, JobId, Topic, UnixMillis};
 use crate::store::engine::cold::ColdTier;
 use crate::store::{Cause, SCHEDULE_BUCKET_MS};
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use foldhash::{HashMap, HashMapExt};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -110,25 +110,76 @@ fn corrupt(what: impl std::fmt::Display) -> Cause {
     Cause::new(format!("cold tier: {what} cannot be decoded"))
 }
 
+/// The tier's keyspaces, by name.
+const KEYSPACES: [&str; 3] = ["due", "ids", "hist"];
+
+/// Opens (creating if needed) a tier's database in `dir` and its keyspaces, in
+/// [`KEYSPACES`]' order.
+fn open_db(dir: &Path) -> Result<(Database, [Keyspace; 3]), Cause> {
+    let db = Database::builder(dir)
+        .cache_size(CACHE_BYTES)
+        .manual_journal_persist(true)
+        // One background worker: with more, an idle one hands a compaction request back
+        // to the queue and takes it again while the other compacts, a busy loop.
+        .worker_threads(1)
+        // Replayed at open: a smaller journal is a faster restart (it flushes memtables
+        // sooner).
+        .max_journaling_size(JOURNAL_BYTES)
+        .open()
+        .map_err(|e| io("open", e))?;
+    let mut keyspaces = Vec::with_capacity(KEYSPACES.len());
+    for name in KEYSPACES {
+        let ks = db
+            .keyspace(name, KeyspaceCreateOptions::default)
+            .map_err(|e| io("open a keyspace", e))?;
+        keyspaces.push(ks);
+    }
+    let keyspaces = keyspaces
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one keyspace per name"));
+    Ok((db, keyspaces))
+}
+
+/// The tier as of one moment (a checkpoint), for an online backup (`backup.rs`): fjall keeps
+/// what it sees until it is dropped, while checkpoints go on.
+pub struct ColdSnapshot {
+    snapshot: fjall::Snapshot,
+    keyspaces: [Keyspace; 3],
+}
+
+impl ColdSnapshot {
+    /// Writes the snapshot into a new tier in `dir` (which must not exist), each keyspace
+    /// bulk-loaded in key order, and syncs it. `keep_going` is asked every few thousand rows
+    /// (false: stop, with an error). Returns how many jobs it holds.
+    pub fn copy_to(&self, dir: &Path, keep_going: &dyn Fn() -> bool) -> Result<u64, Cause> {
+        if dir.exists() {
+            return Err(Cause::new(format!("{} exists already", dir.display())));
+        }
+        let (db, into) = open_db(dir)?;
+        let mut rows = [0u64; 3];
+        for ((from, into), rows) in self.keyspaces.iter().zip(&into).zip(&mut rows) {
+            let mut load = into.start_ingestion().map_err(|e| io("start a copy", e))?;
+            for entry in self.snapshot.iter(from) {
+                *rows += 1;
+                if rows.is_multiple_of(4096) && !keep_going() {
+                    return Err(Cause::new("the copy of the cold tier was stopped"));
+                }
+                let (k, v) = entry.into_inner().map_err(|e| io("read a snapshot", e))?;
+                load.write(k, v).map_err(|e| io("write a copy", e))?;
+            }
+            load.finish().map_err(|e| io("write a copy", e))?;
+        }
+        db.persist(PersistMode::SyncAll)
+            .map_err(|e| io("sync a copy", e))?;
+        let [_, jobs, _] = rows;
+        Ok(jobs)
+    }
+}
+
 impl ColdStore {
     /// Opens (creating if needed) the tier in `<data_dir>/cold/` and reads its counts.
     pub fn open(data_dir: &Path) -> Result<ColdStore, Cause> {
-        let db = Database::builder(data_dir.join(COLD_DIR))
-            .cache_size(CACHE_BYTES)
-            .manual_journal_persist(true)
-            // One background worker: with more, an idle one hands a compaction request back
-            // to the queue and takes it again while the other compacts, a busy loop.
-            .worker_threads(1)
-            // Replayed at open: a smaller journal is a faster restart (it flushes memtables
-            // sooner).
-            .max_journaling_size(JOURNAL_BYTES)
-            .open()
-            .map_err(|e| io("open", e))?;
-        let ks = |name: &str| {
-            db.keyspace(name, KeyspaceCreateOptions::default)
-                .map_err(|e| io("open a keyspace", e))
-        };
-        let (due, ids, hist) = (ks("due")?, ks("ids")?, ks("hist")?);
+        let (db, [due, ids, hist]) = open_db(&data_dir.join(COLD_DIR))?;
         let mut counts = HashMap::new();
         for entry in hist.iter() {
             let (k, v) = entry.into_inner().map_err(|e| io("read the counts", e))?;
@@ -271,6 +322,15 @@ impl ColdStore {
             lock(&self.reports).push(out);
         }
         Ok(())
+    }
+
+    /// The tier as it is now. Taken by the checkpoint thread, the only writer, between two
+    /// checkpoints: it matches redb's state at that point.
+    pub fn snapshot(&self) -> ColdSnapshot {
+        ColdSnapshot {
+            snapshot: self.db.snapshot(),
+            keyspaces: [self.due.clone(), self.ids.clone(), self.hist.clone()],
+        }
     }
 
     /// The reports of the checkpoints written since the last call, oldest first.
@@ -426,6 +486,31 @@ mod tests {
                 .unwrap(),
             []
         );
+    }
+
+    #[test]
+    fn a_snapshot_copies_the_tier_as_it_was_when_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let cold = ColdStore::open(dir.path()).unwrap();
+        let t = Topic::parse("t").unwrap();
+        let (a, b) = (job("a", "t", 60_000), job("b", "t", 120_000));
+        cold.apply(vec![put(&a), put(&b)], false).unwrap();
+        let snapshot = cold.snapshot();
+        cold.apply(vec![gone("a"), put(&job("c", "t", 5))], false)
+            .unwrap();
+        let copy = dir.path().join("copy");
+        assert_eq!(snapshot.copy_to(&copy.join(COLD_DIR), &|| true).unwrap(), 2);
+        assert!(
+            snapshot.copy_to(&copy.join(COLD_DIR), &|| true).is_err(),
+            "a copy never goes over an existing tier"
+        );
+        drop(snapshot);
+        let copied = ColdStore::open(&copy).unwrap();
+        assert_eq!(copied.due(&t, 0, u64::MAX, 10).unwrap(), [a.clone(), b]);
+        assert_eq!(copied.get(&a.spec.id).unwrap(), Some(a));
+        let mut counts = copied.counts();
+        counts.sort();
+        assert_eq!(counts, [(t.clone(), 1, 1), (t, 2, 1)]);
     }
 
     #[test]

@@ -616,7 +616,7 @@ fn checkpoint_loop(
             Handed::Backup(req) => {
                 match failure.get() {
                     Some(reason) => req.refuse(reason.clone()),
-                    None => backups.start(&db, file, req),
+                    None => backups.start(&db, cold.as_deref(), file, req),
                 }
                 continue;
             }
