@@ -140,7 +140,7 @@ impl Durability for WriteAhead {
             return;
         };
         for report in cold.take_reports() {
-            engine.cold_applied(report.put, report.removed);
+            engine.cold_applied(report.applied);
         }
     }
 }

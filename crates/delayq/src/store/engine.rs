@@ -48,13 +48,15 @@ pub enum Change {
     PutSchedule(Schedule),
     RemoveSchedule(ScheduleId),
     /// A delayed job written to the cold tier (`engine/cold.rs`), not to the hot records;
-    /// `fresh` when the tier holds no copy of it (so its writer need not look for one).
+    /// `fresh` when the tier holds no copy of it (so its writer need not look for one); `seq`
+    /// names this write in the checkpoint's report.
     PutCold {
         job: Job,
         fresh: bool,
+        seq: u64,
     },
-    /// A job's copy in the cold tier removed.
-    RemoveCold(JobId),
+    /// A job's copy in the cold tier removed; `seq` names the removal in the report.
+    RemoveCold(JobId, u64),
 }
 
 /// What a transition did besides its return value.

@@ -34,13 +34,12 @@ const CACHE_BYTES: u64 = 32 << 20;
 /// fjall's journals, at most, before it flushes the memtables they hold.
 const JOURNAL_BYTES: u64 = 128 << 20;
 
-/// What a checkpoint did to the tier, for the engine (`Engine::cold_applied`): the jobs it
-/// now holds as they were written (the engine drops its copy of each one it still has
-/// unchanged) and the ids it no longer holds.
+/// What a checkpoint did to the tier, for the engine (`Engine::cold_applied`): each change it
+/// applied, by job id and the number the engine gave it (`Change::PutCold`,
+/// `Change::RemoveCold`).
 #[derive(Debug, Default)]
 pub struct ColdReport {
-    pub put: Vec<Job>,
-    pub removed: Vec<JobId>,
+    pub applied: Vec<(JobId, u64)>,
 }
 
 pub struct ColdStore {
@@ -98,12 +97,55 @@ fn located(v: &[u8]) -> Option<(UnixMillis, &str)> {
     Some((u64_at(v)?, std::str::from_utf8(v.get(8..)?).ok()?))
 }
 
-/// A cold entry's value in the write-ahead log: whether the tier holds no copy of the job yet
-/// (`fresh`: its writer need not look for one), then the job's record.
-pub fn encode(job: Job, fresh: bool) -> Vec<u8> {
-    let mut v = vec![u8::from(fresh)];
+/// A cold entry's value in the write-ahead log, by its first byte:
+/// - [`PUT`] or [`PUT_FRESH`] (the tier holds no copy of the job yet: its writer need not
+///   look for one), the change's number, then the job's record;
+/// - [`REMOVED`], the change's number;
+/// - 0 or 1, the job's record: a put as logged before changes were numbered (a removal was
+///   then an entry without a value).
+const PUT: u8 = 2;
+const PUT_FRESH: u8 = 3;
+const REMOVED: u8 = 4;
+
+/// A put's cold entry (see [`PUT`]).
+pub fn encode(job: Job, fresh: bool, seq: u64) -> Vec<u8> {
+    let mut v = vec![if fresh { PUT_FRESH } else { PUT }];
+    v.extend_from_slice(&seq.to_be_bytes());
     v.extend_from_slice(&record::encode(job));
     v
+}
+
+/// A removal's cold entry (see [`PUT`]).
+pub fn encode_removal(seq: u64) -> Vec<u8> {
+    let mut v = vec![REMOVED];
+    v.extend_from_slice(&seq.to_be_bytes());
+    v
+}
+
+/// A cold entry's value decoded.
+struct Entry<'a> {
+    fresh: bool,
+    /// The job's record; `None`: a removal.
+    record: Option<&'a [u8]>,
+    /// The change's number; `None` in an entry logged before changes were numbered.
+    seq: Option<u64>,
+}
+
+fn decode_entry(v: Option<&[u8]>) -> Option<Entry<'_>> {
+    let entry = |fresh, record, seq| Some(Entry { fresh, record, seq });
+    let Some(v) = v else {
+        return entry(false, None, None);
+    };
+    let (&flag, rest) = v.split_first()?;
+    match flag {
+        0 | 1 => entry(flag == 1, Some(rest), None),
+        PUT | PUT_FRESH => {
+            let (seq, rec) = rest.split_first_chunk::<8>()?;
+            entry(flag == PUT_FRESH, Some(rec), Some(u64::from_be_bytes(*seq)))
+        }
+        REMOVED => entry(false, None, Some(u64_at(rest)?)),
+        _ => None,
+    }
 }
 
 fn corrupt(what: impl std::fmt::Display) -> Cause {
@@ -228,13 +270,20 @@ impl ColdStore {
         let mut deltas: HashMap<(Topic, u64), i64> = HashMap::new();
         let mut out = ColdReport::default();
         for (id, value) in entries {
-            let (fresh, rec) = match &value {
-                Some(v) => match v.split_first() {
-                    Some((flag, rec)) => (*flag == 1, Some(rec)),
-                    None => return Err(corrupt(format_args!("the log entry of job {id:?}"))),
-                },
-                None => (false, None),
+            let Some(Entry {
+                fresh,
+                record: rec,
+                seq,
+            }) = decode_entry(value.as_deref())
+            else {
+                return Err(corrupt(format_args!("the log entry of job {id:?}")));
             };
+            if report
+                && let Some(seq) = seq
+                && let Ok(job) = JobId::parse(id.as_str())
+            {
+                out.applied.push((job, seq));
+            }
             let old = match at.get(&id) {
                 Some(known) => known.clone(),
                 None if fresh && report => None,
@@ -268,16 +317,10 @@ impl ColdStore {
                         .entry((queue.clone(), run_at / SCHEDULE_BUCKET_MS))
                         .or_default() += 1;
                     at.insert(id, Some((run_at, queue)));
-                    if report {
-                        out.put.push(job);
-                    }
                 }
                 None => {
                     if old.is_some() {
                         ids.push((id.as_bytes().to_vec(), None));
-                    }
-                    if report && let Ok(id) = JobId::parse(id.as_str()) {
-                        out.removed.push(id);
                     }
                     at.insert(id, None);
                 }
@@ -439,12 +482,21 @@ mod tests {
     }
 
     fn put(j: &Job) -> (String, Option<Vec<u8>>) {
-        (
-            j.spec.id.as_str().to_string(),
-            Some(encode(j.clone(), false)),
-        )
+        put_as(j, 0)
     }
 
+    /// A put numbered `seq`.
+    fn put_as(j: &Job, seq: u64) -> (String, Option<Vec<u8>>) {
+        let v = encode(j.clone(), false, seq);
+        (j.spec.id.as_str().to_string(), Some(v))
+    }
+
+    /// A removal numbered `seq`.
+    fn gone_as(id: &str, seq: u64) -> (String, Option<Vec<u8>>) {
+        (id.to_string(), Some(encode_removal(seq)))
+    }
+
+    /// A removal as logged before changes were numbered.
     fn gone(id: &str) -> (String, Option<Vec<u8>>) {
         (id.to_string(), None)
     }
@@ -455,7 +507,13 @@ mod tests {
         let minute = 1_000 * SCHEDULE_BUCKET_MS;
         let (a, b) = (job("a", "t", minute + 5), job("b", "t", minute + 7));
         let moved = job("a", "t", 3 * minute);
-        let entries = vec![put(&a), put(&b), put(&moved), gone("b"), gone("never")];
+        let entries = vec![
+            put_as(&a, 1),
+            put_as(&b, 2),
+            put_as(&moved, 3),
+            gone_as("b", 4),
+            gone("never"),
+        ];
         {
             let cold = ColdStore::open(dir.path()).unwrap();
             cold.apply(entries.clone(), true).unwrap();
@@ -469,8 +527,12 @@ mod tests {
             assert_eq!(cold.get(&JobId::parse("b").unwrap()).unwrap(), None);
             let reports = cold.take_reports();
             assert_eq!(reports.len(), 1, "the replay reports nothing");
-            assert_eq!(reports[0].put, [a, b, moved.clone()]);
-            assert_eq!(reports[0].removed.len(), 2);
+            let applied: Vec<(&str, u64)> = reports[0]
+                .applied
+                .iter()
+                .map(|(id, seq)| (id.as_str(), *seq))
+                .collect();
+            assert_eq!(applied, [("a", 1), ("b", 2), ("a", 3), ("b", 4)]);
         }
         let cold = ColdStore::open(dir.path()).unwrap();
         assert_eq!(cold.counts(), [(Topic::parse("t").unwrap(), 3 * 1_000, 1)]);

@@ -87,15 +87,18 @@ pub type Failure = Arc<OnceLock<Cause>>;
 enum Key {
     Job(JobId),
     Settings(Topic),
-    /// A job's copy in the cold tier (`cold.rs`).
+    /// A job's copy in the cold tier (`cold.rs`): only the last change of a batch is kept,
+    /// as for a job's record; the engine waits only for its last one's report.
     Cold(JobId),
 }
 
 enum Value {
     Job(Job),
     Settings(TopicSettings),
-    /// A job's copy in the cold tier, and whether the tier holds none yet.
-    Cold(Job, bool),
+    /// A job's copy in the cold tier (`cold::encode`'s arguments).
+    Cold(Job, bool, u64),
+    /// A job's copy removed from the cold tier, and the removal's number.
+    ColdRemoved(u64),
 }
 
 /// Changes logged since the last checkpoint: each job's last state (`None`: removed).
@@ -427,14 +430,14 @@ impl GroupCommit {
                 Change::RemoveSchedule(id) => {
                     schedules.insert(record::schedule_key(&id), None);
                 }
-                Change::PutCold { job, fresh } => {
+                Change::PutCold { job, fresh, seq } => {
                     last.insert(
                         Key::Cold(job.spec.id.clone()),
-                        Some(Value::Cold(job, fresh)),
+                        Some(Value::Cold(job, fresh, seq)),
                     );
                 }
-                Change::RemoveCold(id) => {
-                    last.insert(Key::Cold(id), None);
+                Change::RemoveCold(id, seq) => {
+                    last.insert(Key::Cold(id), Some(Value::ColdRemoved(seq)));
                 }
             }
         }
@@ -455,7 +458,8 @@ impl GroupCommit {
                 let value = value.map(|v| match v {
                     Value::Job(j) => record::encode(j),
                     Value::Settings(s) => record::encode_settings(&s),
-                    Value::Cold(j, fresh) => cold::encode(j, fresh),
+                    Value::Cold(j, fresh, seq) => cold::encode(j, fresh, seq),
+                    Value::ColdRemoved(seq) => cold::encode_removal(seq),
                 });
                 (key, value)
             })

@@ -8,8 +8,8 @@
 //!   window's far edge) leaves it out of the indexes and records `Change::PutCold` (with
 //!   `Change::Remove` of its hot record, if it may have one) instead of `Change::Put`. Until
 //!   the checkpoint has written it to the tier it waits in `pending`, where every read finds
-//!   it first; the checkpoint's report ([`Engine::cold_applied`]) drops it from there if it is
-//!   still exactly as written.
+//!   it first; the checkpoint's report ([`Engine::cold_applied`]) drops it from there if that
+//!   write is still its last.
 //! - **In, ahead of time.** The timer's pass (`tick`) loads every cold job due before
 //!   `now + window` once the earliest one is within half the window, in chunks of at most
 //!   [`LOAD_CHUNK`] (the pass reports `next_due = now` while more is to load). A loaded job
@@ -22,7 +22,10 @@
 //! Two sets keep memory and disk apart while the checkpoint has not caught up: `origin`, the
 //! jobs in the indexes that may have a copy on disk (a later change removes that copy), and
 //! `gone`, the ids whose copy on disk is stale (removed or changed in memory since): no read
-//! believes it until a checkpoint report says it is removed. So a job is never in memory
+//! believes it until a checkpoint reports that removal applied. Each write and removal is
+//! numbered (`Cold::changes`) and only the report of a job's last one counts: a checkpoint
+//! keeps only the last change of a job it holds, and an earlier removal's report must not
+//! make a copy readable that a later removal, still on its way, takes away. So a job is never in memory
 //! twice, never read back after its removal, and never loaded early: a loaded job is promoted
 //! by the timer at its due time like any other.
 
@@ -73,11 +76,15 @@ pub(super) struct Cold {
     /// No cold job is due before this (it may be earlier than the first one, never later).
     next: Option<UnixMillis>,
     origin: HashSet<JobId>,
-    gone: HashSet<JobId>,
+    /// Ids whose copy on disk is stale, with the number of the removal to wait for.
+    gone: HashMap<JobId, u64>,
+    /// Writes and removals numbered so far.
+    changes: u64,
     /// Cold jobs by queue and the minute they fall due (`pending` included).
     minutes: HashMap<Topic, BTreeMap<u64, u64>>,
-    /// Jobs gone cold whose write to the tier no checkpoint has reported yet.
-    pending: HashMap<JobId, Job>,
+    /// Jobs gone cold whose write to the tier no checkpoint has reported yet, with the
+    /// write's number.
+    pending: HashMap<JobId, (u64, Job)>,
     /// Where the sweep of the jobs loaded from the hot records at open goes on (`None`: done):
     /// those beyond the window (kept in memory by a delayq without a window, or with a larger
     /// one) go to disk, a chunk per timer pass.
@@ -109,7 +116,7 @@ impl Cold {
     /// Whether the tier's copy of `id` may be read (memory holds no newer state of it, in
     /// `pending` or in the indexes, which the caller checks).
     fn readable(&self, id: &JobId) -> bool {
-        !self.gone.contains(id) && !self.pending.contains_key(id)
+        !self.gone.contains_key(id) && !self.pending.contains_key(id)
     }
 
     /// Moves `next` to `run_at` if it is earlier; `true` if it moved.
@@ -151,7 +158,8 @@ impl Engine {
             seen: 0,
             next,
             origin: HashSet::default(),
-            gone: HashSet::default(),
+            gone: HashMap::default(),
+            changes: 0,
             minutes: HashMap::default(),
             pending: HashMap::default(),
             sweep: Some((0, None)),
@@ -217,7 +225,7 @@ impl Engine {
             return Ok(());
         }
         let j = match c.pending.remove(id) {
-            Some(j) => j,
+            Some((_, j)) => j,
             None if c.readable(id) => match c.tier.get(id).map_err(unavailable)? {
                 Some(j) => j,
                 None => return Ok(()),
@@ -244,7 +252,7 @@ impl Engine {
     /// A job not in the indexes, from `pending` or the tier.
     pub(super) fn get_cold(&self, id: &JobId) -> StoreResult<Job> {
         match self.cold.as_deref() {
-            Some(c) if c.pending.contains_key(id) => Ok(c.pending[id].clone()),
+            Some(c) if let Some((_, j)) = c.pending.get(id) => Ok(j.clone()),
             Some(c) if c.readable(id) => c
                 .tier
                 .get(id)
@@ -264,21 +272,24 @@ impl Engine {
             return Some(j);
         }
         let id = j.spec.id.clone();
-        // Both removed: its copy on disk, if any, is this one from now on.
-        let had_copy = c.origin.remove(&id) | c.gone.remove(&id);
+        // Its copy on disk, if any, is this one from now on.
+        let had_copy = c.origin.remove(&id) | c.gone.remove(&id).is_some();
         let (queue, run_at) = (j.spec.queue(), j.spec.run_at);
         if c.note_next(run_at)
             && let Some(t) = c.load_at()
         {
             fx.events.push(StoreEvent::Due(t));
         }
-        c.pending.insert(id.clone(), j.clone());
+        c.changes += 1;
+        let seq = c.changes;
+        c.pending.insert(id.clone(), (seq, j.clone()));
         if hot_record {
             fx.changes.push(Change::Remove(id));
         }
         fx.changes.push(Change::PutCold {
             job: j,
             fresh: !had_copy,
+            seq,
         });
         self.count_cold(&queue, run_at / SCHEDULE_BUCKET_MS, 1, true);
         None
@@ -303,27 +314,24 @@ impl Engine {
         if let Some(c) = self.cold.as_deref_mut()
             && c.origin.remove(id)
         {
-            c.gone.insert(id.clone());
-            fx.changes.push(Change::RemoveCold(id.clone()));
+            c.changes += 1;
+            c.gone.insert(id.clone(), c.changes);
+            fx.changes.push(Change::RemoveCold(id.clone(), c.changes));
         }
     }
 
-    /// Takes what checkpoints wrote to the tier: a pending job written as it still is now
-    /// lives on disk only; the ids it removed may be read from it again.
-    pub fn cold_applied(
-        &mut self,
-        put: impl IntoIterator<Item = Job>,
-        removed: impl IntoIterator<Item = JobId>,
-    ) {
+    /// Takes what checkpoints applied to the tier (job ids and the numbers of their changes,
+    /// in order): a pending job whose last write it was lives on disk only; an id whose last
+    /// removal it was may be read from the tier again. Earlier changes' reports say nothing.
+    pub fn cold_applied(&mut self, applied: impl IntoIterator<Item = (JobId, u64)>) {
         let Some(c) = self.cold.as_deref_mut() else {
             return;
         };
-        for id in removed {
-            c.gone.remove(&id);
-        }
-        for j in put {
-            if c.pending.get(&j.spec.id) == Some(&j) {
-                c.pending.remove(&j.spec.id);
+        for (id, seq) in applied {
+            if c.pending.get(&id).is_some_and(|(last, _)| *last == seq) {
+                c.pending.remove(&id);
+            } else if c.gone.get(&id) == Some(&seq) {
+                c.gone.remove(&id);
             }
         }
     }
@@ -433,11 +441,11 @@ impl Engine {
         let due: Vec<JobId> = c
             .pending
             .values()
-            .filter(|j| j.spec.run_at < until)
-            .map(|j| j.spec.id.clone())
+            .filter(|(_, j)| j.spec.run_at < until)
+            .map(|(_, j)| j.spec.id.clone())
             .collect();
         for id in due {
-            if let Some(j) = self.cold.as_deref_mut().and_then(|c| c.pending.remove(&id)) {
+            if let Some((_, j)) = self.cold.as_deref_mut().and_then(|c| c.pending.remove(&id)) {
                 self.adopt(j, fx);
             }
         }
@@ -462,7 +470,7 @@ impl Engine {
             .filter_map(|(_, m)| m.first_key_value())
             .map(|(&f, _)| f.saturating_mul(SCHEDULE_BUCKET_MS).max(until))
             .collect();
-        bounds.extend(c.pending.values().map(|j| j.spec.run_at));
+        bounds.extend(c.pending.values().map(|(_, j)| j.spec.run_at));
         for b in bounds {
             c.note_next(b);
         }
@@ -481,7 +489,7 @@ impl Engine {
     /// The due time of the first cold job.
     pub(super) fn first_cold(&self) -> Option<UnixMillis> {
         let c = self.cold.as_deref()?;
-        let pending = c.pending.values().map(|j| j.spec.run_at).min();
+        let pending = c.pending.values().map(|(_, j)| j.spec.run_at).min();
         c.minutes
             .keys()
             .filter_map(|q| self.tier_page(c, q, None, 1).first().map(|j| j.spec.run_at))
@@ -507,6 +515,7 @@ impl Engine {
         let mut out: Vec<Job> = c
             .pending
             .values()
+            .map(|(_, j)| j)
             .filter(|j| j.spec.queue() == *queue && past(j))
             .cloned()
             .collect();
@@ -551,5 +560,88 @@ impl Engine {
         }
         out.truncate(limit);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::JobSpec;
+    use crate::store::PushMode;
+    use crate::store::embedded::cold::{self as tier, ColdStore};
+
+    const NOW: UnixMillis = 1_000_000;
+
+    /// A job of topic `t` due `delay_ms` after [`NOW`].
+    fn spec(id: &str, body: &str, delay_ms: u64) -> JobSpec {
+        let (topic, id) = (Topic::parse("t").unwrap(), JobId::parse(id).unwrap());
+        JobSpec::new(topic, id, body, NOW + delay_ms)
+    }
+
+    /// A checkpoint of `batches` (each one a commit's changes, in order): their cold entries
+    /// applied to the tier, its report given to the engine.
+    fn checkpoint(engine: &mut Engine, tier: &ColdStore, batches: Vec<Effects>) {
+        let mut entries = Vec::new();
+        for fx in batches {
+            for change in fx.changes {
+                match change {
+                    Change::PutCold { job, fresh, seq } => {
+                        let id = job.spec.id.as_str().to_string();
+                        entries.push((id, Some(tier::encode(job, fresh, seq))));
+                    }
+                    Change::RemoveCold(id, seq) => {
+                        let id = id.as_str().to_string();
+                        entries.push((id, Some(tier::encode_removal(seq))));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        tier.apply(entries, true).unwrap();
+        for report in tier.take_reports() {
+            engine.cold_applied(report.applied);
+        }
+    }
+
+    /// A removal reported late (its job pushed again, gone cold and removed again meanwhile)
+    /// must not make the tier's copy of the second push readable while the second removal
+    /// is not applied yet.
+    #[test]
+    fn an_earlier_removal_reported_does_not_revive_a_copy_a_later_removal_takes_away() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(ColdStore::open(dir.path()).unwrap());
+        let mut engine = Engine::new().with_cold(store.clone(), 1_000, Vec::new());
+        let x = JobId::parse("x").unwrap();
+        let push = |engine: &mut Engine, body: &str| {
+            let mut fx = Effects::default();
+            let got = engine.push(spec("x", body, 60_000), PushMode::Reject, NOW, &mut fx);
+            assert_eq!(got, Ok(crate::store::PushOutcome::Created));
+            fx
+        };
+        let delete = |engine: &mut Engine| {
+            let mut fx = Effects::default();
+            assert_eq!(engine.delete(&x, &mut fx), Ok(JobState::Delayed));
+            fx
+        };
+        let first = push(&mut engine, "first");
+        checkpoint(&mut engine, &store, vec![first]);
+        assert_eq!(engine.on_disk(), Some(1));
+
+        let deleted = delete(&mut engine);
+        let second = push(&mut engine, "second");
+        let deleted_again = delete(&mut engine);
+        // The first removal and the second write reach the tier; the second removal not yet.
+        checkpoint(&mut engine, &store, vec![deleted, second]);
+        assert_eq!(
+            store.get(&x).unwrap().map(|j| j.spec.body),
+            Some("second".into())
+        );
+        assert_eq!(engine.get(&x), Err(StoreError::NotFound));
+        assert_eq!(engine.exists(&x), Ok(false));
+
+        checkpoint(&mut engine, &store, vec![deleted_again]);
+        assert_eq!(store.get(&x).unwrap(), None);
+        assert_eq!(engine.get(&x), Err(StoreError::NotFound));
+        assert_eq!(engine.on_disk(), Some(0));
     }
 }
