@@ -22,6 +22,7 @@ use crate::store::engine::cold::ColdTier;
 use crate::store::{Cause, SCHEDULE_BUCKET_MS};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use foldhash::{HashMap, HashMapExt};
+use std::borrow::Cow;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
@@ -99,7 +100,8 @@ fn located(v: &[u8]) -> Option<(UnixMillis, &str)> {
 
 /// A cold entry's value in the write-ahead log, by its first byte:
 /// - [`PUT`] or [`PUT_FRESH`] (the tier holds no copy of the job yet: its writer need not
-///   look for one), the change's number, then the job's record;
+///   look for one), the change's number, the job's due time and queue (`[u16 length][name]`:
+///   what its keys are made of, so a checkpoint decodes no record), then its record;
 /// - [`REMOVED`], the change's number;
 /// - 0 or 1, the job's record: a put as logged before changes were numbered (a removal was
 ///   then an entry without a value).
@@ -109,8 +111,11 @@ const REMOVED: u8 = 4;
 
 /// A put's cold entry (see [`PUT`]).
 pub fn encode(job: Job, fresh: bool, seq: u64) -> Vec<u8> {
+    let queue = job.spec.queue();
     let mut v = vec![if fresh { PUT_FRESH } else { PUT }];
     v.extend_from_slice(&seq.to_be_bytes());
+    v.extend_from_slice(&job.spec.run_at.to_be_bytes());
+    v.extend_from_slice(&queue_prefix(queue.as_str()));
     v.extend_from_slice(&record::encode(job));
     v
 }
@@ -125,26 +130,45 @@ pub fn encode_removal(seq: u64) -> Vec<u8> {
 /// A cold entry's value decoded.
 struct Entry<'a> {
     fresh: bool,
-    /// The job's record; `None`: a removal.
-    record: Option<&'a [u8]>,
+    /// The job's due time, queue and record; `None`: a removal.
+    put: Option<(UnixMillis, Cow<'a, str>, &'a [u8])>,
     /// The change's number; `None` in an entry logged before changes were numbered.
     seq: Option<u64>,
 }
 
-fn decode_entry(v: Option<&[u8]>) -> Option<Entry<'_>> {
-    let entry = |fresh, record, seq| Some(Entry { fresh, record, seq });
+/// Decodes job `id`'s cold entry (`None`: a removal logged before changes were numbered).
+fn decode_entry<'a>(id: &str, v: Option<&'a [u8]>) -> Result<Entry<'a>, Cause> {
+    let bad = || corrupt(format_args!("the log entry of job {id:?}"));
     let Some(v) = v else {
-        return entry(false, None, None);
+        let (fresh, put, seq) = (false, None, None);
+        return Ok(Entry { fresh, put, seq });
     };
-    let (&flag, rest) = v.split_first()?;
+    let (&flag, rest) = v.split_first().ok_or_else(bad)?;
     match flag {
-        0 | 1 => entry(flag == 1, Some(rest), None),
-        PUT | PUT_FRESH => {
-            let (seq, rec) = rest.split_first_chunk::<8>()?;
-            entry(flag == PUT_FRESH, Some(rec), Some(u64::from_be_bytes(*seq)))
+        0 | 1 => {
+            let job = record::decode(id, rest)
+                .map_err(|e| Cause::new(format!("cold tier: job {id:?}: {e}")))?;
+            let queue = Cow::Owned(job.spec.queue().as_str().to_string());
+            let (fresh, put, seq) = (flag == 1, Some((job.spec.run_at, queue, rest)), None);
+            Ok(Entry { fresh, put, seq })
         }
-        REMOVED => entry(false, None, Some(u64_at(rest)?)),
-        _ => None,
+        PUT | PUT_FRESH => {
+            let (seq, rest) = rest.split_first_chunk::<8>().ok_or_else(bad)?;
+            let (run_at, rest) = rest.split_first_chunk::<8>().ok_or_else(bad)?;
+            let (queue, rec) = split_queue(rest).ok_or_else(bad)?;
+            let put = Some((u64::from_be_bytes(*run_at), Cow::Borrowed(queue), rec));
+            let (fresh, seq) = (flag == PUT_FRESH, Some(u64::from_be_bytes(*seq)));
+            Ok(Entry { fresh, put, seq })
+        }
+        REMOVED => {
+            let seq = Some(u64_at(rest).ok_or_else(bad)?);
+            Ok(Entry {
+                fresh: false,
+                put: None,
+                seq,
+            })
+        }
+        _ => Err(bad()),
     }
 }
 
@@ -262,68 +286,63 @@ impl ColdStore {
         if entries.is_empty() {
             return Ok(());
         }
+        // Only each job's last entry counts (a log replayed at open may hold several): the
+        // tier never held the ones before it, which a checkpoint skipped the same way.
+        let mut last: HashMap<&str, usize> = HashMap::with_capacity(entries.len());
+        for (i, (id, _)) in entries.iter().enumerate() {
+            last.insert(id.as_str(), i);
+        }
         // Each keyspace's writes, put in key order before they go into the batch: sorted
         // inserts walk the memtable's skip list along nearly the same path one after another.
-        let (mut due, mut ids, mut hist) = (Vec::new(), Vec::new(), Vec::new());
-        // Where each id's entry is as of this batch so far (the keyspaces do not see it).
-        let mut at: HashMap<String, Option<(UnixMillis, Topic)>> = HashMap::new();
+        let mut due = Vec::with_capacity(entries.len() * 2);
+        let mut ids = Vec::with_capacity(entries.len());
+        let mut hist = Vec::new();
         let mut deltas: HashMap<(Topic, u64), i64> = HashMap::new();
+        let mut queues: HashMap<String, Topic> = HashMap::new();
+        let mut topic = |queue: &str| -> Result<Topic, Cause> {
+            if let Some(t) = queues.get(queue) {
+                return Ok(t.clone());
+            }
+            let t = Topic::parse_queue(queue).map_err(|_| corrupt("a job's queue"))?;
+            queues.insert(queue.to_string(), t.clone());
+            Ok(t)
+        };
         let mut out = ColdReport::default();
-        for (id, value) in entries {
-            let Some(Entry {
-                fresh,
-                record: rec,
-                seq,
-            }) = decode_entry(value.as_deref())
-            else {
-                return Err(corrupt(format_args!("the log entry of job {id:?}")));
-            };
+        for (i, (id, value)) in entries.iter().enumerate() {
+            if last.get(id.as_str()) != Some(&i) {
+                continue;
+            }
+            let Entry { fresh, put, seq } = decode_entry(id, value.as_deref())?;
             if report
                 && let Some(seq) = seq
                 && let Ok(job) = JobId::parse(id.as_str())
             {
                 out.applied.push((job, seq));
             }
-            let old = match at.get(&id) {
-                Some(known) => known.clone(),
-                None if fresh && report => None,
-                None => match self.ids.get(&id).map_err(|e| io("read an id", e))? {
-                    None => None,
-                    Some(v) => {
-                        let (run_at, queue) =
-                            located(&v).ok_or_else(|| corrupt("an id's entry"))?;
-                        let queue =
-                            Topic::parse_queue(queue).map_err(|_| corrupt("an id's queue"))?;
-                        Some((run_at, queue))
-                    }
-                },
-            };
-            if let Some((run_at, queue)) = &old {
-                due.push((due_key(queue.as_str(), *run_at, &id), None));
+            let mut had = false;
+            if !(fresh && report)
+                && let Some(v) = self.ids.get(id).map_err(|e| io("read an id", e))?
+            {
+                let (run_at, queue) = located(&v).ok_or_else(|| corrupt("an id's entry"))?;
+                due.push((due_key(queue, run_at, id), None));
                 *deltas
-                    .entry((queue.clone(), run_at / SCHEDULE_BUCKET_MS))
+                    .entry((topic(queue)?, run_at / SCHEDULE_BUCKET_MS))
                     .or_default() -= 1;
+                had = true;
             }
-            match rec {
-                Some(bytes) => {
-                    let job = record::decode(&id, bytes)
-                        .map_err(|e| Cause::new(format!("cold tier: job {id:?}: {e}")))?;
-                    let (run_at, queue) = (job.spec.run_at, job.spec.queue());
-                    due.push((due_key(queue.as_str(), run_at, &id), Some(bytes.to_vec())));
-                    let mut v = run_at.to_be_bytes().to_vec();
-                    v.extend_from_slice(queue.as_str().as_bytes());
+            match put {
+                Some((run_at, queue, rec)) => {
+                    due.push((due_key(&queue, run_at, id), Some(rec.to_vec())));
+                    let mut v = Vec::with_capacity(8 + queue.len());
+                    v.extend_from_slice(&run_at.to_be_bytes());
+                    v.extend_from_slice(queue.as_bytes());
                     ids.push((id.as_bytes().to_vec(), Some(v)));
                     *deltas
-                        .entry((queue.clone(), run_at / SCHEDULE_BUCKET_MS))
+                        .entry((topic(&queue)?, run_at / SCHEDULE_BUCKET_MS))
                         .or_default() += 1;
-                    at.insert(id, Some((run_at, queue)));
                 }
-                None => {
-                    if old.is_some() {
-                        ids.push((id.as_bytes().to_vec(), None));
-                    }
-                    at.insert(id, None);
-                }
+                None if had => ids.push((id.as_bytes().to_vec(), None)),
+                None => {}
             }
         }
         let mut counts = lock(&self.counts);
@@ -532,7 +551,8 @@ mod tests {
                 .iter()
                 .map(|(id, seq)| (id.as_str(), *seq))
                 .collect();
-            assert_eq!(applied, [("a", 1), ("b", 2), ("a", 3), ("b", 4)]);
+            // Each job's last change: the ones before it never reached the tier.
+            assert_eq!(applied, [("a", 3), ("b", 4)]);
         }
         let cold = ColdStore::open(dir.path()).unwrap();
         assert_eq!(cold.counts(), [(Topic::parse("t").unwrap(), 3 * 1_000, 1)]);
