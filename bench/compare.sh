@@ -24,6 +24,8 @@
 # Systems (each runs every workload):
 #   delayq-redis       delayq serve --redis (its own redis-server), compat API
 #   delayq-embedded    delayq serve --data-dir (temp dir), compat API
+#   delayq-embedded-window  the same with --memory-window 3600: jobs due an hour or more ahead
+#                      (W2's, W3's backlog) on disk only
 #   delayq-memory      delayq serve --memory (nothing kept: the ceiling of the stores above)
 #   delayq-memory-beanstalk    delayq serve --memory, over its beanstalkd port (--beanstalk-listen)
 #   delayq-embedded-beanstalk  delayq serve --data-dir (temp dir), over its beanstalkd port: each
@@ -232,11 +234,13 @@ run_system() {
       line=$("$BENCH" "$drv" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" --redis-url "redis://127.0.0.1:$REDIS_PORT/0" "${wargs[@]}") || true
       stop "$DQ_PID"; stop "$REDIS_PID" ;;
-    delayq-embedded)
+    delayq-embedded|delayq-embedded-window)
       [ "$DELAYQ_OK" = 1 ] || return 0
       local dir="$TMP/embedded-$RANDOM$RANDOM"
+      local -a window=()
+      if [ "$sys" = delayq-embedded-window ]; then window=(--memory-window 3600); fi
       mkdir -p "$dir"
-      start_delayq --data-dir "$dir"
+      start_delayq --data-dir "$dir" "${window[@]}"
       line=$("$BENCH" "$drv" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" --data-dir "$dir" "${wargs[@]}") || true
       stop "$DQ_PID"; rm -rf "$dir" ;;
