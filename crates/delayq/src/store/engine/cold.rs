@@ -25,9 +25,9 @@
 //! believes it until a checkpoint reports that removal applied. Each write and removal is
 //! numbered (`Cold::changes`) and only the report of a job's last one counts: a checkpoint
 //! keeps only the last change of a job it holds, and an earlier removal's report must not
-//! make a copy readable that a later removal, still on its way, takes away. So a job is never in memory
-//! twice, never read back after its removal, and never loaded early: a loaded job is promoted
-//! by the timer at its due time like any other.
+//! make a copy readable that a later removal, still on its way, takes away. So a job is never
+//! in memory twice, never read back after its removal, and never loaded early: a loaded job
+//! is promoted by the timer at its due time like any other.
 
 use super::{Change, Effects, Engine, Stored, bump_minute};
 use crate::job::{Job, JobId, JobState, Topic, UnixMillis};
