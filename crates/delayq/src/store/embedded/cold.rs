@@ -139,9 +139,13 @@ struct Entry<'a> {
 /// Decodes job `id`'s cold entry (`None`: a removal logged before changes were numbered).
 fn decode_entry<'a>(id: &str, v: Option<&'a [u8]>) -> Result<Entry<'a>, Cause> {
     let bad = || corrupt(format_args!("the log entry of job {id:?}"));
+    let removal = |seq| Entry {
+        fresh: false,
+        put: None,
+        seq,
+    };
     let Some(v) = v else {
-        let (fresh, put, seq) = (false, None, None);
-        return Ok(Entry { fresh, put, seq });
+        return Ok(removal(None));
     };
     let (&flag, rest) = v.split_first().ok_or_else(bad)?;
     match flag {
@@ -160,14 +164,7 @@ fn decode_entry<'a>(id: &str, v: Option<&'a [u8]>) -> Result<Entry<'a>, Cause> {
             let (fresh, seq) = (flag == PUT_FRESH, Some(u64::from_be_bytes(*seq)));
             Ok(Entry { fresh, put, seq })
         }
-        REMOVED => {
-            let seq = Some(u64_at(rest).ok_or_else(bad)?);
-            Ok(Entry {
-                fresh: false,
-                put: None,
-                seq,
-            })
-        }
+        REMOVED => Ok(removal(Some(u64_at(rest).ok_or_else(bad)?))),
         _ => Err(bad()),
     }
 }
@@ -176,11 +173,8 @@ fn corrupt(what: impl std::fmt::Display) -> Cause {
     Cause::new(format!("cold tier: {what} cannot be decoded"))
 }
 
-/// The tier's keyspaces, by name.
-const KEYSPACES: [&str; 3] = ["due", "ids", "hist"];
-
-/// Opens (creating if needed) a tier's database in `dir` and its keyspaces, in
-/// [`KEYSPACES`]' order.
+/// Opens (creating if needed) a tier's database in `dir` and its keyspaces: `due`, `ids`,
+/// `hist`.
 fn open_db(dir: &Path) -> Result<(Database, [Keyspace; 3]), Cause> {
     let db = Database::builder(dir)
         .cache_size(CACHE_BYTES)
@@ -193,16 +187,11 @@ fn open_db(dir: &Path) -> Result<(Database, [Keyspace; 3]), Cause> {
         .max_journaling_size(JOURNAL_BYTES)
         .open()
         .map_err(|e| io("open", e))?;
-    let mut keyspaces = Vec::with_capacity(KEYSPACES.len());
-    for name in KEYSPACES {
-        let ks = db
-            .keyspace(name, KeyspaceCreateOptions::default)
-            .map_err(|e| io("open a keyspace", e))?;
-        keyspaces.push(ks);
-    }
-    let keyspaces = keyspaces
-        .try_into()
-        .unwrap_or_else(|_| unreachable!("one keyspace per name"));
+    let ks = |name: &str| {
+        db.keyspace(name, KeyspaceCreateOptions::default)
+            .map_err(|e| io("open a keyspace", e))
+    };
+    let keyspaces = [ks("due")?, ks("ids")?, ks("hist")?];
     Ok((db, keyspaces))
 }
 
