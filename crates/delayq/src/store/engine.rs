@@ -114,6 +114,33 @@ impl Borrow<JobId> for Stored {
     }
 }
 
+/// A run of promotions of one queue's jobs due in one minute, counted together when it ends
+/// ([`Engine::end_promotions`]): a tick of many schedules promotes thousands of jobs of one
+/// queue and minute, and pays for their counts and their event once.
+#[derive(Debug, Default)]
+struct Promotions {
+    queue: Option<Topic>,
+    topic: Option<Topic>,
+    minute: u64,
+    n: u64,
+}
+
+impl Promotions {
+    fn of(queue: Topic, topic: Topic, minute: u64) -> Promotions {
+        Promotions {
+            queue: Some(queue),
+            topic: Some(topic),
+            minute,
+            n: 0,
+        }
+    }
+
+    /// Whether a promotion of `queue` in `minute` continues this run.
+    fn extends(&self, queue: &Topic, minute: u64) -> bool {
+        self.minute == minute && self.queue.as_ref() == Some(queue)
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Engine {
     jobs: HashSet<Stored>,
@@ -330,26 +357,77 @@ impl Engine {
         self.record(j, fx);
     }
 
-    /// Makes the delayed job `id`, the timeline's first entry (due at `t`), ready; `false`
-    /// (nothing changed) when the entry is not a delayed job's. In place (the job keeps its
-    /// allocation), and without recording a change: no store needs to keep a promotion, which
-    /// the timer's first pass after a restart makes again from the delayed record, in the same
-    /// order (a ready job's order is its priority, due time and stamp, none of which a
-    /// promotion changes).
-    fn promote(&mut self, t: UnixMillis, id: &JobId, fx: &mut Effects) -> bool {
-        let Some(mut stored) = self.jobs.take(id) else {
-            return false;
+    /// Makes the delayed job `id`, whose timeline entry (due at `t`) the caller took off the
+    /// timeline, ready; nothing changes when the entry is not a delayed job's. In
+    /// place (the job keeps its allocation), and without recording a change: no store needs to
+    /// keep a promotion, which the timer's first pass after a restart makes again from the
+    /// delayed record, in the same order (a ready job's order is its priority, due time and
+    /// stamp, none of which a promotion changes). The counts, the minute counts and the ready
+    /// event are left to `run` ([`Promotions`]), once per run of jobs of one queue and minute.
+    /// Gives `id` back when it promoted nothing.
+    fn promote(
+        &mut self,
+        t: UnixMillis,
+        id: JobId,
+        run: &mut Promotions,
+        fx: &mut Effects,
+    ) -> Result<(), JobId> {
+        let Some(mut stored) = self.jobs.take(&id) else {
+            return Err(id);
         };
         let j = &mut *stored.0;
         if j.state != JobState::Delayed || j.spec.run_at != t {
             self.jobs.insert(stored);
-            return false;
+            return Err(id);
         }
-        self.unindex(j);
+        let queue = j.spec.queue();
+        let minute = t / SCHEDULE_BUCKET_MS;
+        if !run.extends(&queue, minute) {
+            self.end_promotions(run, fx);
+            *run = Promotions::of(queue.clone(), j.spec.topic.clone(), minute);
+        }
+        run.n += 1;
+        let key = (t, id);
+        if let Some(set) = self.delayed.get_mut(&queue) {
+            // The timeline and each queue's delayed set share one order, and the timeline's
+            // first entries are taken first: this job is its set's first entry.
+            if set.first() == Some(&key) {
+                set.pop_first();
+            } else {
+                set.remove(&key);
+            }
+            if set.is_empty() {
+                self.delayed.remove(&queue);
+            }
+        }
         j.state = JobState::Ready;
-        self.enter(j, fx);
+        let (p, r, s) = j.ready_key();
+        self.ready
+            .entry(queue)
+            .or_default()
+            .insert((p, r, s, key.1));
         self.jobs.insert(stored);
-        true
+        Ok(())
+    }
+
+    /// Counts the promotions of `run` (delayed to ready, out of the minute counts) and
+    /// announces its queue's ready jobs; leaves `run` empty.
+    fn end_promotions(&mut self, run: &mut Promotions, fx: &mut Effects) {
+        let Some(queue) = run.queue.take() else {
+            return;
+        };
+        if run.n == 0 {
+            return;
+        }
+        if let Some(c) = self.counts.get_mut(&queue) {
+            c.delayed = c.delayed.saturating_sub(run.n);
+            c.ready += run.n;
+        }
+        if let Some(topic) = run.topic.take() {
+            self.count_due(&topic, run.minute, run.n, false);
+        }
+        fx.ready(&queue);
+        run.n = 0;
     }
 
     /// Adds a job's index entries and count, and the events its new state causes.
@@ -1057,28 +1135,33 @@ impl Engine {
         let mut out = TickOutcome::default();
         let load = self.load_ahead(now, fx);
         let mut moved = 0;
-        while let Some((t, id)) = self.timeline.first().cloned() {
-            if t > now {
-                break;
-            }
+        let mut run = Promotions::default();
+        while self.timeline.first().is_some_and(|(t, _)| *t <= now) {
             if moved == limit {
+                self.end_promotions(&mut run, fx);
                 out.next_due = Some(now);
                 return out;
             }
             moved += 1;
-            if self.promote(t, &id, fx) {
+            // Off the timeline first: a promotion has no timer, and `take` below finds the
+            // entry of an expired reservation already gone (an entry that is neither is
+            // dropped: unreachable while the indexes are consistent; never loop on it).
+            let Some((t, id)) = self.timeline.pop_first() else {
+                break;
+            };
+            let Err(id) = self.promote(t, id, &mut run, fx) else {
                 out.promoted += 1;
                 continue;
-            }
+            };
+            self.end_promotions(&mut run, fx);
             let Ok(j) = self.take(&id) else {
-                // Unreachable while the indexes are consistent; never loop on it.
-                self.timeline.remove(&(t, id));
                 continue;
             };
             let j = self.fail_delivery(j, None, now);
             out.expired += 1;
             self.put_only(j, fx);
         }
+        self.end_promotions(&mut run, fx);
         while let Some((t, queue)) = self.wakes.first().cloned() {
             if t > now {
                 break;
@@ -1167,5 +1250,101 @@ mod tests {
         );
         assert_eq!(topic_at(&loaded, "j1"), topic_at(&loaded, "j2"));
         assert_eq!(topic_at(&loaded, "j1"), topic_at(&loaded, "j3"));
+    }
+
+    /// The timer's passes count their promotions in runs (one queue, one minute); passes cut
+    /// short by their limit, runs broken by another queue, another minute or an expired
+    /// reservation, leave every count, minute count and ready event as one job at a time would.
+    #[test]
+    fn passes_cut_anywhere_count_every_promotion() {
+        let mut e = Engine::new();
+        let mut fx = Effects::default();
+        let a = Topic::parse("a").unwrap();
+        let b = Topic::parse("b").unwrap();
+        let job = |topic: &Topic, id: &str, run_at: UnixMillis| {
+            JobSpec::new(topic.clone(), JobId::parse(id).unwrap(), "body", run_at)
+        };
+        // A reservation that runs out at 61,000 (ttr 1 s from 60,000), among jobs due then.
+        let mut held = job(&a, "held", 0);
+        held.ttr_ms = 1_000;
+        e.push(held, PushMode::Reject, 0, &mut fx).unwrap();
+        assert_eq!(
+            e.reserve(std::slice::from_ref(&a), 1, 60_000, &mut fx)
+                .len(),
+            1
+        );
+        let delayed: Vec<(Topic, &str, UnixMillis)> = vec![
+            (a.clone(), "a1", 61_000),
+            (a.clone(), "a2", 61_000),
+            (b.clone(), "b1", 61_000),
+            (a.clone(), "a3", 61_000),
+            (a.clone(), "a4", 125_000),
+            (b.clone(), "b2", 125_000),
+            (a.clone(), "a5", 125_000),
+        ];
+        for (topic, id, run_at) in &delayed {
+            e.push(job(topic, id, *run_at), PushMode::Reject, 60_000, &mut fx)
+                .unwrap();
+        }
+        let mut promoted = 0;
+        for limit in [2, 1, 3, 2, 10] {
+            let before: Vec<JobState> = delayed
+                .iter()
+                .map(|(_, id, _)| e.get(&JobId::parse(*id).unwrap()).unwrap().state)
+                .collect();
+            let mut fx = Effects::default();
+            let out = e.tick(200_000, limit, &mut fx);
+            promoted += out.promoted;
+            // What one job at a time would give, read from the jobs themselves.
+            let state = |id: &str| e.get(&JobId::parse(id).unwrap()).unwrap().state;
+            for ((topic, id, _), was) in delayed.iter().zip(&before) {
+                if *was == JobState::Delayed && state(id) == JobState::Ready {
+                    let ev = StoreEvent::Ready(topic.clone());
+                    assert!(fx.events.contains(&ev), "{id} promoted: {:?}", fx.events);
+                }
+            }
+            let stats = e.stats();
+            for topic in [&a, &b] {
+                let mine: Vec<&str> = delayed
+                    .iter()
+                    .filter(|(t, _, _)| t == topic)
+                    .map(|(_, id, _)| *id)
+                    .collect();
+                let count = |s: JobState| mine.iter().filter(|id| state(id) == s).count() as u64;
+                let c = stats.topics.get(topic).copied().unwrap_or_default();
+                assert_eq!(c.delayed, count(JobState::Delayed), "{topic} delayed");
+                let held_ready = u64::from(topic == &a && state("held") == JobState::Ready);
+                assert_eq!(
+                    c.ready,
+                    count(JobState::Ready) + held_ready,
+                    "{topic} ready"
+                );
+            }
+            for (minute_start, due) in [(60_000, 61_000), (120_000, 125_000)] {
+                let left = delayed
+                    .iter()
+                    .filter(|(_, id, run_at)| *run_at == due && state(id) == JobState::Delayed)
+                    .count() as u64;
+                assert_eq!(
+                    e.schedule(None, minute_start, minute_start + 60_000, 60_000),
+                    [left]
+                );
+                let of_a = delayed
+                    .iter()
+                    .filter(|(t, id, r)| t == &a && *r == due && state(id) == JobState::Delayed)
+                    .count() as u64;
+                assert_eq!(
+                    e.schedule(Some(&a), minute_start, minute_start + 60_000, 60_000),
+                    [of_a]
+                );
+            }
+        }
+        assert_eq!(promoted, 7);
+        assert_eq!(
+            e.stats().topics[&a].ready,
+            6,
+            "a1-a5 and the expired reservation"
+        );
+        assert_eq!(e.stats().topics[&b].ready, 2);
     }
 }

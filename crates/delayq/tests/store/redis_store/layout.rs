@@ -380,6 +380,62 @@ async fn a_record_in_the_11_element_layout_is_reserved_and_rewritten_in_the_curr
     assert_ne!(stored.last(), Some(&0x90), "left in the 11-element layout");
 }
 
+/// The timer promotes a delayed record of the current layout without reading it into a working
+/// record (tick.lua); one in the 11-element layout, whose positions differ, goes the long way
+/// and is promoted with its own priority and stamp (read as the current layout, it would get
+/// a ready entry no reserve matches, and be lost).
+#[tokio::test]
+async fn a_delayed_record_in_the_11_element_layout_is_promoted_and_reserved() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    // {state, topic, body, run_at, ttr_ms, priority, max_attempts, attempts, reserved_until,
+    // seq, backoff_ms}: a job delayed until NOW + 5, priority 1,024, seq 7.
+    let run_at = NOW + 5;
+    let mut record = vec![0x9b, 0xa1, b'd', 0xa1, b't', 0xa4];
+    record.extend_from_slice(b"body");
+    record.push(0xcf);
+    record.extend_from_slice(&run_at.to_be_bytes());
+    record.extend_from_slice(&[0xcd, 0x13, 0x88]); // ttr 5,000
+    record.extend_from_slice(&[0xcd, 0x04, 0x00]); // priority 1,024
+    record.extend_from_slice(&[0x03, 0x00, 0x00, 0x07, 0x90]); // 3 max, 0 attempts, seq 7
+    let mut c = raw(&server).await;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("{dq:0}:jobs")
+        .arg("old")
+        .arg(record)
+        .cmd("ZADD")
+        .arg("{dq:0}:timeline")
+        .arg(run_at)
+        .arg("old")
+        .cmd("HSET")
+        .arg("{dq:0}:counts")
+        .arg("dt")
+        .arg(1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // A job of the current layout due at the same time, pushed after it (a later stamp).
+    s.push_batch(
+        vec![JobSpec::new(topic("t"), id("new"), "b", run_at)],
+        PushMode::Reject,
+        NOW,
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.tick(run_at, 100).await.unwrap().promoted, 2);
+    let stats = s.stats().await.unwrap();
+    assert_eq!(stats.topics[&topic("t")].ready, 2);
+    assert_eq!(stats.topics[&topic("t")].delayed, 0);
+    let got = s.reserve(&[topic("t")], 10, run_at).await.unwrap();
+    assert_eq!(
+        ids(&got),
+        ["old", "new"],
+        "both, in (priority, due, stamp) order"
+    );
+    assert_eq!((got[0].spec.ttr_ms, got[0].spec.max_attempts), (5_000, 3));
+}
+
 async fn get(server: &RedisServer, key: &str) -> Option<String> {
     redis::cmd("GET")
         .arg(key)
