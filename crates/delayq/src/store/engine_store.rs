@@ -25,8 +25,8 @@
 
 use crate::store::engine::{Effects, Engine};
 use crate::store::{CallKind, OnlineBackup, StoreEvent, StoreResult};
+use parking_lot::{Mutex, MutexGuard};
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
 use tokio::sync::broadcast;
 
 /// How an [`EngineStore`]'s transitions become durable.
@@ -111,18 +111,22 @@ impl<D: Durability> EngineStore<D> {
     }
 
     fn lock(&self) -> StoreResult<MutexGuard<'_, Engine>> {
-        let engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        let engine = self.engine.lock();
         self.durability.check()?;
         Ok(engine)
     }
 
-    /// Runs one transition under the lock and, if it changed anything, commits the changes
-    /// before releasing the lock. Returns the result and what to wait for.
+    /// Runs one call of `kind` under the lock and, if it changed anything, commits the changes
+    /// (as [`CommitMode::of`] the kind) before releasing the lock. Returns the result and what
+    /// to wait for. The timer's pass releases the lock to a waiting call, if any, before it
+    /// can take it again: a timer making many jobs ready at once runs pass after pass, and
+    /// would otherwise keep every request (reserves among them) waiting until the last one.
     fn begin<T>(
         &self,
-        mode: CommitMode,
+        kind: CallKind,
         f: impl FnOnce(&mut Engine, &mut Effects) -> T,
     ) -> StoreResult<(T, Option<D::Ack>)> {
+        let mode = CommitMode::of(kind);
         let mut engine = self.lock()?;
         let mut fx = Effects::default();
         self.durability.prepare(&mut engine);
@@ -141,6 +145,9 @@ impl<D: Durability> EngineStore<D> {
         for ev in fx.events {
             let _ = self.events.send(ev);
         }
+        if kind == CallKind::Timer {
+            MutexGuard::unlock_fair(engine);
+        }
         Ok((out, ack))
     }
 
@@ -154,7 +161,7 @@ impl<D: Durability> EngineStore<D> {
         kind: CallKind,
         f: impl FnOnce(&mut Engine, &mut Effects) -> T,
     ) -> StoreResult<T> {
-        let (out, ack) = self.begin(CommitMode::of(kind), f)?;
+        let (out, ack) = self.begin(kind, f)?;
         if let Some(ack) = ack {
             D::wait(ack).await?;
         }
