@@ -317,41 +317,59 @@ async fn a_foreign_value_in_the_indexes_never_blocks_the_timer_or_reserve() {
     );
 }
 
-#[tokio::test]
-async fn a_record_in_the_11_element_layout_is_reserved_and_rewritten_in_the_current_one() {
-    let server = RedisServer::start();
-    let s = store(&server, "dq", 1).await;
-    // {state, topic, body, run_at, ttr_ms, priority, max_attempts, attempts, reserved_until,
-    // seq, backoff_ms}, as earlier builds wrote every record: a ready job due at NOW.
-    let mut record = vec![0x9b, 0xa1, b'r', 0xa1, b't', 0xa4];
+/// A record in the 11-element layout {state, topic, body, run_at, ttr_ms, priority,
+/// max_attempts, attempts, reserved_until, seq, backoff_ms}, as earlier builds wrote every
+/// record: topic `t`, body `body`, ttr 5,000, priority 1,024, 3 attempts at most, seq 7.
+fn record_of_11(state: u8, run_at: u64, attempts: u8) -> Vec<u8> {
+    let mut record = vec![0x9b, 0xa1, state, 0xa1, b't', 0xa4];
     record.extend_from_slice(b"body");
     record.push(0xcf);
-    record.extend_from_slice(&NOW.to_be_bytes());
+    record.extend_from_slice(&run_at.to_be_bytes());
     record.extend_from_slice(&[0xcd, 0x13, 0x88]); // ttr 5,000
     record.extend_from_slice(&[0xcd, 0x04, 0x00]); // priority 1,024
-    record.extend_from_slice(&[0x03, 0x01, 0x00, 0x07, 0x90]); // 3 max, 1 attempt, seq 7
-    let mut member = b"t\0".to_vec();
-    member.extend_from_slice(&1024u32.to_be_bytes());
-    member.extend_from_slice(&NOW.to_be_bytes()[2..]);
-    member.extend_from_slice(&7u64.to_be_bytes()[1..]);
-    member.extend_from_slice(b"old");
-    let mut c = raw(&server).await;
+    record.extend_from_slice(&[0x03, attempts, 0x00, 0x07, 0x90]); // max, attempts, seq 7
+    record
+}
+
+/// Writes job `old` of shard 0 as an earlier build would have: its `record`, its entry in
+/// one zset (`(zset, score, member)`) and a count of 1 under `count_field`.
+async fn plant_old(
+    c: &mut redis::aio::MultiplexedConnection,
+    record: Vec<u8>,
+    (zset, score, member): (&str, u64, Vec<u8>),
+    count_field: &str,
+) {
     let _: () = redis::pipe()
         .cmd("HSET")
         .arg("{dq:0}:jobs")
         .arg("old")
         .arg(record)
         .cmd("ZADD")
-        .arg("{dq:0}:ready")
-        .arg(0)
+        .arg(format!("{{dq:0}}:{zset}"))
+        .arg(score)
         .arg(member)
         .cmd("HSET")
         .arg("{dq:0}:counts")
-        .arg("rt")
+        .arg(count_field)
         .arg(1)
-        .query_async(&mut c)
+        .query_async(c)
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_record_in_the_11_element_layout_is_reserved_and_rewritten_in_the_current_one() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    // A ready job due at NOW, as earlier builds wrote every record.
+    let record = record_of_11(b'r', NOW, 1);
+    let mut member = b"t\0".to_vec();
+    member.extend_from_slice(&1024u32.to_be_bytes());
+    member.extend_from_slice(&NOW.to_be_bytes()[2..]);
+    member.extend_from_slice(&7u64.to_be_bytes()[1..]);
+    member.extend_from_slice(b"old");
+    let mut c = raw(&server).await;
+    plant_old(&mut c, record, ("ready", 0, member), "rt").await;
     let got = s.reserve(&[topic("t")], 10, NOW + 1).await.unwrap();
     assert_eq!(ids(&got), ["old"]);
     let j = &got[0];
@@ -388,33 +406,11 @@ async fn a_record_in_the_11_element_layout_is_reserved_and_rewritten_in_the_curr
 async fn a_delayed_record_in_the_11_element_layout_is_promoted_and_reserved() {
     let server = RedisServer::start();
     let s = store(&server, "dq", 1).await;
-    // {state, topic, body, run_at, ttr_ms, priority, max_attempts, attempts, reserved_until,
-    // seq, backoff_ms}: a job delayed until NOW + 5, priority 1,024, seq 7.
+    // A job delayed until NOW + 5.
     let run_at = NOW + 5;
-    let mut record = vec![0x9b, 0xa1, b'd', 0xa1, b't', 0xa4];
-    record.extend_from_slice(b"body");
-    record.push(0xcf);
-    record.extend_from_slice(&run_at.to_be_bytes());
-    record.extend_from_slice(&[0xcd, 0x13, 0x88]); // ttr 5,000
-    record.extend_from_slice(&[0xcd, 0x04, 0x00]); // priority 1,024
-    record.extend_from_slice(&[0x03, 0x00, 0x00, 0x07, 0x90]); // 3 max, 0 attempts, seq 7
+    let record = record_of_11(b'd', run_at, 0);
     let mut c = raw(&server).await;
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg("{dq:0}:jobs")
-        .arg("old")
-        .arg(record)
-        .cmd("ZADD")
-        .arg("{dq:0}:timeline")
-        .arg(run_at)
-        .arg("old")
-        .cmd("HSET")
-        .arg("{dq:0}:counts")
-        .arg("dt")
-        .arg(1)
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    plant_old(&mut c, record, ("timeline", run_at, b"old".to_vec()), "dt").await;
     // A job of the current layout due at the same time, pushed after it (a later stamp).
     s.push_batch(
         vec![JobSpec::new(topic("t"), id("new"), "b", run_at)],
