@@ -116,7 +116,8 @@ impl Borrow<JobId> for Stored {
 
 /// A run of promotions of one queue's jobs due in one minute, counted together when it ends
 /// ([`Engine::end_promotions`]): a tick of many schedules promotes thousands of jobs of one
-/// queue and minute, and pays for their counts and their event once.
+/// queue and minute, and pays for their counts and their event once. Empty (`None`s) or
+/// holding at least one promotion.
 #[derive(Debug, Default)]
 struct Promotions {
     queue: Option<Topic>,
@@ -413,19 +414,14 @@ impl Engine {
     /// Counts the promotions of `run` (delayed to ready, out of the minute counts) and
     /// announces its queue's ready jobs; leaves `run` empty.
     fn end_promotions(&mut self, run: &mut Promotions, fx: &mut Effects) {
-        let Some(queue) = run.queue.take() else {
+        let (Some(queue), Some(topic)) = (run.queue.take(), run.topic.take()) else {
             return;
         };
-        if run.n == 0 {
-            return;
-        }
         if let Some(c) = self.counts.get_mut(&queue) {
             c.delayed = c.delayed.saturating_sub(run.n);
             c.ready += run.n;
         }
-        if let Some(topic) = run.topic.take() {
-            self.count_due(&topic, run.minute, run.n, false);
-        }
+        self.count_due(&topic, run.minute, run.n, false);
         fx.ready(&queue);
         run.n = 0;
     }
