@@ -182,10 +182,12 @@ async fn every_job_delivered_once(instances: usize, jobs: usize, max_delay_s: u6
         lateness.last().unwrap()
     );
     // Lateness figures belong to the benchmark (release build, no other load); here, on a
-    // debug build sharing 2 cores with other tests, only a timer that stalls or a backlog that
-    // builds up is caught. Compat-API delays are whole seconds and the due time is taken before
-    // the push, so lateness includes the push's own latency.
-    assert!(pct(0.99) < 1_000, "p99 lateness {} ms", pct(0.99));
+    // debug build sharing 2 cores with other tests, only a timer that stalls (it sleeps at most
+    // TIMER_SAFETY_INTERVAL, 5 s, when it misses a wake-up) or a backlog that builds up is
+    // caught. Compat-API delays are whole seconds and the due time is taken before the push, so
+    // lateness includes the push's own latency; under CI's load (four test threads, Redis
+    // Clusters among them) a p99 of 1.4 s has been seen, each consumer's poll lasting 1 s.
+    assert!(pct(0.99) < 3_000, "p99 lateness {} ms", pct(0.99));
     assert!(
         per_instance.iter().all(|&n| n > 0),
         "every instance delivered work: {per_instance:?}"
