@@ -5,8 +5,8 @@
 //!     cargo run --release -p delayq --example promotion_time -- STORE [JOBS] [ROUNDS]
 //!
 //! STORE is `memory`, `embedded` (a fresh temporary directory) or a Redis URL
-//! (`redis://127.0.0.1:PORT`: a private redis-server; the example writes keys under a prefix of
-//! its own and deletes them after). JOBS defaults to 100,000, ROUNDS to 3 (each round pushes
+//! (`redis://127.0.0.1:PORT`: a private redis-server; the example's jobs go under a prefix of
+//! its own per round, and are finished after it). JOBS defaults to 100,000, ROUNDS to 3 (each round pushes
 //! the jobs again into an empty store). Prints, per round, the time from the first pass to the
 //! last, and when the 50,000th and 99,000th job were ready (the passes' cumulative counts);
 //! with REDIS_PID set (the redis-server's pid), also that server's CPU time over the passes;
@@ -66,14 +66,15 @@ async fn main() {
     let rounds: usize = args.get(2).map_or(3, |s| s.parse().expect("ROUNDS"));
     let dir = std::env::temp_dir().join(format!("promotion-time-{}", std::process::id()));
     let topic = Topic::parse("promoted").unwrap();
+    let ids: Vec<JobId> = (0..jobs)
+        .map(|i| JobId::parse(format!("sched-{i:06}@{DUE}")).unwrap())
+        .collect();
     for round in 0..rounds {
         let s = store(kind, round, &dir).await;
-        for b in 0..jobs.div_ceil(BATCH) {
-            let specs = (b * BATCH..((b + 1) * BATCH).min(jobs))
-                .map(|i| {
-                    let id = JobId::parse(format!("sched-{i:06}@{DUE}")).unwrap();
-                    JobSpec::new(topic.clone(), id, "{\"n\":1}", DUE)
-                })
+        for chunk in ids.chunks(BATCH) {
+            let specs = chunk
+                .iter()
+                .map(|id| JobSpec::new(topic.clone(), id.clone(), "{\"n\":1}", DUE))
                 .collect();
             s.push_batch(specs, PushMode::Reject, NOW)
                 .await
@@ -114,9 +115,6 @@ async fn main() {
             half.unwrap_or(all),
             p99.unwrap_or(all)
         );
-        let ids: Vec<JobId> = (0..jobs)
-            .map(|i| JobId::parse(format!("sched-{i:06}@{DUE}")).unwrap())
-            .collect();
         for chunk in ids.chunks(BATCH) {
             s.finish_batch(chunk).await.expect("clean up");
         }

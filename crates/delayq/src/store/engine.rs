@@ -389,18 +389,7 @@ impl Engine {
         }
         run.n += 1;
         let key = (t, id);
-        if let Some(set) = self.delayed.get_mut(&queue) {
-            // The timeline and each queue's delayed set share one order, and the timeline's
-            // first entries are taken first: this job is its set's first entry.
-            if set.first() == Some(&key) {
-                set.pop_first();
-            } else {
-                set.remove(&key);
-            }
-            if set.is_empty() {
-                self.delayed.remove(&queue);
-            }
-        }
+        remove_from(&mut self.delayed, &queue, &key);
         j.state = JobState::Ready;
         let (p, r, s) = j.ready_key();
         self.ready
@@ -1198,10 +1187,16 @@ fn refill(f: &mut Flow, rate: u64, now: UnixMillis) {
     f.stamp = f.stamp.max(now);
 }
 
-/// Removes `key` from `queue`'s set in `index`, and the set when it is empty.
+/// Removes `key` from `queue`'s set in `index`, and the set when it is empty. The set's first
+/// entry is taken without a search: the timeline and each queue's delayed and reserved sets
+/// share one order, and the timer takes the timeline's first entries first.
 fn remove_from<K: Ord>(index: &mut HashMap<Topic, BTreeSet<K>>, queue: &Topic, key: &K) {
     if let Some(set) = index.get_mut(queue) {
-        set.remove(key);
+        if set.first() == Some(key) {
+            set.pop_first();
+        } else {
+            set.remove(key);
+        }
         if set.is_empty() {
             index.remove(queue);
         }

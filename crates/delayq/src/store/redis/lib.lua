@@ -94,16 +94,36 @@ local CB_URL, CB_TIMEOUT, QUEUE, PUBLISH = 12, 13, 14, 15
 -- The stored layout's defaults, by stored position (6..11); see the header.
 local DEFAULT_TTR, DEFAULT_PRIO = 60000, 1024
 
+-- The queue a stored record (unpacked, in the stored layout) is indexed and counted under:
+-- its topic, or its topic's callback queue for a callback or publish job (see the header).
+local function stored_queue(r)
+  if r[12] then return r[2] .. ',callback' end
+  return r[2]
+end
+
 -- A stored record (unpacked) as a working table.
 local function decode(r)
   if #r == 11 and type(r[11]) == 'table' then -- the 11-element layout is the working one
     r[QUEUE] = r[TOPIC]
     return r
   end
-  local queue = r[2]
-  if r[12] then queue = queue .. ',callback' end
   return {r[1], r[2], r[3], r[4], r[6] or DEFAULT_TTR, r[7] or DEFAULT_PRIO, r[8] or 0,
-    r[10] or 0, r[11] or 0, r[5], r[9] or {}, r[12], r[13], queue, r[14]}
+    r[10] or 0, r[11] or 0, r[5], r[9] or {}, r[12], r[13], stored_queue(r), r[14]}
+end
+
+-- A stored record `raw` unpacked in the stored layout, when it decodes, is in state `state`
+-- and has the fields its index entries are made of (topic, run_at, seq, priority) as they
+-- must be; else nil, with true as a second value for a record in the 11-element layout
+-- (whose positions differ: it takes a working record).
+local function unpack_stored(raw, state)
+  local ok, r = pcall(cmsgpack.unpack, raw)
+  if not ok or type(r) ~= 'table' or r[1] ~= state or type(r[2]) ~= 'string'
+    or type(r[4]) ~= 'number' or type(r[5]) ~= 'number' then
+    return nil, nil
+  end
+  if #r == 11 and type(r[11]) == 'table' then return nil, true end
+  if r[7] ~= nil and type(r[7]) ~= 'number' then return nil, nil end
+  return r, nil
 end
 
 -- Stored positions whose default `encode` omits at the end (9, backoff, is omitted when empty).
@@ -194,8 +214,13 @@ local function call_chunked(cmd, key, list)
   return out
 end
 
+-- A ready zset member (the header): queue, priority, run_at, seq, id.
+local function ready_member_of(queue, prio, run_at, seq, id)
+  return queue .. '\0' .. struct.pack('>I4I6I7', prio, run_at, seq) .. id
+end
+
 local function ready_member(id, j)
-  return j[QUEUE] .. '\0' .. struct.pack('>I4I6I7', j[PRIO], j[RUN_AT], j[SEQ]) .. id
+  return ready_member_of(j[QUEUE], j[PRIO], j[RUN_AT], j[SEQ], id)
 end
 
 local function dead_member(id, j)
@@ -238,11 +263,16 @@ local function due_add(f, delta)
   due_delta[f] = d + delta
 end
 
+-- `delta` delayed jobs of `topic` due in `minute` enter (> 0) or leave (< 0) the schedule
+-- counts.
+local function count_due_in(topic, minute, delta)
+  due_add(due_field(topic, minute), delta)
+  due_add(due_field('', minute), delta)
+end
+
 -- A delayed job enters (delta 1) or leaves (-1) the schedule counts.
 local function count_due(j, delta)
-  local minute = math.floor(j[RUN_AT] / WINDOW_MS)
-  due_add(due_field(topic_of(j), minute), delta)
-  due_add(due_field('', minute), delta)
+  count_due_in(topic_of(j), math.floor(j[RUN_AT] / WINDOW_MS), delta)
 end
 
 -- Count changes are summed here and written once per field by flush_events (a batch of 100
@@ -575,21 +605,14 @@ end
 -- does not decode or does not match `m` (stale); nil, true for the 11-element layout, which
 -- takes `reserve_working`.
 local function reserve_stored(id, raw, m)
-  local ok, r = pcall(cmsgpack.unpack, raw)
-  if not ok or type(r) ~= 'table' or r[1] ~= 'r' or type(r[2]) ~= 'string'
-    or type(r[4]) ~= 'number' or type(r[5]) ~= 'number' then
-    return nil, nil
-  end
-  if #r == 11 and type(r[11]) == 'table' then return nil, true end
+  local r, eleven = unpack_stored(raw, 'r')
+  if not r then return nil, eleven end
   local ttr, prio = r[6] or DEFAULT_TTR, r[7] or DEFAULT_PRIO
   local backoff, att = r[9] or {}, r[10] or 0
-  if type(ttr) ~= 'number' or type(prio) ~= 'number' or type(backoff) ~= 'table'
-    or type(att) ~= 'number' then
+  if type(ttr) ~= 'number' or type(backoff) ~= 'table' or type(att) ~= 'number' then
     return nil, nil
   end
-  local queue = r[2]
-  if r[12] then queue = queue .. ',callback' end
-  if queue .. '\0' .. struct.pack('>I4I6I7', prio, r[4], r[5]) .. id ~= m then return nil, nil end
+  if ready_member_of(stored_queue(r), prio, r[4], r[5], id) ~= m then return nil, nil end
   local until_ = after(NOW, ttr)
   r[1], r[6], r[7], r[8], r[9], r[10], r[11] = 'x', ttr, prio, r[8] or 0, backoff, att + 1, until_
   return cmsgpack.pack(r), until_

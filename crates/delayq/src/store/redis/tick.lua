@@ -61,8 +61,7 @@ local function end_run()
   if run_n > 0 then
     count(run_queue, 'd', -run_n)
     count(run_queue, 'r', run_n)
-    due_add(due_field(run_topic, run_minute), -run_n)
-    due_add(due_field('', run_minute), -run_n)
+    count_due_in(run_topic, run_minute, -run_n)
     emit_ready(run_queue)
     promoted = promoted + run_n
     run_n = 0
@@ -71,63 +70,53 @@ end
 for i, id in ipairs(ids) do
   local raw = raws[i]
   -- A delayed record in the stored layout (its state the fixstr 'd' right after the array
-  -- header) is promoted without a working record: its state byte becomes 'r' in place, which
-  -- is what `encode` would write, and its ready entry is built from the stored fields.
-  local r = nil
+  -- header) is promoted without a working record (`r`): its state byte becomes 'r' in place,
+  -- which is what `encode` would write, and its ready entry is built from the stored fields.
+  -- Any other record is decoded (`j`).
+  local r, j = nil, nil
   if raw and string.byte(raw, 3) == 100 and string.byte(raw, 2) == 0xa1 then
-    local ok, u = pcall(cmsgpack.unpack, raw)
-    if ok and type(u) == 'table' and u[1] == 'd' and type(u[2]) == 'string'
-      and type(u[4]) == 'number' and type(u[5]) == 'number'
-      and not (#u == 11 and type(u[11]) == 'table') then
-      r = u
-    end
+    r = unpack_stored(raw, 'd')
   end
-  if r and (r[7] == nil or type(r[7]) == 'number') then
-    local run_at = r[4]
-    if run_at > NOW then
-      add_timeline[#add_timeline + 1] = num(run_at)
-      add_timeline[#add_timeline + 1] = id
-    else
-      local queue = r[2]
-      if r[12] then queue = queue .. ',callback' end
-      local minute = math.floor(run_at / WINDOW_MS)
-      if queue ~= run_queue or minute ~= run_minute then
-        end_run()
-        run_queue, run_topic, run_minute = queue, r[2], minute
-      end
-      run_n = run_n + 1
-      add_ready[#add_ready + 1] = '0'
-      add_ready[#add_ready + 1] = queue .. '\0'
-        .. struct.pack('>I4I6I7', r[7] or DEFAULT_PRIO, run_at, r[5]) .. id
-      writes[#writes + 1] = id
-      writes[#writes + 1] = string.sub(raw, 1, 2) .. 'r' .. string.sub(raw, 4)
-    end
+  local deadline = nil
+  if r then
+    deadline = r[4]
   else
-    local j = decode_lenient(raw)
-    local deadline = nil
+    j = decode_lenient(raw)
     if j and j[S] == 'd' then
       deadline = j[RUN_AT]
     elseif j and j[S] == 'x' then
       deadline = j[RU]
     end
-    if deadline == nil then
-      -- Not timed (gone, or not delayed or reserved): its entry stays out.
-    elseif deadline > NOW then
-      add_timeline[#add_timeline + 1] = num(deadline)
-      add_timeline[#add_timeline + 1] = id
-    else
-      unindex(id, j, true)
-      if j[S] == 'd' then
-        j[S] = 'r'
-        promoted = promoted + 1
-      else
-        fail_delivery(j, nil, seq)
-        expired = expired + 1
-      end
-      add_index(id, j)
-      writes[#writes + 1] = id
-      writes[#writes + 1] = encode(j)
+  end
+  if deadline == nil then
+    -- Not timed (gone, or not delayed or reserved): its entry stays out.
+  elseif deadline > NOW then
+    add_timeline[#add_timeline + 1] = num(deadline)
+    add_timeline[#add_timeline + 1] = id
+  elseif r then
+    local queue = stored_queue(r)
+    local minute = math.floor(deadline / WINDOW_MS)
+    if queue ~= run_queue or minute ~= run_minute then
+      end_run()
+      run_queue, run_topic, run_minute = queue, r[2], minute
     end
+    run_n = run_n + 1
+    add_ready[#add_ready + 1] = '0'
+    add_ready[#add_ready + 1] = ready_member_of(queue, r[7] or DEFAULT_PRIO, deadline, r[5], id)
+    writes[#writes + 1] = id
+    writes[#writes + 1] = string.sub(raw, 1, 2) .. 'r' .. string.sub(raw, 4)
+  else
+    unindex(id, j, true)
+    if j[S] == 'd' then
+      j[S] = 'r'
+      promoted = promoted + 1
+    else
+      fail_delivery(j, nil, seq)
+      expired = expired + 1
+    end
+    add_index(id, j)
+    writes[#writes + 1] = id
+    writes[#writes + 1] = encode(j)
   end
 end
 end_run()
