@@ -1,13 +1,16 @@
 //! The transitions of one job named by its id, each one function call on the job's shard:
-//! `release`, `touch`, `bury`, `kick`, `reserve_job` and `reschedule`; and `get`, one HGET.
+//! `release`, `touch`, `bury`, `kick`, `reserve_job` and `reschedule`; and `get`, one HGET
+//! (and, for a job placed ahead, one HEXISTS of its group).
 //!
 //! They decide nothing: each `.lua` function checks the job's state and applies job.rs's
 //! rule; this file builds the call and decodes the `{'ok', record, ...} | {'nf'} | {'ws',
 //! code}` reply.
 
 use super::conn::Call;
-use super::keys::far_window;
-use super::record::{by_id_reply, bytes, decode_job, state_from_code, string, unexpected};
+use super::keys::{self, far_window};
+use super::record::{
+    by_id_reply, bytes, decode_job, int, placed_ahead, state_from_code, string, unexpected,
+};
 use super::scripts::{Function, Memory};
 use super::{Calls, RedisStore, reserve};
 use crate::job::{Job, JobId, JobState, MAX_RUN_AT, UnixMillis};
@@ -128,11 +131,24 @@ impl Calls {
         let mut pipe = redis::pipe();
         pipe.cmd("HGET").arg(&store.shard(id).jobs).arg(id.as_str());
         let mut v = store.inner.conn.query(&pipe).await?;
-        match v.pop() {
-            Some(Value::Nil) => Err(StoreError::NotFound),
-            Some(v) => decode_job(id.as_str(), bytes(&v)?),
-            None => Err(unexpected(&Value::Nil)),
+        let raw = match v.pop() {
+            Some(Value::Nil) => return Err(StoreError::NotFound),
+            Some(v) => v,
+            None => return Err(unexpected(&Value::Nil)),
+        };
+        let raw = bytes(&raw)?;
+        let mut job = decode_job(id.as_str(), raw)?;
+        if placed_ahead(raw) {
+            // Delayed while its group waits for its tick, ready after (lib.lua).
+            let group = keys::group(&job.spec.queue(), job.spec.priority, job.spec.run_at)
+                .ok_or_else(|| StoreError::Corrupt(format!("job record {id:?}").into()))?;
+            let mut pipe = redis::pipe();
+            pipe.cmd("HEXISTS").arg(&store.shard(id).due).arg(group);
+            if int(&store.inner.conn.query(&pipe).await?[0])? == 0 {
+                job.state = JobState::Ready;
+            }
         }
+        Ok(job)
     }
 }
 

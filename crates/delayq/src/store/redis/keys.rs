@@ -11,11 +11,11 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `{p:s}:jobs` | HASH | job id → cmsgpack record (one field per job, no key per job) |
-//! | `{p:s}:timeline` | ZSET | delayed and reserved job ids, scored by timer deadline |
-//! | `{p:s}:ready` | ZSET | ready jobs, lexicographic `topic \0 priority run_at seq id` |
+//! | `{p:s}:timeline` | ZSET | delayed and reserved job ids, and the [`group`]s waiting, scored by timer deadline |
+//! | `{p:s}:ready` | ZSET | ready jobs and jobs placed ahead, lexicographic `topic \0 priority run_at seq id` |
 //! | `{p:s}:dead` | ZSET | dead jobs, lexicographic `topic \0 seq id` |
 //! | `{p:s}:counts` | HASH | `<state code><topic>` → count, for cheap stats |
-//! | `{p:s}:due` | HASH | `topic \0 minute` → count of delayed jobs due in that minute (topic `''`: every topic's) |
+//! | `{p:s}:due` | HASH | `topic \0 minute` → count of delayed jobs due in that minute (topic `''`: every topic's); and [`group`] → how many jobs placed ahead wait in that group |
 //! | `{p:s}:dueidx` | ZSET | the `due` fields, lexicographic: a topic's minutes with delayed jobs, in order |
 //! | `{p:s}:windows` | ZSET | window numbers of the far-future lists below, scored by the earliest run_at pushed into each |
 //! | `{p:s}:flow` | HASH | flow control of the topics that have settings: `s<topic>` the settings (and this shard's share of the limits), `v<topic>` their version, `b<topic>` the shard's token bucket, `hp`/`hr`/`hm<topic>` hand-outs held back by pause, rate, max_in_flight |
@@ -217,6 +217,16 @@ pub fn ready_member(queue: &Topic, prio: u64, run_at: u64, seq: u64, id: &str) -
     push_be(&mut m, seq, 7)?;
     m.extend_from_slice(id.as_bytes());
     Some(m)
+}
+
+/// The group of a job placed ahead (`lib.lua`, format version 2): `\x01 queue \0
+/// priority(4) run_at(6)`, as `lib.lua`'s `group_of` writes it; its field in the shard's `due`
+/// HASH exists while the group waits for its tick (its jobs are delayed, then ready).
+pub fn group(queue: &Topic, prio: u32, run_at: u64) -> Option<Vec<u8>> {
+    let mut g = [b"\x01", queue.as_str().as_bytes(), b"\0"].concat();
+    push_be(&mut g, u64::from(prio), 4)?;
+    push_be(&mut g, run_at, 6)?;
+    Some(g)
 }
 
 /// [`ready_member`] for a dead zset: `(seq, id)`, as `lib.lua`'s `dead_member`.

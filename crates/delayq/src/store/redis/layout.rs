@@ -19,11 +19,15 @@ use redis::Value;
 /// start: a newer one is refused, untouched. A change that older builds would misread bumps
 /// it; the build that bumps it migrates the previous version (or refuses it, saying how to
 /// migrate) in [`check_format`].
-pub const FORMAT_VERSION: u64 = 1;
+///
+/// Version 2 added jobs placed ahead (state `p` in records, groups in the timeline and the
+/// `due` HASH: `lib.lua`), which a version 1 build would misread. Version 1 data has none of
+/// them and is valid version 2 data: its migration only records the new version.
+pub const FORMAT_VERSION: u64 = 2;
 
-/// Records [`FORMAT_VERSION`] under the prefix if no version is, and fails if a newer one
-/// is. Data written before the version was recorded has the layout of version 1 (the first),
-/// so it is given that version.
+/// Records [`FORMAT_VERSION`] under the prefix if no version is, migrates version 1, and
+/// fails if a newer one is. Data written before the version was recorded has the layout of
+/// version 1 (the first), so it is given that version, then migrated.
 pub(super) async fn check_format(conn: &Conn, prefix: &str) -> StoreResult<()> {
     let key = keys::format_key(prefix);
     let mut get = redis::pipe();
@@ -42,6 +46,18 @@ pub(super) async fn check_format(conn: &Conn, prefix: &str) -> StoreResult<()> {
     };
     match text.parse::<u64>() {
         Ok(FORMAT_VERSION) => Ok(()),
+        Ok(1) => {
+            let mut set = redis::pipe();
+            set.cmd("SET").arg(&key).arg(FORMAT_VERSION);
+            conn.query(&set).await?;
+            tracing::info!(
+                prefix,
+                from = 1,
+                to = FORMAT_VERSION,
+                "Redis data format migrated (nothing to rewrite: the version is raised)"
+            );
+            Ok(())
+        }
         Ok(v) if v > FORMAT_VERSION => Err(StoreError::Unavailable(
             format!(
                 "Redis holds delayq data under prefix {prefix:?} in format version {v}, written \

@@ -67,7 +67,21 @@
 -- max_attempts, attempts, reserved_until, seq, backoff_ms}: always 11 elements, the 11th an
 -- array; a record of 11 in the layout above ends with a number) are read too, and rewritten
 -- in the layout above by their next transition.
--- state is record.rs's state_code: d delayed, r ready, x reserved, b dead (buried).
+-- state is record.rs's state_code: d delayed, r ready, x reserved, b dead (buried), or p
+-- (placed ahead, below), which only the scripts and record.rs resolve.
+--
+-- Jobs placed ahead (format version 2): schedule_push stores a tick's job fired ahead (due
+-- later than now) as state p, with its ready entry already in `ready` and no timeline entry.
+-- Its group is (queue, priority, run_at): G = \1 queue \0 priority(4) run_at(6) (`group_of`;
+-- no id starts with a control character). While the group waits, the timeline holds G scored
+-- by run_at and `due` holds the field G: how many of its jobs are counted delayed (in
+-- `counts` and in `due`'s minute counts like any delayed job). Its tick (tick.lua, or a
+-- reserve that meets the group once it is due: `fire_group`) removes both and moves that
+-- count from delayed to ready at once, so promoting a group costs one step, not one per job.
+-- A p record is delayed while its group's field exists and ready after (`decode`: the
+-- working record says d or r, PRE marks it); reserve skips a waiting group's entries
+-- (reserve.lua), the listings show p records by that state, and every transition that takes
+-- a p job out (`unindex`) removes its ready entry and, while it waits, its group's count.
 -- Every number is an integer below 2^53, exact in Lua's doubles; cmsgpack packs them as ints.
 --
 -- Events: one PUBLISH per call, at most; payload = lines "R<topic>" (jobs of the topic
@@ -90,6 +104,9 @@ local S, TOPIC, BODY, RUN_AT, TTR, PRIO, MAXATT, ATT, RU, SEQ, BACKOFF = 1, 2, 3
 -- publish job), the queue its ready and dead entries and counts are under, and a publish job's
 -- target (nil for others).
 local CB_URL, CB_TIMEOUT, QUEUE, PUBLISH = 12, 13, 14, 15
+-- Working-only: true for a record stored as p (placed ahead, see the header), whose ready
+-- entry is in `ready` whatever its state says.
+local PRE = 16
 
 -- The stored layout's defaults, by stored position (6..11); see the header.
 local DEFAULT_TTR, DEFAULT_PRIO = 60000, 1024
@@ -101,14 +118,34 @@ local function stored_queue(r)
   return r[2]
 end
 
+-- The group of a job placed ahead (the header): queue, priority and run_at.
+local function group_of(queue, prio, run_at)
+  return '\1' .. queue .. '\0' .. struct.pack('>I4I6', prio, run_at)
+end
+
+-- Jobs joining groups in this call, summed per group like `count` (only schedule_push adds;
+-- flush_index writes them).
+local group_delta, group_fields = {}, {}
+
+-- Whether group `g` waits for its tick (its jobs are delayed).
+local function group_waits(g)
+  if group_delta[g] then return true end
+  return redis.call('HEXISTS', DUE, g) == 1
+end
+
 -- A stored record (unpacked) as a working table.
 local function decode(r)
   if #r == 11 and type(r[11]) == 'table' then -- the 11-element layout is the working one
     r[QUEUE] = r[TOPIC]
     return r
   end
-  return {r[1], r[2], r[3], r[4], r[6] or DEFAULT_TTR, r[7] or DEFAULT_PRIO, r[8] or 0,
+  local j = {r[1], r[2], r[3], r[4], r[6] or DEFAULT_TTR, r[7] or DEFAULT_PRIO, r[8] or 0,
     r[10] or 0, r[11] or 0, r[5], r[9] or {}, r[12], r[13], stored_queue(r), r[14]}
+  if j[S] == 'p' then
+    j[PRE] = true
+    if group_waits(group_of(j[QUEUE], j[PRIO], j[RUN_AT])) then j[S] = 'd' else j[S] = 'r' end
+  end
+  return j
 end
 
 -- A stored record `raw` unpacked in the stored layout, when it decodes, is in state `state`
@@ -326,6 +363,10 @@ local function flush_index()
     redis.call('ZADD', WINDOWS, 'LT', first[2], first[1])
   end
   if #list_keys > 0 then add_lists, list_keys, list_first = {}, {}, {} end
+  if #group_fields > 0 then
+    for _, g in ipairs(group_fields) do redis.call('HINCRBY', DUE, g, num(group_delta[g])) end
+    group_delta, group_fields = {}, {}
+  end
   touched = {}
 end
 
@@ -444,6 +485,22 @@ end
 local function unindex(id, j, off_timeline)
   if touched[id] then flush_index() end
   local s = j[S]
+  if j[PRE] then
+    -- Placed ahead (the header): its ready entry goes whatever its state; while its group
+    -- waits, it leaves the group's count, and a group left empty leaves the timeline.
+    j[PRE] = nil
+    redis.call('ZREM', READY, ready_member(id, j))
+    if s == 'd' then
+      count_due(j, -1)
+      local g = group_of(j[QUEUE], j[PRIO], j[RUN_AT])
+      if redis.call('HINCRBY', DUE, g, -1) <= 0 then
+        redis.call('HDEL', DUE, g)
+        redis.call('ZREM', TIMELINE, g)
+      end
+    end
+    count(j[QUEUE], s, -1)
+    return
+  end
   if s == 'd' or s == 'x' then
     if not off_timeline then redis.call('ZREM', TIMELINE, id) end
     if s == 'd' then count_due(j, -1) end
@@ -484,6 +541,57 @@ local function add_index(id, j, win)
   end
   touched[id] = true
   count(j[QUEUE], s, 1)
+end
+
+-- Indexes a new job placed ahead (schedule_push; the header): stored p, due at run_at > now,
+-- its ready entry added now and its group's count and timeline entry kept. `j` has what
+-- add_index reads (S 'd', RUN_AT, PRIO, SEQ, QUEUE).
+local function add_ahead(id, j)
+  local g = group_of(j[QUEUE], j[PRIO], j[RUN_AT])
+  local d = group_delta[g]
+  if d == nil then
+    -- (set_timer may flush the index, and with it the groups' counts so far.)
+    set_timer(g, j[RUN_AT])
+    group_fields[#group_fields + 1] = g
+    d = 0
+  end
+  group_delta[g] = d + 1
+  add_ready[#add_ready + 1] = '0'
+  add_ready[#add_ready + 1] = ready_member(id, j)
+  count_due(j, 1)
+  touched[id] = true
+  count(j[QUEUE], 'd', 1)
+end
+
+-- Whether a job due at `run_at` may be placed ahead in its group now: the group waits, or has
+-- no entry yet. A group with entries but no count was promoted (by an instance whose clock is
+-- ahead of this call's): a job joining it would be counted delayed among ready ones, so it
+-- takes the timeline instead.
+local function can_place_ahead(j)
+  local g = group_of(j[QUEUE], j[PRIO], j[RUN_AT])
+  if group_waits(g) then return true end
+  local lo = ready_member_of(j[QUEUE], j[PRIO], j[RUN_AT], 0, '')
+  local hi = ready_member_of(j[QUEUE], j[PRIO], j[RUN_AT] + 1, 0, '')
+  return #redis.call('ZRANGEBYLEX', READY, '[' .. lo, '(' .. hi, 'LIMIT', '0', '1') == 0
+end
+
+-- Promotes group `g` (the header): its waiting jobs become ready, counted in one step, and
+-- its timeline entry goes. Returns how many were promoted.
+local function fire_group(g)
+  flush_index()
+  redis.call('ZREM', TIMELINE, g)
+  local v = redis.call('HGET', DUE, g)
+  if not v then return 0 end
+  redis.call('HDEL', DUE, g)
+  local n = tonumber(v)
+  if n <= 0 then return 0 end
+  local queue = string.sub(g, 2, #g - 11)
+  local run_at = struct.unpack('>I6', g, #g - 5)
+  count(queue, 'd', -n)
+  count(queue, 'r', n)
+  count_due_in(queue_topic(queue), math.floor(run_at / WINDOW_MS), -n)
+  emit_ready(queue)
+  return n
 end
 
 -- Stores a job (new or changed, already unindexed): its record, index entries and count.
@@ -598,14 +706,15 @@ local function spend(queue, bucket, n)
   end
 end
 
--- A ready job's stored record `raw` (the ready member `m`) as reserved now: state x, attempts
+-- A ready job's stored record `raw` (the ready member `m`; stored `state` r, or p for a job
+-- placed ahead whose group was promoted) as reserved now: state x, attempts
 -- + 1, reserved until now + ttr; returns it packed and its deadline. Works on the stored layout
 -- in place (no working record), so it writes exactly what lib.lua's `encode` would: every
 -- position up to 11 present (reserved_until is never the default). nil, nil when the record
 -- does not decode or does not match `m` (stale); nil, true for the 11-element layout, which
 -- takes `reserve_working`.
-local function reserve_stored(id, raw, m)
-  local r, eleven = unpack_stored(raw, 'r')
+local function reserve_stored(id, raw, m, state)
+  local r, eleven = unpack_stored(raw, state)
   if not r then return nil, eleven end
   local ttr, prio = r[6] or DEFAULT_TTR, r[7] or DEFAULT_PRIO
   local backoff, att = r[9] or {}, r[10] or 0
@@ -646,6 +755,7 @@ local function begin(keys, args)
   if next(add_dead) then add_dead = {} end
   if next(touched) then touched = {} end
   if next(list_keys) then add_lists, list_keys, list_first = {}, {}, {} end
+  if next(group_fields) then group_delta, group_fields = {}, {} end
   known_first, known_head = nil, nil
   flow_any = nil
 end

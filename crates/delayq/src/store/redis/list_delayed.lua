@@ -1,7 +1,8 @@
 -- list_delayed: one page of a queue's delayed jobs due in the minutes given, by (run_at, id)
 -- (read-only). Rust finds the minutes in `dueidx` first (list.rs). Each minute's jobs are
--- those of the timeline scored in it and those of its far window list: all are read (every
--- topic's), their records decoded, the queue's delayed ones due in that minute kept and
+-- those of the timeline scored in it, those of its far window list and those placed ahead in
+-- the queue's groups waiting in it (lib.lua): all are read (every topic's, the groups only
+-- this queue's), their records decoded, the queue's delayed ones due in that minute kept and
 -- sorted; so a call costs the jobs of every topic due in its minutes.
 -- KEYS: the shard's keys (lib.lua), then KEYS[10..9+m] the window lists of the m minutes.
 -- ARGV[1] channel, ARGV[2] now (unused), ARGV[3] queue, ARGV[4] run_at to start after ('' =
@@ -37,10 +38,27 @@ for k = 7, #ARGV do
     local t = j[RUN_AT]
     if j[S] == 'd' and j[QUEUE] == queue and type(t) == 'number' and t >= lo and t <= hi
       and (after_at == nil or t > after_at or (t == after_at and lt(after_id, id))) then
+      -- A job placed ahead is stored p: listed as the delayed job it is.
+      if j[PRE] then raw = string.sub(raw, 1, 2) .. 'd' .. string.sub(raw, 4) end
       found[#found + 1] = {t, id, raw}
     end
   end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', TIMELINE, lo, hi)) do consider(id) end
+  local group_at = #queue + 2
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', TIMELINE, lo, hi)) do
+    if string.byte(id, 1) == 1 then
+      -- A waiting group of jobs placed ahead (lib.lua): this queue's lists its ready entries.
+      if string.sub(id, 2, group_at) == queue .. '\0' then
+        local prefix = string.sub(id, 2)
+        local prio, run_at = struct.unpack('>I4I6', id, group_at + 1)
+        local next_ = ready_member_of(queue, prio, run_at + 1, 0, '')
+        for _, m in ipairs(redis.call('ZRANGEBYLEX', READY, '[' .. prefix, '(' .. next_)) do
+          consider(string.sub(m, ready_id_at(queue)))
+        end
+      end
+    else
+      consider(id)
+    end
+  end
   for _, id in ipairs(redis.call('LRANGE', KEYS[3 + k], 0, -1)) do consider(id) end
   table.sort(found, function(x, y)
     if x[1] ~= y[1] then return x[1] < y[1] end

@@ -4,7 +4,8 @@
 -- ARGV[4] queue, ARGV[5] the member to start after ('' = the queue's first; Rust builds it,
 -- keys.rs ready_member / dead_member), ARGV[6] limit.
 -- Returns {n, id, record, id, record, ...}: n the entries read (n = limit: more may follow);
--- an entry whose record is gone is skipped.
+-- an entry whose record is gone is skipped, and so is a job placed ahead whose group waits
+-- (delayed: list_delayed lists it).
 local zset, at = READY, ready_id_at(ARGV[4])
 if ARGV[3] == 'b' then zset, at = DEAD, dead_id_at(ARGV[4]) end
 local lo = topic_min(ARGV[4])
@@ -15,6 +16,14 @@ local out = {#members}
 for _, m in ipairs(members) do
   local id = string.sub(m, at)
   local raw = redis.call('HGET', JOBS, id)
+  if raw and zset == READY and string.byte(raw, 3) == 112 and string.byte(raw, 2) == 0xa1 then
+    -- Placed ahead (lib.lua): listed once its group is promoted, as the ready job it is then.
+    if group_waits('\1' .. string.sub(m, 1, at - 8)) then
+      raw = nil
+    else
+      raw = string.sub(raw, 1, 2) .. 'r' .. string.sub(raw, 4)
+    end
+  end
   if raw then
     out[#out + 1] = id
     out[#out + 1] = raw

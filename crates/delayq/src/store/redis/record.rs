@@ -72,7 +72,12 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
         u32::try_from(num(i, default)?).map_err(|_| corrupt(format!("field {i} out of range")))
     };
     let code = text(0)?;
-    let state = state_from_code(&code).map_err(|_| corrupt(format!("state code {code:?}")))?;
+    // A job placed ahead (`p`) is delayed until its group's tick, ready after: the scripts
+    // resolve it in what they return, and `get` asks its group ([`placed_ahead`]).
+    let state = match code.as_str() {
+        "p" => JobState::Delayed,
+        _ => state_from_code(&code).map_err(|_| corrupt(format!("state code {code:?}")))?,
+    };
     let topic = Topic::parse(text(1)?).map_err(|e| corrupt(e.to_string()))?;
     let id = JobId::parse(id).map_err(|e| corrupt(e.to_string()))?;
     let backoff_ms = match r.get(8) {
@@ -109,6 +114,13 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
             .transpose()?,
         seq: num(4, 0)?,
     })
+}
+
+/// Whether a stored record is a job placed ahead (`lib.lua`): state `p`, the byte after
+/// the array header and the one-byte string's header. [`decode_job`] reads it as delayed;
+/// it is ready once its group ([`super::keys::group`]) has left the `due` HASH.
+pub fn placed_ahead(raw: &[u8]) -> bool {
+    raw.get(1..3) == Some(&[0xa1, b'p'])
 }
 
 /// The record of a job being pushed (or restored with `attempts`), in `state` (delayed or

@@ -108,7 +108,7 @@ impl Calls {
         let mut live: Vec<Topic> = topics.to_vec();
         while out.len() < max && !live.is_empty() {
             let want = max - out.len();
-            let heads = peek(store, |k| &k.ready, &live, want).await?;
+            let heads = peek_ready(store, &live, want, now).await?;
             if heads.is_empty() {
                 break;
             }
@@ -279,6 +279,66 @@ pub(super) async fn peek(
         for member in array(reply)? {
             heads.push((topic as i64 + 1, bytes(member)?.to_vec(), shard));
         }
+    }
+    heads.sort();
+    heads.truncate(want);
+    Ok(heads)
+}
+
+/// [`peek`] at the ready zsets as of `now`: an entry due later (a job placed ahead whose group
+/// waits for its tick, lib.lua, or one made ready by a clock ahead of `now`) is passed over
+/// with the rest of its priority, whose entries are due later still (they are in run_at
+/// order), and that shard's read of the topic goes on at the next priority, in another round
+/// of reads.
+async fn peek_ready(
+    store: &RedisStore,
+    topics: &[Topic],
+    want: usize,
+    now: UnixMillis,
+) -> StoreResult<Vec<(i64, Vec<u8>, usize)>> {
+    let ranges: Vec<(Vec<u8>, Vec<u8>)> = topics.iter().map(keys::topic_range).collect();
+    // (shard, topic position, where the read starts)
+    let mut reads: Vec<(usize, usize, Vec<u8>)> = (0..store.inner.shards.len())
+        .flat_map(|s| {
+            ranges
+                .iter()
+                .enumerate()
+                .map(move |(t, r)| (s, t, r.0.clone()))
+        })
+        .collect();
+    let mut heads = Vec::new();
+    while !reads.is_empty() {
+        let mut pipe = redis::pipe();
+        for (s, t, lo) in &reads {
+            pipe.cmd("ZRANGEBYLEX")
+                .arg(&store.inner.shards[*s].ready)
+                .arg(lo)
+                .arg(&ranges[*t].1)
+                .arg("LIMIT")
+                .arg(0)
+                .arg(want);
+        }
+        let replies = store.inner.conn.query(&pipe).await?;
+        let mut next = Vec::new();
+        for ((s, t, _), reply) in reads.iter().zip(&replies) {
+            let topic = topics[*t].as_str().as_bytes();
+            let at = topic.len() + 1;
+            for member in array(reply)? {
+                let m = bytes(member)?;
+                if let (Some(prio), Some(run_at)) = (m.get(at..at + 4), m.get(at + 4..at + 10)) {
+                    let prio = u32::from_be_bytes([prio[0], prio[1], prio[2], prio[3]]);
+                    let run_at = run_at.iter().fold(0u64, |n, b| n << 8 | u64::from(*b));
+                    if run_at > now {
+                        if let Some(p) = prio.checked_add(1) {
+                            next.push((*s, *t, [b"[", topic, b"\0", &p.to_be_bytes()].concat()));
+                        }
+                        break;
+                    }
+                }
+                heads.push((*t as i64 + 1, m.to_vec(), *s));
+            }
+        }
+        reads = next;
     }
     heads.sort();
     heads.truncate(want);

@@ -2,8 +2,9 @@
 -- (score - WINDOW_MS <= now, lib.lua): up to `drain` ids in all, each whose record is still
 -- delayed with run_at in that window is ZADDed to the timeline at its run_at, any other
 -- dropped; a list left empty leaves the window index. Then takes up to `limit` timeline
--- entries due at `now`: a delayed job becomes ready; a reserved job whose TTR ran out goes on
--- by job.rs's after_delivery_failed (ready now, delayed by its backoff, or dead). The record,
+-- entries due at `now`: a delayed job becomes ready; a group of jobs placed ahead (lib.lua)
+-- becomes ready in one step; a reserved job whose TTR ran out goes on by job.rs's
+-- after_delivery_failed (ready now, delayed by its backoff, or dead). The record,
 -- not the score, decides: an entry whose record is gone or not timed is dropped; one whose
 -- record has a later deadline is re-scored. Nothing here can make the pass spin on one entry.
 -- KEYS: the shard's keys (lib.lua), then KEYS[10..9+m] the due window lists, earliest first.
@@ -43,14 +44,19 @@ local due = redis.call('ZRANGEBYSCORE', TIMELINE, '-inf', num(NOW), 'LIMIT', '0'
 -- Every due entry leaves the timeline at once (one ZREM per 500); an entry whose record has a
 -- later deadline, or whose job stays timed, is added back below. The records are read with
 -- one HMGET and written with one HSET per 500.
-local ids = {}
+local ids, groups = {}, {}
 for _, id in ipairs(due) do
-  if string.byte(id, 1) == 0 then
+  local b = string.byte(id, 1)
+  if b == 0 then
     emit_ready(string.sub(id, 2))
+  elseif b == 1 then
+    groups[#groups + 1] = id
   else
     ids[#ids + 1] = id
   end
 end
+-- A group of jobs placed ahead (lib.lua) is promoted in one step, however many it holds.
+for _, g in ipairs(groups) do promoted = promoted + fire_group(g) end
 if #due > 0 then call_chunked('ZREM', TIMELINE, due) end
 local raws = {}
 if #ids > 0 then raws = call_chunked('HMGET', JOBS, ids) end

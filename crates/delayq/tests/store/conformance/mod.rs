@@ -76,3 +76,35 @@ fn callback_job(t: &str, i: &str, run_at: UnixMillis) -> JobSpec {
     );
     spec
 }
+
+/// Every page of `queue`'s jobs in `state`, `limit` at a time: the ids in the order listed.
+async fn walk(b: &Backend, queue: &str, state: JobState, limit: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut after: Option<ListKey> = None;
+    for _ in 0..10_000 {
+        let JobPage { jobs, next } = b
+            .store
+            .list(
+                &Topic::parse_queue(queue).unwrap(),
+                state,
+                after.as_ref(),
+                limit,
+            )
+            .await
+            .unwrap();
+        assert!(jobs.len() <= limit, "{} > {limit}", jobs.len());
+        for j in &jobs {
+            assert_eq!(j.state, state, "{j:?}");
+            assert_eq!(j.spec.queue().as_str(), queue, "{j:?}");
+            if let Some(a) = &after {
+                assert!(ListKey::of(j) > *a, "{j:?} not after the cursor {a:?}");
+            }
+            out.push(j.spec.id.as_str().to_string());
+        }
+        match next {
+            None => return out,
+            Some(k) => after = Some(k),
+        }
+    }
+    panic!("the listing never ended");
+}

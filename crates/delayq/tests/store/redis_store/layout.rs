@@ -497,7 +497,7 @@ async fn data_of_a_newer_format_is_refused_untouched_saying_what_to_do() {
 }
 
 #[tokio::test]
-async fn data_written_before_the_format_was_recorded_is_given_version_1() {
+async fn data_written_before_the_format_was_recorded_is_read_as_version_1_and_migrated() {
     let server = RedisServer::start();
     let s = store(&server, "dq", 2).await;
     s.push(job("t", "old", "x", NOW + 60_000), PushMode::Reject, NOW)
@@ -509,8 +509,35 @@ async fn data_written_before_the_format_was_recorded_is_given_version_1() {
     command(&mut c, &["DEL", "{dq:format}"]).await;
 
     let s = store(&server, "dq", 2).await;
-    assert_eq!(get(&server, "{dq:format}").await.as_deref(), Some("1"));
+    assert_eq!(get(&server, "{dq:format}").await.as_deref(), Some("2"));
     assert_eq!(s.get(&id("old")).await.unwrap().spec.body, "x");
+}
+
+#[tokio::test]
+async fn version_1_data_is_migrated_to_version_2_with_every_job() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    s.push(job("t", "later", "x", NOW + 60_000), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    s.push(job("t", "now", "y", NOW), PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    drop(s);
+    let mut c = raw(&server).await;
+    command(&mut c, &["SET", "{dq:format}", "1"]).await;
+
+    let s = store(&server, "dq", 1).await;
+    assert_eq!(get(&server, "{dq:format}").await.as_deref(), Some("2"));
+    assert_eq!(
+        s.get(&id("later")).await.map(|j| j.state),
+        Ok(JobState::Delayed)
+    );
+    let got = s.reserve(&[topic("t")], 10, NOW).await.unwrap();
+    assert_eq!(
+        got.iter().map(|j| j.spec.id.as_str()).collect::<Vec<_>>(),
+        ["now"]
+    );
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use support::redis_server::RedisServer;
 use tokio::sync::broadcast;
 
+mod ahead;
 mod instances;
 mod layout;
 mod memory;
