@@ -22,7 +22,7 @@ mod listings;
 mod push;
 mod reserve;
 mod restore;
-mod schedules;
+pub(crate) mod schedules;
 mod timer;
 
 const T0: UnixMillis = 1_700_000_000_000;

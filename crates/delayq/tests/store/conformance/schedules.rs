@@ -12,9 +12,15 @@ fn sid(s: &str) -> ScheduleId {
 
 /// A schedule every second from T0, its jobs on topic `t`.
 fn every_second(name: &str) -> Schedule {
+    every_second_from(name, T0)
+}
+
+/// A schedule every second from `anchor` (its first tick a second later), made at `anchor`,
+/// its jobs on topic `t`.
+pub(crate) fn every_second_from(name: &str, anchor: UnixMillis) -> Schedule {
     let rule = Rule::Every {
         every_ms: SEC,
-        anchor: T0,
+        anchor,
     };
     let spec = ScheduleSpec {
         id: sid(name),
@@ -26,7 +32,7 @@ fn every_second(name: &str) -> Schedule {
         overlap: Overlap::Allow,
         paused: false,
     };
-    Schedule::new(spec, &rule.recurrence().unwrap(), T0)
+    Schedule::new(spec, &rule.recurrence().unwrap(), anchor)
 }
 
 async fn put(b: &Backend, sc: &Schedule) -> Schedule {
@@ -631,7 +637,61 @@ async fn ticks_fired_ahead_are_delayed_in_every_view_until_the_timer_reaches_the
     assert_eq!(counts().await, (0, 0, 3));
 }
 
+/// Puts schedules every second from T0 named `prefix`0.. (`n` of them), their jobs on topic `t`
+/// with priority `prio`, and fires their first tick (T0 + 1 s) ahead, at `now`.
+async fn fire_first_ticks(b: &Backend, prefix: &str, n: usize, prio: u32, now: UnixMillis) {
+    let mut fires = Vec::new();
+    for i in 0..n {
+        let mut sc = every_second(&format!("{prefix}{i}"));
+        sc.spec.job.priority = prio;
+        let sc = put(b, &sc).await;
+        let rule = sc.spec.rule.recurrence().unwrap();
+        fires.push(sc.plan_ahead(&rule, now, false).fire.unwrap());
+    }
+    let fired = b.store.fire_schedules(&fires, now).await.unwrap();
+    assert_eq!(fired.len(), n);
+    assert!(
+        fired
+            .iter()
+            .all(|f| matches!(f, FireOutcome::Fired { pushed: 1, .. }))
+    );
+}
+
+/// The jobs of a tick fired ahead are made ready at the tick by the timer's passes; while they
+/// wait, they hold back no ready job of a later priority. (Memory, embedded and Redis promote
+/// them together, in one entry of a pass, or in a reserve once the tick has come:
+/// tests/store/redis_store/ahead.rs and the engine's unit tests.)
+async fn a_tick_s_jobs_fired_ahead_are_promoted_at_the_tick_and_hold_back_nothing(b: &Backend) {
+    let tick = T0 + SEC;
+    fire_first_ticks(b, "p", 300, 1, T0 + 100).await;
+    let mut later = job("t", "later-priority", "", T0);
+    later.priority = 5;
+    push(b, later, T0).await;
+    assert_eq!(
+        reserve_ids(b, &["t"], 10, T0 + 200).await,
+        ["later-priority"]
+    );
+    let mut promoted = 0;
+    for _ in 0..1000 {
+        let out = b.store.tick(tick, 10).await.unwrap();
+        promoted += out.promoted;
+        if out.next_due.is_none_or(|t| t > tick) {
+            break;
+        }
+    }
+    assert_eq!(promoted, 300);
+    assert_eq!(
+        b.store
+            .reserve(&[topic("t")], 1000, tick)
+            .await
+            .unwrap()
+            .len(),
+        300
+    );
+}
+
 backend_tests!(
+    a_tick_s_jobs_fired_ahead_are_promoted_at_the_tick_and_hold_back_nothing,
     ticks_fired_ahead_are_delayed_in_every_view_until_the_timer_reaches_them,
     a_tick_fired_ahead_waits_for_it_and_a_change_that_drops_it_withdraws_it,
     a_fire_whose_ticks_are_all_skipped_moves_the_schedule_on,

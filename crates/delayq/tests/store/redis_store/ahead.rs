@@ -4,7 +4,7 @@
 //! several; a job fired into a group another clock already promoted is not counted twice.
 
 use super::*;
-use delayq::schedule::{CatchUp, Overlap, Rule, Schedule, ScheduleId, ScheduleSpec};
+use crate::conformance::schedules::every_second_from;
 use delayq::store::FireOutcome;
 
 const SEC: u64 = 1_000;
@@ -15,29 +15,14 @@ const TICK: u64 = NOW + SEC;
 /// `t` with priority `prio`, and fires their first tick (TICK) at `now`: ahead when `now` is
 /// before it. The ticks' job ids.
 async fn fire(s: &RedisStore, prefix: &str, n: usize, prio: u32, now: u64) -> Vec<String> {
-    let rule = Rule::Every {
-        every_ms: SEC,
-        anchor: NOW,
-    };
-    let recurrence = rule.recurrence().unwrap();
     let mut fires = Vec::new();
     let mut ids = Vec::new();
     for i in 0..n {
         let name = format!("{prefix}{i}");
-        let mut template = job("t", "template", "{}", 0);
-        template.priority = prio;
-        let spec = ScheduleSpec {
-            id: ScheduleId::parse(&name).unwrap(),
-            job: template,
-            rule: rule.clone(),
-            start_at: None,
-            end_at: None,
-            catch_up: CatchUp::Latest,
-            overlap: Overlap::Allow,
-            paused: false,
-        };
-        let sc = Schedule::new(spec, &recurrence, NOW);
+        let mut sc = every_second_from(&name, NOW);
+        sc.spec.job.priority = prio;
         let sc = s.put_schedule(&sc, None).await.unwrap();
+        let recurrence = sc.spec.rule.recurrence().unwrap();
         fires.push(sc.plan_ahead(&recurrence, now, false).fire.unwrap());
         ids.push(format!("{name}@{TICK}"));
     }
