@@ -379,6 +379,32 @@ impl Engine {
                 .is_some_and(|g| g.contains(&k.3))
     }
 
+    /// Whether a reserve at `now` could hand out a job of `queue` (flow control aside): a ready
+    /// entry that is not a job placed ahead whose group waits for a later tick (the rest of
+    /// such a job's priority is due later still, as `reserve` reads it).
+    fn has_reservable(&self, queue: &Topic, now: UnixMillis) -> bool {
+        let Some(set) = self.ready.get(queue) else {
+            return false;
+        };
+        let mut from: Option<ReadyKey> = None;
+        loop {
+            let k = match &from {
+                None => set.first(),
+                Some(b) => set.range(b..).next(),
+            };
+            let Some(k) = k else {
+                return false;
+            };
+            if k.1 <= now || !self.is_ahead(queue, k) {
+                return true;
+            }
+            match k.0.checked_add(1) {
+                Some(p) => from = Some((p, 0, 0, JobId::lowest())),
+                None => return false,
+            }
+        }
+    }
+
     /// Makes group `key`'s jobs placed ahead ready (taken out of `ahead` by the caller): the
     /// group moves to `promoted`, no job is touched and no change recorded (as
     /// [`Engine::promote`]); counted once, with one ready event. Returns how many.
@@ -734,12 +760,12 @@ impl Engine {
     /// bucket to `now`), counting each limit that holds one back.
     fn allowance(&mut self, queue: &Topic, want: usize, now: UnixMillis) -> usize {
         let (name, _) = queue.split_queue();
+        if want == 0 || !self.flow.contains_key(name) || !self.has_reservable(queue, now) {
+            return want;
+        }
         let Some(f) = self.flow.get_mut(name) else {
             return want;
         };
-        if want == 0 || self.ready.get(queue).is_none_or(BTreeSet::is_empty) {
-            return want;
-        }
         let s = f.settings;
         let held = self.held.entry(f.topic.clone()).or_default();
         if s.paused {
@@ -791,10 +817,11 @@ impl Engine {
         if f.tokens >= 1.0 || f.settings.paused {
             return;
         }
-        if self.ready.get(queue).is_none_or(BTreeSet::is_empty) {
+        let tokens = f.tokens;
+        if !self.has_reservable(queue, now) {
             return;
         }
-        let missing = 1.0 - f.tokens.max(0.0);
+        let missing = 1.0 - tokens.max(0.0);
         let wait = (missing * 1e3 * RATE_UNIT as f64 / rate as f64).ceil() as u64;
         let at = now.saturating_add(wait.max(1));
         let earlier = self.wakes.first().is_none_or(|(t, _)| at < *t)
@@ -1376,7 +1403,7 @@ impl Engine {
                 break;
             }
             self.wakes.pop_first();
-            if self.ready.get(&queue).is_some_and(|s| !s.is_empty()) {
+            if self.has_reservable(&queue, now) {
                 fx.ready(&queue);
             }
         }

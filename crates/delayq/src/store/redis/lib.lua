@@ -649,10 +649,23 @@ local function current(f)
   return tonumber(redis.call('HGET', COUNTS, f) or '0') + (count_delta[f] or 0)
 end
 
+-- Whether a reserve could hand out a job of `queue` (flow control aside): a ready entry that
+-- is not a job placed ahead whose group waits for a later tick (the rest of such a job's
+-- priority is due later still, as reserve.lua reads it).
 local function has_ready(queue)
   flush_index()
-  return #redis.call('ZRANGEBYLEX', READY, topic_min(queue), topic_max(queue), 'LIMIT', '0', '1')
-    > 0
+  local lo, hi, id_at = topic_min(queue), topic_max(queue), ready_id_at(queue)
+  while true do
+    local m = redis.call('ZRANGEBYLEX', READY, lo, hi, 'LIMIT', '0', '1')[1]
+    if not m then return false end
+    if struct.unpack('>I6', m, id_at - 13) <= NOW
+      or not group_waits('\1' .. string.sub(m, 1, id_at - 8)) then
+      return true
+    end
+    local p = struct.unpack('>I4', m, id_at - 17) + 1
+    if p > 0xFFFFFFFF then return false end
+    lo = '[' .. queue .. '\0' .. struct.pack('>I4', p)
+  end
 end
 
 -- How many of `want` jobs of `queue` its flow control lets out, and its bucket (nil: no rate).

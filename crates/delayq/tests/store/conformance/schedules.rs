@@ -4,7 +4,7 @@
 
 use super::*;
 use delayq::schedule::{CatchUp, Overlap, Rule, Schedule, ScheduleId, ScheduleSpec};
-use delayq::store::FireOutcome;
+use delayq::store::{FireOutcome, SettingsChange};
 
 fn sid(s: &str) -> ScheduleId {
     ScheduleId::parse(s).unwrap()
@@ -690,7 +690,36 @@ async fn a_tick_s_jobs_fired_ahead_are_promoted_at_the_tick_and_hold_back_nothin
     );
 }
 
+/// A paused topic whose only jobs are a tick's fired ahead holds nothing back before the tick
+/// (no job could go out: its held-back count stays 0), and holds them back after it as any
+/// ready jobs.
+async fn jobs_fired_ahead_count_as_held_back_by_a_pause_only_from_their_tick(b: &Backend) {
+    let pause = SettingsChange {
+        paused: Some(true),
+        ..SettingsChange::default()
+    };
+    b.store.set_settings(&topic("t"), pause, T0).await.unwrap();
+    fire_first_ticks(b, "h", 3, 1024, T0 + 100).await;
+    let held_by_pause = || async {
+        let stats = b.store.stats().await.unwrap();
+        stats
+            .held
+            .get(&topic("t"))
+            .copied()
+            .unwrap_or_default()
+            .paused
+    };
+    for _ in 0..3 {
+        assert!(reserve_ids(b, &["t"], 10, T0 + 200).await.is_empty());
+    }
+    assert_eq!(held_by_pause().await, 0);
+    b.store.tick(T0 + SEC, 100).await.unwrap();
+    assert!(reserve_ids(b, &["t"], 10, T0 + SEC).await.is_empty());
+    assert!(held_by_pause().await >= 1);
+}
+
 backend_tests!(
+    jobs_fired_ahead_count_as_held_back_by_a_pause_only_from_their_tick,
     a_tick_s_jobs_fired_ahead_are_promoted_at_the_tick_and_hold_back_nothing,
     ticks_fired_ahead_are_delayed_in_every_view_until_the_timer_reaches_them,
     a_tick_fired_ahead_waits_for_it_and_a_change_that_drops_it_withdraws_it,
