@@ -379,30 +379,23 @@ impl Engine {
                 .is_some_and(|g| g.contains(&k.3))
     }
 
-    /// Whether a reserve at `now` could hand out a job of `queue` (flow control aside): a ready
-    /// entry that is not a job placed ahead whose group waits for a later tick (the rest of
-    /// such a job's priority is due later still, as `reserve` reads it).
-    fn has_reservable(&self, queue: &Topic, now: UnixMillis) -> bool {
-        let Some(set) = self.ready.get(queue) else {
-            return false;
-        };
-        let mut from: Option<ReadyKey> = None;
-        loop {
-            let k = match &from {
-                None => set.first(),
-                Some(b) => set.range(b..).next(),
-            };
-            let Some(k) = k else {
-                return false;
-            };
-            if k.1 <= now || !self.is_ahead(queue, k) {
-                return true;
-            }
-            match k.0.checked_add(1) {
-                Some(p) => from = Some((p, 0, 0, JobId::lowest())),
-                None => return false,
-            }
+    /// The first ready entry of `queue` a reserve at `now` may take, in delivery order: one
+    /// that is not a job placed ahead whose group waits for a later tick. Such a group's entry
+    /// is passed over with the rest of its priority, whose entries are due later still; a due
+    /// group's is returned (the reserve promotes it).
+    fn next_reservable(&self, queue: &Topic, now: UnixMillis) -> Option<ReadyKey> {
+        let set = self.ready.get(queue)?;
+        let mut k = set.first()?;
+        while k.1 > now && self.is_ahead(queue, k) {
+            let from = (k.0.checked_add(1)?, 0, 0, JobId::lowest());
+            k = set.range(from..).next()?;
         }
+        Some(k.clone())
+    }
+
+    /// Whether a reserve at `now` could hand out a job of `queue` (flow control aside).
+    fn has_reservable(&self, queue: &Topic, now: UnixMillis) -> bool {
+        self.next_reservable(queue, now).is_some()
     }
 
     /// Makes group `key`'s jobs placed ahead ready (taken out of `ahead` by the caller): the
@@ -701,29 +694,18 @@ impl Engine {
                 out.len() + self.allowance(topic, max - out.len(), now)
             };
             let before = out.len();
-            // Where the topic's ready entries are read from: past the priorities held back by
-            // a group placed ahead that is not due yet.
-            let mut from: Option<ReadyKey> = None;
             while out.len() < room.min(max) {
-                let Some(k) = self.ready.get(topic).and_then(|s| match &from {
-                    None => s.first().cloned(),
-                    Some(b) => s.range(b..).next().cloned(),
-                }) else {
+                let Some(k) = self.next_reservable(topic, now) else {
                     break;
                 };
                 if self.is_ahead(topic, &k) {
-                    // A group placed ahead: promoted here once due (the timer may not have
-                    // reached it); otherwise its priority's later entries are due later still.
-                    if k.1 <= now {
-                        if let Some(ids) = self.ahead.remove(&(k.1, topic.clone(), k.0)) {
-                            self.promote_group((k.1, topic.clone(), k.0), ids, fx);
-                        }
-                        continue;
-                    }
-                    match k.0.checked_add(1) {
-                        Some(p) => from = Some((p, 0, 0, JobId::lowest())),
-                        None => break,
-                    }
+                    // A due group placed ahead: promoted here (the timer may not have reached
+                    // it yet), then taken as any ready jobs.
+                    let key = (k.1, topic.clone(), k.0);
+                    let Some(ids) = self.ahead.remove(&key) else {
+                        break;
+                    };
+                    self.promote_group(key, ids, fx);
                     continue;
                 }
                 let id = k.3;
