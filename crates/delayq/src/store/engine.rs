@@ -31,7 +31,7 @@ use crate::store::{
 };
 use foldhash::{HashMap, HashSet};
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet, btree_map, hash_map};
+use std::collections::{BTreeMap, BTreeSet, btree_map};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
@@ -142,6 +142,28 @@ impl Promotions {
     }
 }
 
+/// A group of jobs placed ahead ([`Engine`]'s `ahead`): (tick, queue, priority).
+type GroupKey = (UnixMillis, Topic, u32);
+
+/// Takes `id` out of `groups`' group `key`, dropping a group left empty; `false` when it was
+/// not there.
+fn leave_group(
+    groups: &mut BTreeMap<GroupKey, HashSet<JobId>>,
+    key: &GroupKey,
+    id: &JobId,
+) -> bool {
+    let Some(group) = groups.get_mut(key) else {
+        return false;
+    };
+    if !group.remove(id) {
+        return false;
+    }
+    if group.is_empty() {
+        groups.remove(key);
+    }
+    true
+}
+
 #[derive(Debug, Default)]
 pub struct Engine {
     jobs: HashSet<Stored>,
@@ -177,12 +199,12 @@ pub struct Engine {
     /// While the group waits its jobs are delayed in every view: `reserve` passes over their
     /// entries (with the rest of their priority, due later still) and the listings show them
     /// as delayed. A job leaves its group in [`Engine::unindex`]; a group left empty goes.
-    ahead: BTreeMap<(UnixMillis, Topic, u32), HashSet<JobId>>,
+    ahead: BTreeMap<GroupKey, HashSet<JobId>>,
     /// The groups placed ahead whose tick came: their jobs are ready, though their records
     /// still say delayed (nothing is written per job at the tick). [`Engine::state_of`] reads
     /// a job's state through it; [`Engine::take`] takes a job out of it (and the job's state
     /// from it), so every transition sees the job as ready.
-    promoted: HashMap<(UnixMillis, Topic, u32), HashSet<JobId>>,
+    promoted: BTreeMap<GroupKey, HashSet<JobId>>,
 }
 
 /// A topic's flow control: its settings and its token bucket (not durable: a restart starts
@@ -348,25 +370,12 @@ impl Engine {
         if self.ahead.is_empty() {
             return false;
         }
+        let key = Self::group_of(j);
+        if !leave_group(&mut self.ahead, &key, &j.spec.id) {
+            return false;
+        }
         let (p, r, s) = j.ready_key();
-        let queue = j.spec.queue();
-        let key = (r, queue, p);
-        let Some(group) = self.ahead.get_mut(&key) else {
-            return false;
-        };
-        if !group.remove(&j.spec.id) {
-            return false;
-        }
-        if group.is_empty() {
-            self.ahead.remove(&key);
-        }
-        let queue = key.1;
-        if let Some(set) = self.ready.get_mut(&queue) {
-            set.remove(&(p, r, s, j.spec.id.clone()));
-            if set.is_empty() {
-                self.ready.remove(&queue);
-            }
-        }
+        remove_from(&mut self.ready, &key.1, &(p, r, s, j.spec.id.clone()));
         true
     }
 
@@ -401,12 +410,7 @@ impl Engine {
     /// Makes group `key`'s jobs placed ahead ready (taken out of `ahead` by the caller): the
     /// group moves to `promoted`, no job is touched and no change recorded (as
     /// [`Engine::promote`]); counted once, with one ready event. Returns how many.
-    fn promote_group(
-        &mut self,
-        key: (UnixMillis, Topic, u32),
-        ids: HashSet<JobId>,
-        fx: &mut Effects,
-    ) -> u64 {
+    fn promote_group(&mut self, key: GroupKey, ids: HashSet<JobId>, fx: &mut Effects) -> u64 {
         let n = ids.len() as u64;
         let Some(topic) = ids
             .iter()
@@ -422,8 +426,8 @@ impl Engine {
         // A group of the same key promoted before (a job placed ahead by a clock behind the
         // one that promoted it) gains these; otherwise the set moves as it is.
         match self.promoted.entry(key) {
-            hash_map::Entry::Occupied(mut o) => o.get_mut().extend(ids),
-            hash_map::Entry::Vacant(v) => {
+            btree_map::Entry::Occupied(mut o) => o.get_mut().extend(ids),
+            btree_map::Entry::Vacant(v) => {
                 v.insert(ids);
             }
         }
@@ -463,7 +467,7 @@ impl Engine {
     }
 
     /// The group key of a job placed ahead: (tick, queue, priority).
-    fn group_of(j: &Job) -> (UnixMillis, Topic, u32) {
+    fn group_of(j: &Job) -> GroupKey {
         (j.spec.run_at, j.spec.queue(), j.spec.priority)
     }
 
@@ -492,20 +496,9 @@ impl Engine {
     /// Takes job `j` out of its promoted group, if it is in one (a group left empty goes);
     /// `true` when it was: the job is ready.
     fn leave_promoted(&mut self, j: &Job) -> bool {
-        if j.state != JobState::Delayed || self.promoted.is_empty() {
-            return false;
-        }
-        let key = Self::group_of(j);
-        let Some(group) = self.promoted.get_mut(&key) else {
-            return false;
-        };
-        if !group.remove(&j.spec.id) {
-            return false;
-        }
-        if group.is_empty() {
-            self.promoted.remove(&key);
-        }
-        true
+        j.state == JobState::Delayed
+            && !self.promoted.is_empty()
+            && leave_group(&mut self.promoted, &Self::group_of(j), &j.spec.id)
     }
 
     /// Stores a job (new or modified) with its index entries, records the change and the events

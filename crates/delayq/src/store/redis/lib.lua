@@ -123,6 +123,13 @@ local function group_of(queue, prio, run_at)
   return '\1' .. queue .. '\0' .. struct.pack('>I4I6', prio, run_at)
 end
 
+-- The group of ready member `m` (whose id starts at `id_at`) were it a job placed ahead, and
+-- the member's priority and run_at.
+local function member_group(m, id_at)
+  local prio, run_at = struct.unpack('>I4I6', m, id_at - 17)
+  return '\1' .. string.sub(m, 1, id_at - 8), prio, run_at
+end
+
 -- Jobs joining groups in this call, summed per group like `count` (only schedule_push adds;
 -- flush_index writes them).
 local group_delta, group_fields = {}, {}
@@ -658,11 +665,9 @@ local function has_ready(queue)
   while true do
     local m = redis.call('ZRANGEBYLEX', READY, lo, hi, 'LIMIT', '0', '1')[1]
     if not m then return false end
-    if struct.unpack('>I6', m, id_at - 13) <= NOW
-      or not group_waits('\1' .. string.sub(m, 1, id_at - 8)) then
-      return true
-    end
-    local p = struct.unpack('>I4', m, id_at - 17) + 1
+    local g, prio, run_at = member_group(m, id_at)
+    if run_at <= NOW or not group_waits(g) then return true end
+    local p = prio + 1
     if p > 0xFFFFFFFF then return false end
     lo = '[' .. queue .. '\0' .. struct.pack('>I4', p)
   end

@@ -18,7 +18,7 @@ for _, m in ipairs(members) do
   local raw = redis.call('HGET', JOBS, id)
   if raw and zset == READY and string.byte(raw, 3) == 112 and string.byte(raw, 2) == 0xa1 then
     -- Placed ahead (lib.lua): listed once its group is promoted, as the ready job it is then.
-    if group_waits('\1' .. string.sub(m, 1, at - 8)) then
+    if group_waits((member_group(m, at))) then
       raw = nil
     else
       raw = string.sub(raw, 1, 2) .. 'r' .. string.sub(raw, 4)

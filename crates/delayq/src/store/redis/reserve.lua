@@ -48,12 +48,12 @@ for t = 4, #ARGV do
         -- priority's later entries too, which are due later (or ready by a clock ahead of
         -- this call's: they wait for the group's tick).
         state = 'p'
-        local g = '\1' .. string.sub(m, 1, id_at - 8)
+        local g, prio, run_at = member_group(m, id_at)
         local w = waits[g]
         if w == nil then w = group_waits(g) end
-        if w and struct.unpack('>I6', m, id_at - 13) > NOW then
+        if w and run_at > NOW then
           waits[g] = true
-          next_prio = struct.unpack('>I4', m, id_at - 17) + 1
+          next_prio = prio + 1
           break
         end
         if w then fire_group(g) end
