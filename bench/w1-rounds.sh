@@ -23,7 +23,9 @@
 #   +VAR=VALUE   environment of that delayq serve, e.g. +TOKIO_WORKER_THREADS=1
 # The load generator is always target/release/delayq-bench.
 #
-# Usage: bench/w1-rounds.sh [--rounds 4] [--jobs 50000] [--syscalls] [--out DIR] SYSTEM...
+# Usage: bench/w1-rounds.sh [--rounds 4] [--jobs 50000] [--max-delay-s 3] [--syscalls] [--out DIR]
+#                           SYSTEM...
+#   --max-delay-s  delays are 0 to this many seconds; 0 runs capacity (every job due at once)
 #   --syscalls  count delayq's system calls (futex, epoll_wait, reads and writes, fdatasync) and
 #               context switches during each run with `perf stat` ($OUT/<round>-<label>.perf.txt)
 #   --out       default bench/results/<UTC date>-<git rev-parse --short HEAD>/w1-rounds
@@ -44,6 +46,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 . "$ROOT/bench/lib.sh"
 ROUNDS=4
 JOBS=50000
+MAX_DELAY_S=3
 SYSCALLS=0
 OUT=""
 SYSTEMS=()
@@ -51,9 +54,10 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
+    --max-delay-s) MAX_DELAY_S="$2"; shift 2 ;;
     --syscalls) SYSCALLS=1; shift ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     -*) echo "unknown argument: $1" >&2; exit 2 ;;
     *) SYSTEMS+=("$1"); shift ;;
   esac
@@ -91,7 +95,7 @@ run() {
   done
   local work="$TMP/run-$round-$RANDOM" rp="" rpid="" dpid="" hp url=""
   mkdir -p "$work"
-  local -a w1=(w1 --jobs "$JOBS" --max-delay-s 3 --producers 8 --consumers 8 --json)
+  local -a w1=(w1 --jobs "$JOBS" --max-delay-s "$MAX_DELAY_S" --producers 8 --consumers 8 --json)
   if [ "$store" = redis ] || [ "$store" = bullmq ]; then
     rp=$("$BENCH" free-port)
     redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$work" \
@@ -157,7 +161,7 @@ EOF
     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "versions: $(redis-server --version | cut -d' ' -f1-3);" \
     "delayq $COMMIT$([ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.lock)" ] && echo ' (with uncommitted changes)')"
-  echo "command: bench/w1-rounds.sh --rounds $ROUNDS --jobs $JOBS$([ "$SYSCALLS" = 1 ] && echo ' --syscalls') ${SYSTEMS[*]}"
+  echo "command: bench/w1-rounds.sh --rounds $ROUNDS --jobs $JOBS --max-delay-s $MAX_DELAY_S$([ "$SYSCALLS" = 1 ] && echo ' --syscalls') ${SYSTEMS[*]}"
   echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } | tee "$OUT/machine.txt"
 

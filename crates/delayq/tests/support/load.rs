@@ -140,14 +140,16 @@ pub struct Ledger {
     /// Finishes sent (including unanswered ones), and those answered 204.
     pub finish_sent: HashSet<String>,
     pub finish_acked: HashSet<String>,
-    /// Whether a crash may undo the reservations and finishes of its last moments (the
-    /// embedded store answers both before their fsync, docs/reliability.md): a job whose
-    /// acknowledged finish was undone must be there, and be delivered again (after its TTR if
-    /// its reservation survived, at once with the same attempt number if it did not).
+    /// Whether a crash may undo the finishes of its last moments (the embedded store answers
+    /// them before their fsync, the Redis store before Redis runs them, docs/reliability.md):
+    /// a job whose acknowledged finish was undone must be there, and be delivered again.
     pub finishes_may_be_undone: bool,
+    /// Whether a crash may undo the reservations of its last moments too (the embedded store):
+    /// such a job is delivered again at once with the same attempt number; else after its TTR.
+    pub reservations_may_be_undone: bool,
     /// When each crash happened (client clock, taken just after the kill), for
-    /// `finishes_may_be_undone`: only a delivery within [`UNDO_WINDOW_MS`] before one may have
-    /// its reservation undone.
+    /// `reservations_may_be_undone`: only a delivery within [`UNDO_WINDOW_MS`] before one may
+    /// have its reservation undone.
     pub crashes_ms: Vec<u64>,
     /// Every delivery seen, per id.
     pub deliveries: HashMap<String, Vec<Delivery>>,
@@ -167,7 +169,7 @@ impl Ledger {
     /// Whether a crash may have undone the reservation of delivery `d`: then the job may be
     /// delivered again at once, with the same attempt number.
     pub fn reservation_may_be_undone(&self, d: &Delivery) -> bool {
-        self.finishes_may_be_undone
+        self.reservations_may_be_undone
             && self
                 .crashes_ms
                 .iter()

@@ -95,7 +95,12 @@ impl Calls {
         let call = store
             .shard_fcall(&RESERVE_JOB, store.shard(id), now)
             .arg(id.as_str());
-        by_id(store, id, call).await
+        let job = by_id(store, id, call).await?;
+        store
+            .inner
+            .finishing
+            .handed(std::slice::from_ref(&job), now);
+        Ok(job)
     }
 
     /// The job's new due time names its far window list, when it is far (`keys.rs`
@@ -128,6 +133,7 @@ impl Calls {
     }
 
     pub(in crate::store) async fn get(store: &RedisStore, id: &JobId) -> StoreResult<Job> {
+        store.inner.finishing.settle([id]).await;
         let mut pipe = redis::pipe();
         pipe.cmd("HGET").arg(&store.shard(id).jobs).arg(id.as_str());
         let mut v = store.inner.conn.query(&pipe).await?;
@@ -160,8 +166,10 @@ async fn by_id(store: &RedisStore, id: &JobId, call: Call) -> StoreResult<Job> {
 }
 
 /// A job the read-ahead holds (`read_ahead.rs`) is given back before a call names it, so the
-/// call finds it as it would without the read-ahead: ready.
+/// call finds it as it would without the read-ahead: ready. A finish of it answered a moment
+/// ago has run before (`finishing.rs`).
 async fn not_held(store: &RedisStore, id: &JobId) {
+    store.inner.finishing.settle([id]).await;
     let held = store.inner.read_ahead.forget(std::slice::from_ref(id));
     reserve::give_back(store, held).await;
 }

@@ -68,6 +68,8 @@ impl Calls {
         limit: usize,
     ) -> StoreResult<JobPage> {
         let limit = limit.max(1);
+        // Finishes this instance answered have run (`finishing.rs`).
+        store.inner.finishing.settle_all().await;
         let pages = match state {
             JobState::Ready | JobState::Dead => list_lex(store, queue, state, after, limit).await?,
             JobState::Reserved => list_reserved(store, queue, after, limit).await?,

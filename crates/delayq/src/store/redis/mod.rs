@@ -18,7 +18,7 @@
 //! planned by `tick/plan.rs`), `seq.rs` (seq stamps), `record.rs` (records and reply
 //! decoding), `keys.rs`, `scripts.rs` (the function library, gathered from each module's
 //! `FUNCTIONS`), `conn.rs`, `events.rs`, `coalesce.rs`, `read_ahead.rs` (jobs busy reserves
-//! reserved ahead, one shard).
+//! reserved ahead, one shard), `finishing.rs` (finishes answered before Redis runs them).
 //!
 //! Layout (`keys.rs`): jobs are spread over `shards` shards by FNV-1a of the id; each shard is
 //! one hash tag `{<prefix>:<s>}` (one Redis Cluster slot) holding a jobs HASH (one field per
@@ -50,6 +50,7 @@ mod by_id;
 mod coalesce;
 mod conn;
 mod events;
+mod finishing;
 mod flow;
 mod keys;
 mod kick_topic;
@@ -73,10 +74,12 @@ use crate::job::{Job, JobId, JobState, UnixMillis};
 use crate::store::{EVENT_CHANNEL_CAPACITY, StoreError, StoreEvent, StoreResult};
 use coalesce::Coalescer;
 use conn::{Call, Conn};
+use finishing::Finishing;
 use push::{PushReply, PushRequest};
 use read_ahead::ReadAhead;
 use record::unexpected;
 use redis::Value;
+use remove::Removal;
 use reserve::ReserveRequest;
 use scripts::Function;
 use seq::Stamps;
@@ -144,7 +147,10 @@ struct Inner {
     subscriber: JoinHandle<()>,
     /// Concurrent pushes and removes joined into shared round trips (`coalesce.rs`).
     pushes: Coalescer<PushRequest, PushReply>,
-    removes: Coalescer<Vec<JobId>, StoreResult<Vec<StoreResult<JobState>>>>,
+    removes: Coalescer<Vec<Removal>, StoreResult<Vec<StoreResult<JobState>>>>,
+    /// Jobs this instance handed out, and finishes answered before Redis ran them
+    /// (`finishing.rs`).
+    finishing: Finishing,
     /// Concurrent reserves on a one-shard server, joined the same way.
     reserves: Coalescer<ReserveRequest, StoreResult<Vec<Job>>>,
     /// What busy reserve batches on a one-shard server reserved ahead (`read_ahead.rs`).
@@ -277,6 +283,7 @@ impl RedisStore {
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
             sweeper: tokio::spawn(reserve::sweep(weak.clone(), read_ahead.clone())),
             read_ahead,
+            finishing: Finishing::default(),
             conn,
             shards,
             channel,
@@ -294,7 +301,7 @@ impl RedisStore {
             ),
             removes: joined(
                 weak,
-                |ids: &Vec<JobId>| ids.len(),
+                |jobs: &Vec<Removal>| jobs.len(),
                 |s, b, _| async move { remove::run_batch(&s, &b).await },
             ),
             reserves: joined(
@@ -375,6 +382,7 @@ impl Calls {
     /// Gives back every job the read-ahead holds (`read_ahead.rs`).
     pub(in crate::store) async fn stop(store: &RedisStore) {
         reserve::give_back(store, store.inner.read_ahead.expired(true)).await;
+        store.inner.finishing.settle_all().await;
     }
 
     pub(in crate::store) async fn ping(store: &RedisStore) -> StoreResult<()> {

@@ -71,6 +71,12 @@ async fn submit(
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
+    // A job of this id finished a moment ago is removed before this one arrives.
+    store
+        .inner
+        .finishing
+        .settle(jobs.iter().map(|j| &j.id))
+        .await;
     let seq = store.stamp(now, jobs.len() as u64);
     let request = PushRequest {
         jobs,

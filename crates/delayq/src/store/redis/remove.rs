@@ -1,11 +1,13 @@
 //! `finish`, `finish_batch` and `delete` on Redis: all remove jobs whatever their state,
 //! through the `remove` function. Concurrent calls are joined (`coalesce.rs`) and each batch is one
-//! pipeline with one call per shard, its ids in order.
+//! pipeline with one call per shard, its ids in order. The finish of a job this instance handed
+//! out is answered at once and its removal runs after (`finishing.rs`).
 //!
 //! It decides nothing about the jobs: `remove.lua` reports each one's state (or that it is
 //! missing or does not decode).
 
 use super::conn::Call;
+use super::finishing::Early;
 use super::keys::shard_of;
 use super::record::{corrupt_record, per_item, state_from_code, string, unexpected};
 use super::scripts::{Function, Memory};
@@ -23,12 +25,24 @@ pub(super) static FUNCTIONS: [&Function; 1] = [&REMOVE];
 
 type Removed = StoreResult<Vec<StoreResult<JobState>>>;
 
+/// One job to remove: its id and, for an early finish, the push stamp the record must have
+/// (`remove.lua`).
+pub(super) type Removal = (JobId, Option<u64>);
+
 impl Calls {
+    /// A job this instance handed out is answered as reserved at once, and removed by a task
+    /// ([`finish_later`]); any other waits for Redis.
     pub(in crate::store) async fn finish(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
+        if let Some(early) = store.inner.finishing.early(id) {
+            tokio::spawn(finish_later(store.clone(), id.clone(), early));
+            return Ok(JobState::Reserved);
+        }
+        store.inner.finishing.settle([id]).await;
         remove(store, id).await
     }
 
     pub(in crate::store) async fn delete(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
+        store.inner.finishing.settle([id]).await;
         remove(store, id).await
     }
 
@@ -36,32 +50,52 @@ impl Calls {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        remove_many(store, ids.to_vec()).await
+        store.inner.finishing.settle(ids).await;
+        remove_many(store, ids.iter().map(|id| (id.clone(), None)).collect()).await
     }
 }
 
 /// Removes one job.
 async fn remove(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
-    let mut out = remove_many(store, vec![id.clone()]).await?;
+    let mut out = remove_many(store, vec![(id.clone(), None)]).await?;
     out.pop().ok_or_else(|| unexpected(&Value::Nil))?
 }
 
-/// Removes ids in order, joined with concurrent removes (`coalesce.rs`). A job the read-ahead
+/// The removal of a finish answered early: the job with that push stamp only. A failure is
+/// logged: the job stays reserved and is delivered again when its TTR ends.
+async fn finish_later(store: RedisStore, id: JobId, (seq, done): Early) {
+    // Not found: the job is gone or was pushed again since, as the finish wanted.
+    let failed = match remove_many(&store, vec![(id.clone(), Some(seq))]).await {
+        Ok(mut states) => states.pop().and_then(|s| s.err()),
+        Err(e) => Some(e),
+    };
+    if let Some(e) = failed.filter(|e| *e != StoreError::NotFound) {
+        tracing::warn!(
+            job_id = %id,
+            error = %e,
+            "a finish answered before Redis ran it was not run; the job is delivered again when its TTR ends"
+        );
+    }
+    store.inner.finishing.done(&id, done);
+}
+
+/// Removes jobs in order, joined with concurrent removes (`coalesce.rs`). A job the read-ahead
 /// holds (`read_ahead.rs`) is no longer held: it is removed as it is.
-async fn remove_many(store: &RedisStore, ids: Vec<JobId>) -> Removed {
+async fn remove_many(store: &RedisStore, jobs: Vec<Removal>) -> Removed {
+    let ids: Vec<JobId> = jobs.iter().map(|(id, _)| id.clone()).collect();
     store.inner.read_ahead.forget(&ids);
     store
         .inner
         .removes
-        .call(ids)
+        .call(jobs)
         .await
         .unwrap_or_else(|| Err(gone()))
 }
 
 /// Removes the ids of a batch of requests (from concurrent callers) in one pipeline: one
 /// remove function call per shard with its ids in order; one answer per id.
-pub(super) async fn run_batch(store: &RedisStore, requests: &[Vec<JobId>]) -> Vec<Removed> {
-    let ids: Vec<&JobId> = requests.iter().flatten().collect();
+pub(super) async fn run_batch(store: &RedisStore, requests: &[Vec<Removal>]) -> Vec<Removed> {
+    let ids: Vec<&Removal> = requests.iter().flatten().collect();
     let mut flat = remove_flat(store, &ids).await;
     let mut out = Vec::with_capacity(requests.len());
     for r in requests.iter().rev() {
@@ -81,9 +115,9 @@ pub(super) async fn run_batch(store: &RedisStore, requests: &[Vec<JobId>]) -> Ve
     out
 }
 
-async fn remove_flat(store: &RedisStore, ids: &[&JobId]) -> Vec<StoreResult<JobState>> {
+async fn remove_flat(store: &RedisStore, ids: &[&Removal]) -> Vec<StoreResult<JobState>> {
     let mut by_shard: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-    for (i, id) in ids.iter().enumerate() {
+    for (i, (id, _)) in ids.iter().enumerate() {
         by_shard
             .entry(shard_of(id.as_str(), store.shard_count()))
             .or_default()
@@ -95,7 +129,10 @@ async fn remove_flat(store: &RedisStore, ids: &[&JobId]) -> Vec<StoreResult<JobS
             let keys = &store.inner.shards[usize::from(shard)];
             let mut call = store.shard_fcall(&REMOVE, keys, 0);
             for &i in idxs {
-                call = call.arg(ids[i].as_str());
+                let (id, seq) = ids[i];
+                call = call
+                    .arg(id.as_str())
+                    .arg(seq.map(|s| s.to_string()).unwrap_or_default());
             }
             call
         })
@@ -113,7 +150,7 @@ async fn remove_flat(store: &RedisStore, ids: &[&JobId]) -> Vec<StoreResult<JobS
                 Ok(a) => match &a[k] {
                     Value::Nil => Err(StoreError::NotFound),
                     v => match string(v) {
-                        Ok("k") => Err(corrupt_record(ids[i])),
+                        Ok("k") => Err(corrupt_record(&ids[i].0)),
                         Ok(code) => state_from_code(code),
                         Err(e) => Err(e),
                     },

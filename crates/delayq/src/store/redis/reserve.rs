@@ -56,128 +56,142 @@ impl Calls {
     /// jobs; a topic none of whose chosen jobs came out (held back by its flow control, or
     /// taken by another consumer) is left out of the next rounds, so its jobs do not hide the
     /// other topics'.
+    /// The jobs handed out are remembered, so that their finish is answered at once
+    /// (`finishing.rs`).
     pub(in crate::store) async fn reserve(
         store: &RedisStore,
         topics: &[Topic],
         max: usize,
         now: UnixMillis,
     ) -> StoreResult<Vec<Job>> {
-        if topics.is_empty() || max == 0 {
-            return Ok(Vec::new());
-        }
-        if store.inner.shards.len() == 1 {
-            // First what a busy batch reserved ahead for these topics (`read_ahead.rs`), then
-            // the rest joined with the reserves running at the same moment (group commit; a
-            // lone one, e.g. the dispatcher serving its waiters, which batches by itself, runs
-            // at once), then jobs of these topics held for other topic lists.
-            let mut out = store.inner.read_ahead.take(topics, max);
-            if out.len() == max {
-                return Ok(out);
-            }
-            let request = ReserveRequest {
-                topics: topics.to_vec(),
-                max: max - out.len(),
-                now,
-            };
-            let more = store
-                .inner
-                .reserves
-                .call(request)
-                .await
-                .unwrap_or_else(|| Err(gone()));
-            return match more {
-                Ok(more) => {
-                    out.extend(more);
-                    if out.len() < max {
-                        let left = max - out.len();
-                        out.extend(store.inner.read_ahead.take_matching(topics, left));
-                    }
-                    Ok(out)
-                }
-                // Jobs already taken from the read-ahead are handed out: the error shows on
-                // the next call.
-                Err(_) if !out.is_empty() => Ok(out),
-                Err(e) => Err(e),
-            };
-        }
-        let mut out: Vec<Job> = Vec::new();
-        let mut idle = 0;
-        // The topics still asked for: one whose peeked jobs all stayed ready (its flow control
-        // held them back, or other consumers were first) is left out of the next rounds, so
-        // its heads do not hide the other topics' jobs.
-        let mut live: Vec<Topic> = topics.to_vec();
-        while out.len() < max && !live.is_empty() {
-            let want = max - out.len();
-            let heads = peek_ready(store, &live, want, now).await?;
-            if heads.is_empty() {
-                break;
-            }
-            // Per shard: how many of its jobs the peek chose, and of which topics (each shard
-            // is asked only for the topics it holds some of the best of, in the asked order).
-            let mut per_shard: BTreeMap<usize, (usize, Vec<bool>)> = BTreeMap::new();
-            let mut asked = vec![0usize; live.len()];
-            for (position, _, shard) in &heads {
-                let i = (*position - 1) as usize;
-                let (n, of) = per_shard
-                    .entry(*shard)
-                    .or_insert_with(|| (0, vec![false; live.len()]));
-                *n += 1;
-                of[i] = true;
-                asked[i] += 1;
-            }
-            let calls: Vec<Call> = per_shard
-                .iter()
-                .map(|(&shard, (n, of))| {
-                    let these: Vec<Topic> = live
-                        .iter()
-                        .zip(of)
-                        .filter(|(_, on)| **on)
-                        .map(|(t, _)| t.clone())
-                        .collect();
-                    reserve_call(store, shard, &these, *n, now)
-                })
-                .collect();
-            let mut got = 0;
-            let mut served = vec![false; live.len()];
-            for reply in store.inner.conn.fcall(&calls).await? {
-                let jobs = decode_reserved(&reply)?;
-                got += jobs.len();
-                for j in &jobs {
-                    let of_queue = |t: &Topic| {
-                        let (name, callback) = t.split_queue();
-                        name == j.spec.topic.as_str() && callback == j.spec.is_pushed()
-                    };
-                    if let Some(i) = live.iter().position(of_queue) {
-                        served[i] = true;
-                    }
-                }
-                out.extend(jobs);
-            }
-            if heads.len() < want && got == heads.len() {
-                // The peek saw everything that was ready, and we got all of it.
-                break;
-            }
-            let before = live.len();
-            let mut i = 0;
-            live.retain(|_| {
-                let keep = asked[i] == 0 || served[i];
-                i += 1;
-                keep
-            });
-            if live.len() < before {
-                continue;
-            }
-            if got == 0 {
-                idle += 1;
-                if idle >= RESERVE_IDLE_ROUNDS {
-                    break;
-                }
-            }
-        }
-        let position = |t: &Topic| topics.iter().position(|x| x == t).unwrap_or(usize::MAX);
-        out.sort_by_key(|j| (position(&j.spec.topic), j.ready_key()));
-        Ok(out)
+        let jobs = reserve(store, topics, max, now).await?;
+        store.inner.finishing.handed(&jobs, now);
+        Ok(jobs)
     }
+}
+
+/// [`Calls::reserve`]'s reservation.
+async fn reserve(
+    store: &RedisStore,
+    topics: &[Topic],
+    max: usize,
+    now: UnixMillis,
+) -> StoreResult<Vec<Job>> {
+    if topics.is_empty() || max == 0 {
+        return Ok(Vec::new());
+    }
+    if store.inner.shards.len() == 1 {
+        // First what a busy batch reserved ahead for these topics (`read_ahead.rs`), then
+        // the rest joined with the reserves running at the same moment (group commit; a
+        // lone one, e.g. the dispatcher serving its waiters, which batches by itself, runs
+        // at once), then jobs of these topics held for other topic lists.
+        let mut out = store.inner.read_ahead.take(topics, max);
+        if out.len() == max {
+            return Ok(out);
+        }
+        let request = ReserveRequest {
+            topics: topics.to_vec(),
+            max: max - out.len(),
+            now,
+        };
+        let more = store
+            .inner
+            .reserves
+            .call(request)
+            .await
+            .unwrap_or_else(|| Err(gone()));
+        return match more {
+            Ok(more) => {
+                out.extend(more);
+                if out.len() < max {
+                    let left = max - out.len();
+                    out.extend(store.inner.read_ahead.take_matching(topics, left));
+                }
+                Ok(out)
+            }
+            // Jobs already taken from the read-ahead are handed out: the error shows on
+            // the next call.
+            Err(_) if !out.is_empty() => Ok(out),
+            Err(e) => Err(e),
+        };
+    }
+    let mut out: Vec<Job> = Vec::new();
+    let mut idle = 0;
+    // The topics still asked for: one whose peeked jobs all stayed ready (its flow control
+    // held them back, or other consumers were first) is left out of the next rounds, so
+    // its heads do not hide the other topics' jobs.
+    let mut live: Vec<Topic> = topics.to_vec();
+    while out.len() < max && !live.is_empty() {
+        let want = max - out.len();
+        let heads = peek_ready(store, &live, want, now).await?;
+        if heads.is_empty() {
+            break;
+        }
+        // Per shard: how many of its jobs the peek chose, and of which topics (each shard
+        // is asked only for the topics it holds some of the best of, in the asked order).
+        let mut per_shard: BTreeMap<usize, (usize, Vec<bool>)> = BTreeMap::new();
+        let mut asked = vec![0usize; live.len()];
+        for (position, _, shard) in &heads {
+            let i = (*position - 1) as usize;
+            let (n, of) = per_shard
+                .entry(*shard)
+                .or_insert_with(|| (0, vec![false; live.len()]));
+            *n += 1;
+            of[i] = true;
+            asked[i] += 1;
+        }
+        let calls: Vec<Call> = per_shard
+            .iter()
+            .map(|(&shard, (n, of))| {
+                let these: Vec<Topic> = live
+                    .iter()
+                    .zip(of)
+                    .filter(|(_, on)| **on)
+                    .map(|(t, _)| t.clone())
+                    .collect();
+                reserve_call(store, shard, &these, *n, now)
+            })
+            .collect();
+        let mut got = 0;
+        let mut served = vec![false; live.len()];
+        for reply in store.inner.conn.fcall(&calls).await? {
+            let jobs = decode_reserved(&reply)?;
+            got += jobs.len();
+            for j in &jobs {
+                let of_queue = |t: &Topic| {
+                    let (name, callback) = t.split_queue();
+                    name == j.spec.topic.as_str() && callback == j.spec.is_pushed()
+                };
+                if let Some(i) = live.iter().position(of_queue) {
+                    served[i] = true;
+                }
+            }
+            out.extend(jobs);
+        }
+        if heads.len() < want && got == heads.len() {
+            // The peek saw everything that was ready, and we got all of it.
+            break;
+        }
+        let before = live.len();
+        let mut i = 0;
+        live.retain(|_| {
+            let keep = asked[i] == 0 || served[i];
+            i += 1;
+            keep
+        });
+        if live.len() < before {
+            continue;
+        }
+        if got == 0 {
+            idle += 1;
+            if idle >= RESERVE_IDLE_ROUNDS {
+                break;
+            }
+        }
+    }
+    let position = |t: &Topic| topics.iter().position(|x| x == t).unwrap_or(usize::MAX);
+    out.sort_by_key(|j| (position(&j.spec.topic), j.ready_key()));
+    Ok(out)
 }
 
 /// Reserves for a batch of requests (from concurrent callers) on a one-shard server, in one

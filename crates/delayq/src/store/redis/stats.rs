@@ -12,6 +12,8 @@ impl Calls {
     /// first it is that window's score, the earliest run_at ever pushed into it: exact unless that
     /// job has since been deleted or moved, then a lower bound (lib.lua).
     pub(in crate::store) async fn stats(store: &RedisStore) -> StoreResult<Stats> {
+        // Finishes this instance answered have run (`finishing.rs`).
+        store.inner.finishing.settle_all().await;
         let mut pipe = redis::pipe();
         for k in &store.inner.shards {
             pipe.cmd("HGETALL").arg(&k.counts);

@@ -18,6 +18,7 @@ use support::redis_server::RedisServer;
 use tokio::sync::broadcast;
 
 mod ahead;
+mod early_finish;
 mod instances;
 mod layout;
 mod memory;

@@ -1,0 +1,149 @@
+//! Finishes answered before Redis has run them (store/redis/finishing.rs): the instance that
+//! answered behaves as if the finish had run, a job pushed again with the same id is never
+//! taken by the removal, `stop` runs every finish it answered, and a finish of a job this
+//! instance did not hand out answers the state Redis found.
+
+use super::*;
+
+/// `n` ready jobs `j0..` of topic `t`, pushed through `s`.
+async fn push_ready(s: &RedisStore, n: usize) {
+    let jobs = (0..n)
+        .map(|i| job("t", &format!("j{i}"), "v1", NOW))
+        .collect();
+    for out in s.push_batch(jobs, PushMode::Reject, NOW).await.unwrap() {
+        assert_eq!(out, Ok(PushOutcome::Created));
+    }
+}
+
+/// Reserves one job of `t` through `s`.
+async fn reserve_one(s: &RedisStore) -> JobId {
+    let got = s.reserve(&[topic("t")], 1, NOW).await.unwrap();
+    assert_eq!(got.len(), 1, "a job to reserve");
+    got[0].spec.id.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_is_gone_for_every_next_call_of_the_instance() {
+    let server = RedisServer::start();
+    let s = store(&server, "dq", 1).await;
+    let n = 300;
+    push_ready(&s, n).await;
+
+    for i in 0..n {
+        let id = reserve_one(&s).await;
+        assert_eq!(s.finish(&id).await, Ok(JobState::Reserved));
+        // Each kind of next call, in turn, right after the answer.
+        match i % 4 {
+            0 => assert_eq!(s.get(&id).await.map(drop), Err(StoreError::NotFound)),
+            1 => assert_eq!(s.delete(&id).await, Err(StoreError::NotFound)),
+            2 => assert_eq!(s.touch(&id, NOW).await.map(drop), Err(StoreError::NotFound)),
+            _ => {
+                let stats = s.stats().await.unwrap();
+                let reserved = stats.topics.get(&topic("t")).map_or(0, |c| c.reserved);
+                assert_eq!(reserved, 0, "after finishing {id}");
+            }
+        }
+    }
+    let left = s.stats().await.unwrap();
+    assert_eq!(left.topics.get(&topic("t")).map_or(0, |c| c.total()), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_pushed_again_right_after_its_finish_is_kept() {
+    let server = RedisServer::start();
+    let a = store(&server, "dq", 1).await;
+    let b = store(&server, "dq", 1).await;
+    let n = 200;
+    push_ready(&a, n).await;
+
+    let mut again = Vec::new();
+    for i in 0..n {
+        let id = reserve_one(&a).await;
+        assert_eq!(a.finish(&id).await, Ok(JobState::Reserved));
+        // Half through the same instance, half through another one, whose push may reach
+        // Redis before the removal does.
+        let by = if i % 2 == 0 { &a } else { &b };
+        let pushed = by
+            .push_batch(
+                vec![job("t", id.as_str(), "v2", NOW + 60_000)],
+                PushMode::Replace,
+                NOW,
+            )
+            .await
+            .unwrap();
+        assert!(pushed[0].is_ok(), "{id}: {pushed:?}");
+        again.push(id);
+    }
+    a.stop().await;
+    for id in &again {
+        let j = b.get(id).await.unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert_eq!(
+            (j.state, j.spec.body.as_str()),
+            (JobState::Delayed, "v2"),
+            "{id}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_runs_every_finish_it_answered() {
+    let server = RedisServer::start();
+    let a = store(&server, "dq", 1).await;
+    let other = store(&server, "dq", 1).await;
+    let n = 500;
+    push_ready(&a, n).await;
+
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let a = a.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..n / 10 {
+                let id = reserve_one(&a).await;
+                assert_eq!(a.finish(&id).await, Ok(JobState::Reserved));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    a.stop().await;
+    let left = other.stats().await.unwrap();
+    assert_eq!(left.topics.get(&topic("t")).map_or(0, |c| c.total()), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_of_a_job_not_handed_out_here_answers_the_state_it_found() {
+    let server = RedisServer::start();
+    let a = store(&server, "dq", 1).await;
+    let b = store(&server, "dq", 1).await;
+    push_ready(&a, 2).await;
+    a.push_batch(
+        vec![job("t", "later", "", NOW + 60_000)],
+        PushMode::Reject,
+        NOW,
+    )
+    .await
+    .unwrap();
+
+    // Reserved through the other instance: this one waits for Redis, which removes it.
+    let theirs = reserve_one(&b).await;
+    assert_eq!(a.finish(&theirs).await, Ok(JobState::Reserved));
+    assert_eq!(b.get(&theirs).await.map(drop), Err(StoreError::NotFound));
+    assert_eq!(a.finish(&id("later")).await, Ok(JobState::Delayed));
+    let ready = if theirs.as_str() == "j0" { "j1" } else { "j0" };
+    assert_eq!(a.finish(&id(ready)).await, Ok(JobState::Ready));
+    // Handed out here, then released: the release named it, so its finish waits for Redis and
+    // finds it ready again.
+    push_ready_one(&a, "k").await;
+    let k = reserve_one(&a).await;
+    a.release(&k, Some(0), NOW).await.unwrap();
+    assert_eq!(a.finish(&k).await, Ok(JobState::Ready));
+}
+
+async fn push_ready_one(s: &RedisStore, name: &str) {
+    let out = s
+        .push_batch(vec![job("t", name, "", NOW)], PushMode::Reject, NOW)
+        .await
+        .unwrap();
+    assert_eq!(out, vec![Ok(PushOutcome::Created)]);
+}
