@@ -4,6 +4,7 @@
 //! instance did not hand out answers the state Redis found.
 
 use super::*;
+use delayq::store::TopicCounts;
 
 /// `n` ready jobs `j0..` of topic `t`, pushed through `s`.
 async fn push_ready(s: &RedisStore, n: usize) {
@@ -13,6 +14,12 @@ async fn push_ready(s: &RedisStore, n: usize) {
     for out in s.push_batch(jobs, PushMode::Reject, NOW).await.unwrap() {
         assert_eq!(out, Ok(PushOutcome::Created));
     }
+}
+
+/// Topic `t`'s counts as `s` sees them.
+async fn counts(s: &RedisStore) -> TopicCounts {
+    let stats = s.stats().await.unwrap();
+    stats.topics.get(&topic("t")).copied().unwrap_or_default()
 }
 
 /// Reserves one job of `t` through `s`.
@@ -37,15 +44,10 @@ async fn a_finished_job_is_gone_for_every_next_call_of_the_instance() {
             0 => assert_eq!(s.get(&id).await.map(drop), Err(StoreError::NotFound)),
             1 => assert_eq!(s.delete(&id).await, Err(StoreError::NotFound)),
             2 => assert_eq!(s.touch(&id, NOW).await.map(drop), Err(StoreError::NotFound)),
-            _ => {
-                let stats = s.stats().await.unwrap();
-                let reserved = stats.topics.get(&topic("t")).map_or(0, |c| c.reserved);
-                assert_eq!(reserved, 0, "after finishing {id}");
-            }
+            _ => assert_eq!(counts(&s).await.reserved, 0, "after finishing {id}"),
         }
     }
-    let left = s.stats().await.unwrap();
-    assert_eq!(left.topics.get(&topic("t")).map_or(0, |c| c.total()), 0);
+    assert_eq!(counts(&s).await.total(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,8 +109,7 @@ async fn stop_runs_every_finish_it_answered() {
         t.await.unwrap();
     }
     a.stop().await;
-    let left = other.stats().await.unwrap();
-    assert_eq!(left.topics.get(&topic("t")).map_or(0, |c| c.total()), 0);
+    assert_eq!(counts(&other).await.total(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
