@@ -15,11 +15,15 @@
 //! What a user sees stays as if the finish had run when it was answered, on this instance:
 //! - every call of this instance that names a job ([`Finishing::settle`]: push, get, the
 //!   by-id transitions, a second finish or a delete) waits for that job's removal in flight,
-//!   and every read over many jobs (stats, listings, the schedule chart:
+//!   and every read over many jobs (stats, listings:
 //!   [`Finishing::settle_all`]) for all of them; `stop` waits for them all;
 //! - the removal takes away only the job it was answered for: it names the job's push stamp
 //!   (`seq`), and a record with another stamp (the id pushed again, by this instance after
 //!   the wait or by another one meanwhile) is left alone (`remove.lua`).
+//!
+//! While removals fail with Redis unreachable ([`Finishing::reached`]), no finish is answered
+//! early: each waits for Redis and fails as any other call does, so a consumer learns that its
+//! finish did not arrive, as before.
 //!
 //! Another instance sees the job for about one more round trip: its listings and stats may
 //! still count it as reserved, and a push there with the same id in reject mode may find it.
@@ -27,8 +31,9 @@
 //! its TTR ends.
 
 use crate::job::{Job, JobId, UnixMillis};
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::watch;
 
 /// Most jobs remembered as handed out: beyond it (consumers that never finish, say) a finish
@@ -39,6 +44,8 @@ const MAX_HANDED: usize = 65_536;
 #[derive(Default)]
 pub(super) struct Finishing {
     state: Mutex<State>,
+    /// The last removal could not reach Redis: finishes wait for Redis until one does.
+    unreachable: AtomicBool,
 }
 
 #[derive(Default)]
@@ -82,11 +89,20 @@ impl Finishing {
     /// it is taken off the handed jobs and marked in flight, and the caller may answer at once
     /// and remove it in the background; else `None`.
     pub fn early(&self, id: &JobId) -> Option<Early> {
+        if self.unreachable.load(Ordering::Relaxed) {
+            return None;
+        }
         let mut st = self.lock();
         let (seq, _) = st.handed.remove(id)?;
         let (tx, rx) = watch::channel(());
         st.in_flight.insert(id.clone(), rx);
         Some((seq, tx))
+    }
+
+    /// Whether a removal reached Redis (answered, whatever it found) or could not: while the
+    /// last one could not, no finish is answered early.
+    pub fn reached(&self, reached: bool) {
+        self.unreachable.store(!reached, Ordering::Relaxed);
     }
 
     /// The removal of an early finish has run (or failed): the calls waiting on it go on.

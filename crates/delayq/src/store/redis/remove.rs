@@ -84,12 +84,20 @@ async fn finish_later(store: RedisStore, id: JobId, (seq, done): Early) {
 async fn remove_many(store: &RedisStore, jobs: Vec<Removal>) -> Removed {
     let ids: Vec<JobId> = jobs.iter().map(|(id, _)| id.clone()).collect();
     store.inner.read_ahead.forget(&ids);
-    store
+    let removed = store
         .inner
         .removes
         .call(jobs)
         .await
-        .unwrap_or_else(|| Err(gone()))
+        .unwrap_or_else(|| Err(gone()));
+    let unreachable = match &removed {
+        Err(e) => matches!(e, StoreError::Unavailable(_)),
+        Ok(states) => states
+            .iter()
+            .any(|s| matches!(s, Err(StoreError::Unavailable(_)))),
+    };
+    store.inner.finishing.reached(!unreachable);
+    removed
 }
 
 /// Removes the ids of a batch of requests (from concurrent callers) in one pipeline: one

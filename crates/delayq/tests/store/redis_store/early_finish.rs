@@ -148,3 +148,59 @@ async fn push_ready_one(s: &RedisStore, name: &str) {
         .unwrap();
     assert_eq!(out, vec![Ok(PushOutcome::Created)]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_unreachable_finishes_fail_as_every_call_does() {
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let s = store(&server, "dq", 1).await;
+    let n = 20;
+    push_ready(&s, n).await;
+    let mut handed = Vec::new();
+    for _ in 0..n {
+        handed.push(reserve_one(&s).await);
+    }
+
+    server.stop();
+    // The finishes answered before a removal found Redis gone are undone (their jobs come back
+    // after their TTR); from then on each one fails.
+    let mut left = handed.into_iter();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let id = left
+            .next()
+            .expect("a finish that fails while Redis is down");
+        if matches!(s.finish(&id).await, Err(StoreError::Unavailable(_))) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "finishes still answered early");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let later: Vec<JobId> = left.collect();
+    let (failing, after) = later.split_at(later.len() / 2);
+    for id in failing {
+        assert!(
+            matches!(s.finish(id).await, Err(StoreError::Unavailable(_))),
+            "{id}"
+        );
+    }
+
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.ping().await.is_err() {
+        assert!(Instant::now() < deadline, "store did not recover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The first finish after the outage waits for Redis; once one reached it, they are
+    // answered at once again, and every one is done.
+    for id in after {
+        assert_eq!(s.finish(id).await, Ok(JobState::Reserved), "{id}");
+    }
+    for id in after.iter().chain(failing) {
+        let expect = if after.contains(id) {
+            Err(StoreError::NotFound)
+        } else {
+            Ok(JobState::Reserved)
+        };
+        assert_eq!(s.get(id).await.map(|j| j.state), expect, "{id}");
+    }
+}
