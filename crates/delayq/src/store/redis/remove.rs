@@ -80,22 +80,25 @@ async fn finish_later(store: RedisStore, id: JobId, (seq, done): Early) {
 }
 
 /// Removes jobs in order, joined with concurrent removes (`coalesce.rs`). A job the read-ahead
-/// holds (`read_ahead.rs`) is no longer held: it is removed as it is.
+/// holds (`read_ahead.rs`) is no longer held: it is removed as it is (an early finish's job was
+/// handed out, so none is held).
 async fn remove_many(store: &RedisStore, jobs: Vec<Removal>) -> Removed {
-    let ids: Vec<JobId> = jobs.iter().map(|(id, _)| id.clone()).collect();
-    store.inner.read_ahead.forget(&ids);
+    let ids: Vec<JobId> = jobs
+        .iter()
+        .filter(|(_, seq)| seq.is_none())
+        .map(|(id, _)| id.clone())
+        .collect();
+    if !ids.is_empty() {
+        store.inner.read_ahead.forget(&ids);
+    }
     let removed = store
         .inner
         .removes
         .call(jobs)
         .await
         .unwrap_or_else(|| Err(gone()));
-    let unreachable = match &removed {
-        Err(e) => matches!(e, StoreError::Unavailable(_)),
-        Ok(states) => states
-            .iter()
-            .any(|s| matches!(s, Err(StoreError::Unavailable(_)))),
-    };
+    // A request Redis could not be asked fails as a whole (`run_batch`).
+    let unreachable = matches!(removed, Err(StoreError::Unavailable(_)));
     store.inner.finishing.reached(!unreachable);
     removed
 }
