@@ -74,7 +74,7 @@ print(f"{bin_}: lateness p50 {m.get('lateness_p50_ms')} ms, p99 {m.get('lateness
       f"5 s: delayq {d} ticks, redis-server {r}, load generator {b}, machine idle {idle} %")
 PY
   kill "$dpid"; wait "$dpid" 2>/dev/null || true
-  [ -n "$rpid" ] && { kill "$rpid"; wait "$rpid" 2>/dev/null || true; }
+  if [ -n "$rpid" ]; then kill "$rpid"; wait "$rpid" 2>/dev/null || true; fi
 }
 
 echo "W3 at $RATE/s for $DURATION s on $STORE, $ROUNDS rounds; $(nproc) cores; $(date -u +%FT%TZ)"

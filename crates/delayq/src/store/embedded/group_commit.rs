@@ -6,10 +6,10 @@
 //! the lock. The writer thread takes everything queued (up to [`MAX_CHANGES_PER_COMMIT`]
 //! changes), appends the last state of each job it touches to the write-ahead log as one frame
 //! (`wal.rs`), `fdatasync`s it, and only then answers every commit in the batch and publishes
-//! their events, in queue order; then it takes what was queued meanwhile, until nothing is.
-//! So the requests in flight share each fsync, the next fsync starts as soon as the last one
-//! ends, and no request's task blocks on the disk. An acknowledged commit wakes the writer
-//! only when it is idle.
+//! their events, in queue order; then it takes what was queued meanwhile, as long as an
+//! acknowledged commit is among it. So the requests in flight share each fsync, the next
+//! fsync starts as soon as the last one ends, and no request's task blocks on the disk. An
+//! acknowledged commit wakes the writer only when it is idle.
 //!
 //! The writer also does what no request waits for: every [`HOUSEKEEPING_EVERY`] it writes
 //! and syncs lazy commits left queued and starts a checkpoint that is due; and when the store
@@ -25,11 +25,14 @@
 //! Opening the store replays whatever logs are left (`embedded.rs`).
 //!
 //! **Lazy commits** (the timer's passes: promotions and TTR expiries, which a restart redoes by
-//! itself) have no acknowledgement and no events to hold back, and do not wake the writer.
-//! They wait in the queue for the next batch, whose fsync covers them, as every commit queued
-//! before an acknowledged one; so an acknowledged transition still never depends on an
-//! unwritten one, and a crash loses at most timer work that is redone. When no request comes,
-//! the writer takes them within [`HOUSEKEEPING_EVERY`]; stopping the store checkpoints
+//! itself; and reservations, touches and finishes of reserved jobs, `CommitMode::Lazy`) have
+//! no acknowledgement and no events to hold back, and do not wake the writer. They wait in the
+//! queue for the next acknowledged commit, whose fsync covers them, as every commit queued
+//! before it; so an acknowledged transition still never depends on an unwritten one, and a
+//! crash loses at most timer work that is redone or a reservation or finish whose job is
+//! delivered again. No fsync is made for lazy commits alone while requests come (one would
+//! delay the next push by up to a whole fsync); when none comes, the writer takes them within
+//! [`HOUSEKEEPING_EVERY`]; stopping the store checkpoints
 //! everything, so a graceful stop leaves nothing to redo (`embedded_store.rs` checks that).
 //!
 //! After a failed commit or checkpoint the store never writes again: later commits may depend
@@ -47,7 +50,7 @@ use redb::{Database, Durability, TableDefinition};
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -103,6 +106,15 @@ enum Value {
 
 /// Changes logged since the last checkpoint: each job's last state (`None`: removed).
 type Changes = HashMap<String, Option<Vec<u8>>>;
+
+/// How far [`GroupCommit::write_queued`] goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Drain {
+    /// Until no acknowledged commit was queued since its last batch.
+    Acknowledged,
+    /// Until nothing is queued (the store is stopping).
+    All,
+}
 
 /// What a log rotation is followed by.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -168,6 +180,8 @@ pub struct GroupCommit {
     failure: Failure,
     /// Makes the next commit fail as if the disk had refused it (tests of the failure path).
     pub inject_failure: AtomicBool,
+    /// Log syncs made so far (what the tests count).
+    syncs: AtomicU64,
     events: broadcast::Sender<StoreEvent>,
     /// The redb file (for messages) and the data directory (for the logs).
     file: PathBuf,
@@ -243,6 +257,7 @@ impl GroupCommit {
             wake: Condvar::new(),
             failure,
             inject_failure: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
             events,
             file,
             dir,
@@ -262,6 +277,12 @@ impl GroupCommit {
                 .map_err(|e| StoreError::unavailable("cannot start the embedded store writer", e))?
         };
         Ok((group, writer))
+    }
+
+    /// How many times the writer has synced the log.
+    #[cfg(test)]
+    fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// Whether the store still takes calls.
@@ -328,9 +349,21 @@ impl GroupCommit {
         Ok(self.queue_acknowledged(&mut q, Vec::new(), Vec::new(), Some(req)))
     }
 
-    /// Writes batches until nothing is queued.
-    fn write_queued(&self, io: &mut Io) {
+    /// Writes what is queued, then again while acknowledged commits were queued meanwhile
+    /// ([`Drain::Acknowledged`]: lazy commits queued alone wait for the next acknowledged one or
+    /// the housekeeping, so an fsync nobody waits for never delays one somebody does) or until
+    /// nothing is queued ([`Drain::All`]).
+    fn write_queued(&self, io: &mut Io, drain: Drain) {
+        let mut first = true;
         loop {
+            if !first && drain == Drain::Acknowledged {
+                let mut q = lock(&self.queue);
+                if !q.wanted {
+                    return;
+                }
+                q.wanted = false;
+            }
+            first = false;
             let batch = self.take_batch();
             if batch.is_empty() {
                 return;
@@ -467,6 +500,7 @@ impl GroupCommit {
             .collect();
         log.append(&entries)?;
         log.sync()?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
         io.changes.extend(entries);
         Ok(())
     }
@@ -573,14 +607,14 @@ impl GroupCommit {
             q.wanted = false;
             q.writing = true;
             drop(q);
-            self.write_queued(&mut io);
+            self.write_queued(&mut io, Drain::Acknowledged);
             self.checkpoint_if_due(&mut io);
             q = lock(&self.queue);
             q.writing = false;
         }
         // Stopping: commits are refused now, so what is queued is the last.
         drop(q);
-        self.write_queued(&mut io);
+        self.write_queued(&mut io, Drain::All);
         if self.failure.get().is_none() {
             self.rotate(&mut io, Rotation::Last);
         }
@@ -751,6 +785,67 @@ pub fn failed_error(reason: &Cause) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings_change(n: usize) -> Effects {
+        let topic = Topic::parse(format!("t{n}")).expect("a valid topic");
+        Effects {
+            changes: vec![Change::Settings(topic, TopicSettings::default())],
+            ..Effects::default()
+        }
+    }
+
+    #[test]
+    fn lazy_commits_are_synced_with_acknowledged_ones_and_never_alone_while_those_come() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let file = dir.path().join("delayq.redb");
+        let db = Database::create(&file).expect("a redb file");
+        let events = broadcast::channel(16).0;
+        let (group, writer) =
+            GroupCommit::start(db, file, dir.path().to_path_buf(), 1, events, None, None)
+                .expect("the group commit starts");
+        const ACKNOWLEDGED: u64 = 300;
+        let started = Instant::now();
+        let done = AtomicBool::new(false);
+        let lazy = std::thread::scope(|s| {
+            // Reservations and finishes: queued all along, waited for by nobody.
+            let lazy = s.spawn(|| {
+                let mut n = 0;
+                while !done.load(Ordering::Relaxed) {
+                    let ticket = group
+                        .commit(&mut settings_change(n), CommitMode::Lazy)
+                        .expect("queued");
+                    assert!(ticket.is_none(), "a lazy commit has no ticket");
+                    n += 1;
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                n
+            });
+            for n in 0..ACKNOWLEDGED as usize {
+                let ticket = group
+                    .commit(&mut settings_change(n), CommitMode::Acknowledged)
+                    .expect("queued")
+                    .expect("a ticket");
+                ticket
+                    .turn
+                    .blocking_recv()
+                    .expect("answered")
+                    .expect("durable");
+            }
+            done.store(true, Ordering::Relaxed);
+            lazy.join().expect("the lazy committer")
+        });
+        // One sync per acknowledged commit at most, plus the housekeeping's.
+        let housekeeping =
+            (started.elapsed().as_millis() / HOUSEKEEPING_EVERY.as_millis()) as u64 + 1;
+        let syncs = group.syncs();
+        assert!(lazy > 100, "the lazy committer ran ({lazy} commits)");
+        assert!(
+            syncs <= ACKNOWLEDGED + housekeeping,
+            "{syncs} syncs for {ACKNOWLEDGED} acknowledged and {lazy} lazy commits"
+        );
+        group.stop();
+        writer.join().expect("the writer stops");
+    }
 
     #[test]
     fn the_error_after_a_failed_commit_keeps_the_failure_s_source() {
