@@ -214,11 +214,7 @@ fn private_ca_and_server_cert(dir: &Path) {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    support::free_port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

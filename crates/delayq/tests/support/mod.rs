@@ -15,6 +15,26 @@ pub mod receiver;
 pub mod redis_cluster;
 pub mod redis_server;
 
+/// A loopback port nothing listens on now and that no other test of this binary was given:
+/// tests run side by side in one process, and two `bind(127.0.0.1:0)` in a row can return the
+/// same port, so each port is handed out once (a server given a port another already took
+/// fails to start, and its test would talk to the other's server).
+pub fn free_port() -> u16 {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("bind 127.0.0.1:0");
+        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+        if given.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
+}
+
 /// Where a `.ci/test-*` script keeps what it installs from the workspace's file `spec` (e.g.
 /// `.ci/test-requirements.txt`): `${XDG_CACHE_HOME:-$HOME/.cache}/delayq-ci/<name>-<first 12
 /// hex digits of the file's sha256>`, the path that script prints.

@@ -4,7 +4,6 @@
 //! stderr, or to a file with `start_logging_to` (for tests that make it log a lot on purpose).
 
 use std::fs::OpenOptions;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,10 +23,7 @@ pub struct DelayqProcess {
 
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
+    super::free_port()
 }
 
 impl DelayqProcess {

@@ -20,7 +20,6 @@
 use super::redis_server::{answers_as, read_log, redis_server_path, tool_path};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -309,9 +308,7 @@ fn start_node(server: &Path) -> Node {
 
 /// Two distinct loopback ports that were free a moment ago (client and cluster bus).
 fn free_ports() -> [u16; 2] {
-    let a = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    let b = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    [a, b].map(|l| l.local_addr().expect("local addr").port())
+    [super::free_port(), super::free_port()]
 }
 
 /// Whether a node is a master or a replica whose initial sync is done.

@@ -7,7 +7,7 @@
 //! install it. It never touches a shared Redis (such as one on port 6379).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -150,10 +150,7 @@ pub fn tool_path(name: &str) -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("find a free loopback port")
+    super::free_port()
 }
 
 fn spawn(bin: &Path, port: u16, dir: &Path, extra: &[String]) -> Child {

@@ -6,11 +6,7 @@ use super::*;
 
 #[tokio::test]
 async fn connect_fails_fast_when_redis_is_unreachable() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = support::free_port();
     let started = Instant::now();
     let r = RedisStore::connect(RedisOptions {
         target: RedisTarget::Server(format!("redis://127.0.0.1:{port}/")),
