@@ -50,7 +50,7 @@ use crate::store::{
     TopicSettings,
 };
 use cold::ColdStore;
-use group_commit::{FORMAT_VERSION_KEY, GroupCommit, JOBS, META, Ticket};
+use group_commit::{FORMAT_VERSION_KEY, GroupCommit, Intervals, JOBS, META, Ticket};
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageError,
 };
@@ -280,7 +280,7 @@ impl EmbeddedStore {
             generation,
             events.clone(),
             cold.clone(),
-            opts.checkpoint_every,
+            Intervals::checkpoint_every(opts.checkpoint_every),
         )?;
         tracing::info!(
             file = %file.display(),

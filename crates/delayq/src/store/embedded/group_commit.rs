@@ -189,12 +189,22 @@ pub struct GroupCommit {
     intervals: Intervals,
 }
 
-/// How often the writer checkpoints, at most ([`CHECKPOINT_EVERY`] unless the store was opened
-/// with another interval), and looks for work no request woke it for ([`HOUSEKEEPING_EVERY`]).
+/// How often the writer checkpoints, at most, and looks for work no request woke it for.
 #[derive(Clone, Copy)]
-struct Intervals {
+pub struct Intervals {
     checkpoint: Duration,
     housekeeping: Duration,
+}
+
+impl Intervals {
+    /// Checkpoints every `checkpoint` ([`CHECKPOINT_EVERY`] if `None`), housekeeping every
+    /// [`HOUSEKEEPING_EVERY`].
+    pub fn checkpoint_every(checkpoint: Option<Duration>) -> Intervals {
+        Intervals {
+            checkpoint: checkpoint.unwrap_or(CHECKPOINT_EVERY),
+            housekeeping: HOUSEKEEPING_EVERY,
+        }
+    }
 }
 
 /// What an acknowledged commit's caller holds until the commit is durable: the writer's
@@ -221,23 +231,6 @@ impl GroupCommit {
     /// returned. A log or checkpoint thread that cannot be made leaves the store failed
     /// (refusing every call), not unopened.
     pub fn start(
-        db: Database,
-        file: PathBuf,
-        dir: PathBuf,
-        generation: u64,
-        events: broadcast::Sender<StoreEvent>,
-        cold: Option<Arc<ColdStore>>,
-        checkpoint_every: Option<Duration>,
-    ) -> StoreResult<(Arc<GroupCommit>, JoinHandle<()>)> {
-        let intervals = Intervals {
-            checkpoint: checkpoint_every.unwrap_or(CHECKPOINT_EVERY),
-            housekeeping: HOUSEKEEPING_EVERY,
-        };
-        Self::start_with(db, file, dir, generation, events, cold, intervals)
-    }
-
-    /// [`GroupCommit::start`] with the writer's intervals given.
-    fn start_with(
         db: Database,
         file: PathBuf,
         dir: PathBuf,
@@ -827,7 +820,7 @@ mod tests {
             checkpoint: CHECKPOINT_EVERY,
             housekeeping: Duration::from_secs(24 * 3600),
         };
-        GroupCommit::start_with(db, file, dir.to_path_buf(), 1, events, None, intervals)
+        GroupCommit::start(db, file, dir.to_path_buf(), 1, events, None, intervals)
             .expect("the group commit starts")
     }
 
