@@ -6,6 +6,7 @@
 //! that reason (this build trusts the public web roots only, see README "Security").
 
 use crate::support;
+use support::free_port;
 
 use support::process::DelayqProcess;
 
@@ -211,10 +212,6 @@ fn private_ca_and_server_cert(dir: &Path) {
         "-out",
         "cert.pem",
     ]);
-}
-
-fn free_port() -> u16 {
-    support::free_port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,16 +20,15 @@ pub mod redis_server;
 /// same port, so each port is handed out once (a server given a port another already took
 /// fails to start, and its test would talk to the other's server).
 pub fn free_port() -> u16 {
-    use std::collections::HashSet;
+    use std::collections::BTreeSet;
     use std::sync::Mutex;
-    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     loop {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .expect("bind 127.0.0.1:0");
-        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-        if given.get_or_insert_with(HashSet::new).insert(port) {
+        if GIVEN.lock().unwrap_or_else(|p| p.into_inner()).insert(port) {
             return port;
         }
     }

@@ -21,10 +21,7 @@ pub struct DelayqProcess {
     dir: Option<PathBuf>,
 }
 
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    super::free_port()
-}
+pub use super::free_port;
 
 impl DelayqProcess {
     /// Starts `delayq serve --listen 127.0.0.1:<free port> <args>`.

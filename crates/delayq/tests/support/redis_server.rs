@@ -149,9 +149,7 @@ pub fn tool_path(name: &str) -> PathBuf {
         })
 }
 
-pub fn free_port() -> u16 {
-    super::free_port()
-}
+pub use super::free_port;
 
 fn spawn(bin: &Path, port: u16, dir: &Path, extra: &[String]) -> Child {
     let log = dir.join("redis.log");

@@ -371,21 +371,15 @@ impl GroupCommit {
     /// the housekeeping, so an fsync nobody waits for never delays one somebody does) or until
     /// nothing is queued ([`Drain::All`]).
     fn write_queued(&self, io: &mut Io, drain: Drain) {
-        let mut first = true;
         loop {
-            if !first && drain == Drain::Acknowledged {
-                let mut q = lock(&self.queue);
-                if !q.wanted {
-                    return;
-                }
-                q.wanted = false;
-            }
-            first = false;
             let batch = self.take_batch();
             if batch.is_empty() {
                 return;
             }
             self.write_batch(io, batch);
+            if drain == Drain::Acknowledged && !std::mem::take(&mut lock(&self.queue).wanted) {
+                return;
+            }
         }
     }
 
@@ -868,14 +862,6 @@ mod tests {
         writer.join().expect("the writer stops");
     }
 
-    fn settings_change(n: usize) -> Effects {
-        let topic = Topic::parse(format!("t{n}")).expect("a valid topic");
-        Effects {
-            changes: vec![Change::Settings(topic, TopicSettings::default())],
-            ..Effects::default()
-        }
-    }
-
     #[test]
     fn lazy_commits_are_synced_with_acknowledged_ones_and_never_alone_while_those_come() {
         let dir = tempfile::tempdir().expect("a temp dir");
@@ -888,7 +874,7 @@ mod tests {
                 let mut n = 0;
                 while !done.load(Ordering::Relaxed) {
                     let ticket = group
-                        .commit(&mut settings_change(n), CommitMode::Lazy)
+                        .commit(&mut settings_changes(n, 1), CommitMode::Lazy)
                         .expect("queued");
                     assert!(ticket.is_none(), "a lazy commit has no ticket");
                     n += 1;
@@ -898,7 +884,7 @@ mod tests {
             });
             for n in 0..ACKNOWLEDGED as usize {
                 let ticket = group
-                    .commit(&mut settings_change(n), CommitMode::Acknowledged)
+                    .commit(&mut settings_changes(n, 1), CommitMode::Acknowledged)
                     .expect("queued")
                     .expect("a ticket");
                 ticket
