@@ -10,6 +10,9 @@
 #   <store>-delayq.svg, <store>-redis-server.svg   the flame graph (inferno-flamegraph)
 #   <store>-delayq.folded, ...                      the collapsed stacks (inferno-collapse-perf;
 #                                                   compare two with inferno-diff-folded)
+#   <store>-delayq.layers.md                        where delayq's samples go: user code by layer,
+#                                                   kernel time by system call, CPU per job
+#                                                   (bench/flame_layers.py)
 #   <store>.json                                    the run's result line (e2e_jobs_per_s, ...)
 # and machine.txt (machine, versions, commit, command). Sampling costs the server CPU, so the
 # run's rates are below an unprofiled run's: quote rates from bench/compare.sh, not from here.
@@ -84,6 +87,9 @@ graph() {
   inferno-flamegraph --title "$proc ($store store), capacity: W1, $JOBS jobs due at once, $COMMIT" \
     --subtitle "perf record -F $FREQ --call-graph $CALL_GRAPH; on-CPU samples" \
     <"$OUT/$store-$proc.folded" >"$OUT/$store-$proc.svg"
+  if [ "$proc" = delayq ]; then
+    python3 "$ROOT/bench/flame_layers.py" "$OUT/$store-$proc.folded" "$JOBS" >"$OUT/$store-$proc.layers.md"
+  fi
   echo "$OUT/$store-$proc.svg"
 }
 
