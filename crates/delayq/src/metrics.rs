@@ -233,6 +233,7 @@ pub struct Metrics {
     store_up: Gauge,
     schedules: Gauge,
     jobs_on_disk: Gauge,
+    log_syncs: Counter,
     waiting: Gauge,
     schedule_ticks_fired: Counter,
     schedule_ticks_caught_up: Counter,
@@ -440,6 +441,14 @@ impl Metrics {
              (--memory-window); 0 without one",
             jobs_on_disk.clone(),
         );
+        let log_syncs = Counter::default();
+        registry.register(
+            "log_syncs",
+            "Times the embedded store synced (fdatasync) its write-ahead log to make the \
+             changes that came meanwhile durable, since it opened (group commit); the store's \
+             count, read at scrape time; 0 on other stores",
+            log_syncs.clone(),
+        );
         let waiting = Gauge::default();
         registry.register(
             "waiting_consumers",
@@ -500,6 +509,7 @@ impl Metrics {
             store_up,
             schedules,
             jobs_on_disk,
+            log_syncs,
             waiting,
             scrape: tokio::sync::Mutex::new(()),
         }
@@ -543,6 +553,10 @@ impl Metrics {
                     .set(i64::try_from(stats.schedules).unwrap_or(i64::MAX));
                 if let Some(n) = stats.on_disk {
                     self.jobs_on_disk.set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
+                if let Some(n) = stats.log_syncs {
+                    self.log_syncs
+                        .inc_by(n.saturating_sub(self.log_syncs.get()));
                 }
                 for (gauges, topics) in [
                     (&self.jobs, &stats.topics),

@@ -282,6 +282,7 @@ impl EmbeddedStore {
             cold.clone(),
             Intervals::checkpoint_every(opts.checkpoint_every),
         )?;
+        let engine = engine.with_log_syncs(log.syncs_counter());
         tracing::info!(
             file = %file.display(),
             jobs = n,

@@ -34,6 +34,8 @@ use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, btree_map};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub mod cold;
 
@@ -191,6 +193,8 @@ pub struct Engine {
     schedule_due: BTreeSet<(UnixMillis, ScheduleId)>,
     /// Far-future delayed jobs kept on disk only (`engine/cold.rs`); `None`: all in memory.
     cold: Option<Box<cold::Cold>>,
+    /// The embedded store's count of log syncs ([`Engine::with_log_syncs`]), for `stats`.
+    log_syncs: Option<Arc<AtomicU64>>,
     /// Jobs placed ahead: the delayed jobs a tick's schedules fire before it
     /// ([`Engine::fire_schedule`]), grouped by (tick, queue, priority). Each has its ready
     /// entry in `ready` from the fire on, and no timeline or `delayed` entry: the tick makes a
@@ -1201,7 +1205,14 @@ impl Engine {
             .collect();
         stats.held = self.held.clone();
         stats.on_disk = self.on_disk();
+        stats.log_syncs = self.log_syncs.as_ref().map(|c| c.load(Ordering::Relaxed));
         stats
+    }
+
+    /// Reports `syncs` (kept by the embedded store's writer) as `Stats::log_syncs`.
+    pub fn with_log_syncs(mut self, syncs: Arc<AtomicU64>) -> Engine {
+        self.log_syncs = Some(syncs);
+        self
     }
 
     /// [`crate::store::Store::list`].

@@ -135,6 +135,9 @@ pub struct Stats {
     /// Delayed jobs kept on disk only, not in memory: the embedded store's cold tier
     /// (`--memory-window`); `None` for a store without one.
     pub on_disk: Option<u64>,
+    /// How many times the embedded store has synced (`fdatasync`) its write-ahead log since
+    /// it opened; `None` for a store without one.
+    pub log_syncs: Option<u64>,
 }
 
 impl Stats {

@@ -401,7 +401,33 @@ async fn recurring_schedules_ticks_and_count_are_shown(b: &Backend) {
     assert_eq!(s.get("delayq_schedules"), 2.0);
 }
 
+/// `log_syncs_total`: on the embedded store each acknowledged push waits for a sync of the
+/// write-ahead log, so pushes one after the other add one each; the other stores have no log
+/// and show 0.
+async fn the_embedded_store_s_log_syncs_are_counted(b: &Backend) {
+    let app = TestApp::new(b);
+    let before = Scrape::of(&app).await.total("log_syncs");
+    for i in 0..5 {
+        ok(
+            &app,
+            "/v1/jobs",
+            json!({"topic": "synced", "id": format!("s{i}"), "delay_ms": 60_000}),
+        )
+        .await;
+    }
+    let after = Scrape::of(&app).await.total("log_syncs");
+    if b.name.starts_with("embedded") {
+        assert!(
+            after - before >= 5.0,
+            "5 pushes one after the other, syncs {before} -> {after}"
+        );
+    } else {
+        assert_eq!((before, after), (0.0, 0.0), "{}", b.name);
+    }
+}
+
 backend_tests!(
+    the_embedded_store_s_log_syncs_are_counted,
     flow_control_settings_are_gauges_and_held_back_hand_outs_a_counter,
     recurring_schedules_ticks_and_count_are_shown,
     every_v1_transition_is_counted_once,

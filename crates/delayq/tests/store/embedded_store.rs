@@ -561,6 +561,24 @@ async fn a_lone_push_wakes_the_idle_writer() {
     );
 }
 
+/// The store's count of log syncs (`Stats::log_syncs`, the `delayq_log_syncs_total` metric):
+/// a push that finds the writer idle waits for a sync of its own, so 20 pushes one after the
+/// other add exactly 20; a reopened store counts from 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_lone_push_is_one_log_sync_in_the_stats() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path()).await.unwrap();
+    let syncs = |s: delayq::store::Stats| s.log_syncs.expect("the embedded store has a log");
+    let before = syncs(store.stats().await.unwrap());
+    for i in 0..20 {
+        push(&store, spec(&format!("synced-{i}"), NOW + 60_000)).await;
+    }
+    assert_eq!(syncs(store.stats().await.unwrap()), before + 20);
+    drop(store);
+    let store = open(tmp.path()).await.unwrap();
+    assert_eq!(syncs(store.stats().await.unwrap()), 0);
+}
+
 /// 20 rounds, each pushing 2,000 jobs and finishing the previous round's 2,000 (50 concurrent
 /// workers, so commits are shared), each ended by a graceful stop, which checkpoints
 /// everything into redb: the data directory grows to its working size in the first rounds,

@@ -180,8 +180,9 @@ pub struct GroupCommit {
     failure: Failure,
     /// Makes the next commit fail as if the disk had refused it (tests of the failure path).
     pub inject_failure: AtomicBool,
-    /// Log syncs made so far (what the tests count).
-    syncs: AtomicU64,
+    /// Log syncs made so far: the store's `Stats::log_syncs` (the engine holds a copy of this
+    /// counter, `Engine::with_log_syncs`).
+    syncs: Arc<AtomicU64>,
     events: broadcast::Sender<StoreEvent>,
     /// The redb file (for messages) and the data directory (for the logs).
     file: PathBuf,
@@ -274,7 +275,7 @@ impl GroupCommit {
             wake: Condvar::new(),
             failure,
             inject_failure: AtomicBool::new(false),
-            syncs: AtomicU64::new(0),
+            syncs: Arc::default(),
             events,
             file,
             dir,
@@ -300,6 +301,11 @@ impl GroupCommit {
     #[cfg(test)]
     fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// The writer's count of log syncs, shared: for the store's stats.
+    pub fn syncs_counter(&self) -> Arc<AtomicU64> {
+        self.syncs.clone()
     }
 
     /// Whether the store still takes calls.
