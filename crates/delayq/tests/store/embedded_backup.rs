@@ -15,7 +15,7 @@ use delayq::store::{BackupError, SettingsChange, Store};
 use std::path::Path;
 
 // The store tests' own helpers.
-use crate::embedded_store::{NOW, id, open, push, spec};
+use crate::embedded_store::{NOW, contents, id, open, push, spec};
 
 fn file_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -85,7 +85,7 @@ async fn a_backup_opens_with_every_job_setting_and_schedule_as_they_were() {
     }
     assert_eq!(before[2].state, JobState::Reserved);
     assert_eq!(before[3].state, JobState::Dead);
-    let stats = store.stats().await.unwrap();
+    let stats = contents(&store).await;
 
     let copy = tmp.path().join("backups/first");
     let backup = store.online_backup().expect("the embedded store has one");
@@ -104,7 +104,7 @@ async fn a_backup_opens_with_every_job_setting_and_schedule_as_they_were() {
         assert_eq!(&restored.get(&id(i)).await.unwrap(), want, "job {i}");
     }
     assert!(restored.get(&id("after")).await.is_err());
-    assert_eq!(restored.stats().await.unwrap(), stats);
+    assert_eq!(contents(&restored).await, stats);
     assert_eq!(
         restored
             .settings(&Topic::parse("limited").unwrap())
