@@ -53,6 +53,9 @@ def syscall_of(caller, kf, user):
     return "kernel: other (" + caller + ")"
 
 
+if len(sys.argv) != 3:
+    sys.exit("usage: bench/flame_layers.py FOLDED JOBS")
+jobs = int(sys.argv[2])
 tot = collections.Counter(); sw = collections.Counter(); allns = 0
 for line in open(sys.argv[1]):
     stack, n = line.rstrip().rsplit(" ", 1); n = int(n); frames = stack.split(";")
@@ -69,9 +72,6 @@ for line in open(sys.argv[1]):
             L = "kernel: interrupts"
         if any(f == "schedule" or f == "__schedule" for f in kf): sw[L] += n
     tot[L] += n; allns += n
-if len(sys.argv) != 3:
-    sys.exit("usage: bench/flame_layers.py FOLDED JOBS")
-jobs = int(sys.argv[2])
 print("| where | share | switching | µs per job |")
 print("|---|---:|---:|---:|")
 for L, n in tot.most_common():

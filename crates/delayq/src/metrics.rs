@@ -125,6 +125,12 @@ const LATENESS_BUCKETS: [f64; 18] = [
     60.0, 300.0, 3600.0,
 ];
 
+/// Brings a counter that mirrors a count the store keeps (read at each scrape) up to `n`; a
+/// count below the counter's leaves it where it is (a counter never goes down).
+fn follow(counter: &Counter, n: u64) {
+    counter.inc_by(n.saturating_sub(counter.get()));
+}
+
 /// A topic's counts by state, under the API's names of the states (the `state` label).
 fn by_state(c: &TopicCounts) -> [(&'static str, u64); 4] {
     [
@@ -555,8 +561,7 @@ impl Metrics {
                     self.jobs_on_disk.set(i64::try_from(n).unwrap_or(i64::MAX));
                 }
                 if let Some(n) = stats.log_syncs {
-                    self.log_syncs
-                        .inc_by(n.saturating_sub(self.log_syncs.get()));
+                    follow(&self.log_syncs, n);
                 }
                 for (gauges, topics) in [
                     (&self.jobs, &stats.topics),
@@ -623,8 +628,7 @@ impl Metrics {
                     topic: label_value(topic.as_str()),
                     limit,
                 };
-                let counter = self.held_back.get_or_create(&labels);
-                counter.inc_by(n.saturating_sub(counter.get()));
+                follow(&self.held_back.get_or_create(&labels), n);
             }
         }
     }

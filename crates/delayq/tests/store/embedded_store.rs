@@ -582,7 +582,7 @@ async fn a_lone_push_wakes_the_idle_writer() {
 async fn each_lone_push_is_one_log_sync_in_the_stats() {
     let tmp = tempfile::tempdir().unwrap();
     let store = open(tmp.path()).await.unwrap();
-    let syncs = |s: delayq::store::Stats| s.log_syncs.expect("the embedded store has a log");
+    let syncs = |s: Stats| s.log_syncs.expect("the embedded store has a log");
     let before = syncs(store.stats().await.unwrap());
     for i in 0..20 {
         push(&store, spec(&format!("synced-{i}"), NOW + 60_000)).await;
