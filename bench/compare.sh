@@ -404,7 +404,7 @@ def med(label, metric):
 
 
 cols = ["push_jobs_per_s", "total_s", "lateness_p50_ms", "lateness_p99_ms", "early", "lost",
-        "duplicates", "server_cpu_pct"]
+        "duplicates", "server_cpu_pct", "bench_cpu_pct", "machine_idle_pct", "machine_steal_pct"]
 refs = [x for x in ("delayq-memory", "bullmq") if med(x, "e2e_jobs_per_s")]
 header = ["capacity (median of runs)", "runs", "e2e_jobs_per_s"] + [f"vs {x}" for x in refs] + cols
 rows = []
@@ -417,7 +417,10 @@ for l in labels:
 if rows:
     table(header, rows)
     print("\ncapacity: W1 with every job due at once (max_delay_s=0); e2e_jobs_per_s: jobs pushed,"
-          " delivered and\nfinished per second, first push to last delivery; vs X: e2e_jobs_per_s / X's")
+          " delivered and\nfinished per second, first push to last delivery; vs X: e2e_jobs_per_s / X's;"
+          " *_cpu_pct: % of one\ncore (BullMQ: server = redis-server, bench = its Node process);"
+          " machine_idle_pct, machine_steal_pct: % of\nall cores idle, and taken by the hypervisor for"
+          " other guests")
     params_and_notes(runs, labels)
     print()
 
@@ -426,6 +429,10 @@ runs = [r for r in results if r["workload"].startswith("w3@")]
 labels = list(dict.fromkeys(r["label"] for r in runs))
 rates = sorted({r["params"]["rate"] for r in runs})
 BOUNDS = (10, 100)  # ms, lateness p99
+# Over the stream (first push to last delivery): the server's and the load generator's CPU in %
+# of one core (for BullMQ, redis-server's and the Node process's), and the machine's idle and
+# stolen shares in % of all cores.
+MACHINE_COLS = ["server_cpu_pct", "bench_cpu_pct", "machine_idle_pct", "machine_steal_pct"]
 PUSHED_SHARE = 0.95  # of the rate, for the rate to count as offered
 
 
@@ -472,10 +479,12 @@ for l in labels:
                      fmt_num(median([delivered_per_s(m) for m in ms])),
                      fmt_num(median([m.get("lateness_p50_ms") for m in ms])), fmt_num(p99),
                      early_cell, fmt_count(lost), fmt_count(dups),
-                     f"<= {held[0]} ms" if held else "no"])
+                     f"<= {held[0]} ms" if held else "no"]
+                    + [fmt_num(median([m.get(c) for m in ms])) for c in MACHINE_COLS])
 if rows:
     table(["w3 sweep (median of runs)", "rate", "runs", "pushed/s", "delivered/s",
-           "lateness_p50_ms", "lateness_p99_ms", "early", "lost", "duplicates", "held"], rows)
+           "lateness_p50_ms", "lateness_p99_ms", "early", "lost", "duplicates", "held"]
+          + MACHINE_COLS, rows)
     print()
     table(["w3 sweep: highest rate held"] + [f"p99 <= {b} ms" for b in BOUNDS],
           [[l] + [fmt_num(held_at[(l, b)]) if (l, b) in held_at else "none" for b in BOUNDS]
@@ -485,7 +494,9 @@ if rows:
           " the push time plus the largest lateness (a lower bound);\nlateness: medians of runs;"
           " early, lost, duplicates: sums over runs. A rate is held at p99 <= B ms\nwhen the median"
           f" p99 is within B, at least {PUSHED_SHARE:.0%} of the rate was pushed and no run lost,"
-          " duplicated or\ndelivered early a job")
+          " duplicated or\ndelivered early a job; *_cpu_pct: % of one core over the stream (BullMQ:"
+          " server = redis-server,\nbench = its Node process); machine_idle_pct, machine_steal_pct:"
+          " % of all cores idle, and taken by the\nhypervisor for other guests")
     if marks:
         print("*: early by under 1 ms, BullMQ's whole-millisecond clock; not held against it")
     params_and_notes(runs, labels, omit=("rate", "run_id"))

@@ -79,6 +79,44 @@ const cpuS = (pid) => {
   }
 };
 
+/** The machine's CPU ticks over every core (`/proc/stat`): idle + iowait, steal, total. */
+const machineTicks = () => {
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n').find((l) => l.startsWith('cpu '));
+    const f = line.trim().split(/\s+/).slice(1, 9).map(Number);
+    return { idle: f[3] + (f[4] || 0), steal: f[7] || 0, total: f.reduce((a, b) => a + b, 0) };
+  } catch {
+    return null;
+  }
+};
+
+/** Who used the machine over a span, as delayq-bench's CpuSpan: start it, then putCpu. */
+const cpuSpan = () => ({
+  cpu: process.cpuUsage(),
+  srv: serverPid ? cpuS(serverPid) : null,
+  machine: machineTicks(),
+  startUs: nowUs(),
+});
+
+/**
+ * bench_cpu_pct (this Node process: producers and worker), server_cpu_pct (--server-pid,
+ * redis-server), in % of one core; machine_idle_pct and machine_steal_pct, in % of all cores.
+ */
+const putCpu = (r, span) => {
+  const wallS = (nowUs() - span.startUs) / 1e6;
+  if (wallS <= 0) return;
+  const cpu = process.cpuUsage(span.cpu);
+  r.metrics.bench_cpu_pct = (100 * (cpu.user + cpu.system)) / 1e6 / wallS;
+  const srv1 = serverPid ? cpuS(serverPid) : null;
+  if (span.srv !== null && srv1 !== null) r.metrics.server_cpu_pct = (100 * (srv1 - span.srv)) / wallS;
+  const m = machineTicks();
+  if (span.machine && m && m.total > span.machine.total) {
+    const total = m.total - span.machine.total;
+    r.metrics.machine_idle_pct = (100 * (m.idle - span.machine.idle)) / total;
+    r.metrics.machine_steal_pct = (100 * (m.steal - span.machine.steal)) / total;
+  }
+};
+
 const usedMemory = async (redis) => {
   const info = await redis.info('memory');
   const m = info.match(/^used_memory:(\d+)/m);
@@ -304,9 +342,8 @@ async function w1() {
   const r = result('w1', { jobs: n, max_delay_s: maxDelayS, drain_timeout_s: drainS });
   const l = ledger(n);
 
-  const cpu0 = process.cpuUsage();
-  const srv0 = serverPid ? cpuS(serverPid) : null;
-  const startUs = nowUs();
+  const span = cpuSpan();
+  const startUs = span.startUs;
   const st = await consume(l);
   const queues = await openQueues(common.producers);
   const pushed = await produce(n, queues, {
@@ -315,8 +352,7 @@ async function w1() {
   });
   await drain(l, Date.now() + maxDelayS * 1000 + 1000 + drainS * 1000);
   const wallS = (nowUs() - startUs) / 1e6;
-  const cpu = process.cpuUsage(cpu0);
-  const srv1 = serverPid ? cpuS(serverPid) : null;
+  putCpu(r, span);
   await st.worker.close();
   for (const q of queues) await q.obliterate({ force: true }).catch(() => {});
   await Promise.all(queues.map((q) => q.close()));
@@ -332,8 +368,6 @@ async function w1() {
   putAccounting(r, l, st);
   r.metrics.push_errors = pushed.errors;
   putErrors(r, 'consume', st.errors, st.firstError);
-  r.metrics.bench_cpu_pct = (100 * (cpu.user + cpu.system)) / 1e6 / wallS;
-  if (srv0 !== null && srv1 !== null) r.metrics.server_cpu_pct = (100 * (srv1 - srv0)) / wallS;
   if (pushed.firstError) r.notes.push(`${pushed.errors} push errors, first: ${pushed.firstError}`);
   r.notes.push(oneLoop);
   return r;
@@ -376,6 +410,8 @@ async function w3() {
 
   const n = rate * durationS;
   const l = ledger(n);
+  // From the stream's first push to its last delivery: the backlog's filling is not W3.
+  const span = cpuSpan();
   const st = await consume(l);
   const stream = await produce(n, queues, {
     dueOf: () => fireDelayS * 1000,
@@ -383,6 +419,7 @@ async function w3() {
     onAck: l.ack,
   });
   await drain(l, Date.now() + fireDelayS * 1000 + 1000 + drainS * 1000);
+  putCpu(r, span);
   await st.worker.close();
   Object.assign(r.metrics, {
     fired: l.ackedTotal,

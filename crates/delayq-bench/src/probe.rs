@@ -36,22 +36,49 @@ pub fn process_cpu_s(pid: u32) -> Option<f64> {
     parse_stat_cpu_ticks(&s).map(|t| t as f64 / 100.0)
 }
 
-/// The machine's CPU time so far from the text of `/proc/stat`: (idle + iowait, total), in
-/// clock ticks summed over every core.
-pub fn parse_proc_stat_idle(stat: &str) -> Option<(u64, u64)> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|v| v.parse().ok())
-        .collect::<Option<_>>()?;
-    let idle = f.get(3)? + f.get(4).copied().unwrap_or(0);
-    Some((idle, f.iter().take(8).sum()))
+/// The machine's CPU time so far, summed over every core, in clock ticks: the `cpu` line of
+/// `/proc/stat` (user, nice, system, idle, iowait, irq, softirq, steal; guest time is already
+/// in user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MachineTicks {
+    /// Idle and waiting for I/O: time no process wanted a core.
+    pub idle: u64,
+    /// Taken by the hypervisor for other guests while this machine wanted a core.
+    pub steal: u64,
+    pub total: u64,
 }
 
-/// The machine's (idle, total) CPU ticks so far (`/proc/stat`).
-pub fn machine_idle_ticks() -> Option<(u64, u64)> {
-    parse_proc_stat_idle(&std::fs::read_to_string("/proc/stat").ok()?)
+impl MachineTicks {
+    /// From the text of `/proc/stat`.
+    pub fn parse(stat: &str) -> Option<MachineTicks> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().ok())
+            .collect::<Option<_>>()?;
+        Some(MachineTicks {
+            idle: f.get(3)? + f.get(4).copied().unwrap_or(0),
+            steal: f.get(7).copied().unwrap_or(0),
+            total: f.iter().take(8).sum(),
+        })
+    }
+
+    /// Now, or `None` where `/proc/stat` cannot be read.
+    pub fn now() -> Option<MachineTicks> {
+        MachineTicks::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// The shares of the machine's time since `earlier` that were idle and stolen, in percent;
+    /// `None` when no tick passed.
+    pub fn since(self, earlier: MachineTicks) -> Option<(f64, f64)> {
+        let total = self.total.checked_sub(earlier.total).filter(|&t| t > 0)? as f64;
+        let share = |now: u64, then: u64| now.saturating_sub(then) as f64 / total * 100.0;
+        Some((
+            share(self.idle, earlier.idle),
+            share(self.steal, earlier.steal),
+        ))
+    }
 }
 
 /// Redis `used_memory` in bytes.
@@ -135,10 +162,32 @@ mod tests {
     }
 
     #[test]
-    fn idle_is_idle_plus_iowait_of_the_cpu_line() {
-        let stat = "cpu  100 5 50 800 20 0 3 0 0 0\ncpu0 50 2 25 400 10 0 1 0 0 0\n";
-        assert_eq!(parse_proc_stat_idle(stat), Some((820, 978)));
-        assert_eq!(parse_proc_stat_idle("intr 1 2\n"), None);
+    fn machine_ticks_are_read_from_the_cpu_line() {
+        let stat = "cpu  100 5 50 800 20 0 3 22 9 0\ncpu0 50 2 25 400 10 0 1 11 0 0\n";
+        let t = MachineTicks::parse(stat).unwrap();
+        // idle + iowait; steal; the first eight fields (guest time is already in user).
+        assert_eq!((t.idle, t.steal, t.total), (820, 22, 1000));
+        // An older kernel's line without steal.
+        let t = MachineTicks::parse("cpu  100 5 50 800 20 0 3\n").unwrap();
+        assert_eq!((t.idle, t.steal, t.total), (820, 0, 978));
+        assert_eq!(MachineTicks::parse("intr 1 2\n"), None);
+    }
+
+    #[test]
+    fn machine_shares_are_of_the_ticks_between_two_readings() {
+        let a = MachineTicks {
+            idle: 800,
+            steal: 10,
+            total: 1000,
+        };
+        let b = MachineTicks {
+            idle: 850,
+            steal: 60,
+            total: 1200,
+        };
+        assert_eq!(b.since(a), Some((25.0, 25.0)));
+        assert_eq!(a.since(a), None);
+        assert_eq!(a.since(b), None);
     }
 
     #[test]

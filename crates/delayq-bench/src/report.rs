@@ -41,6 +41,8 @@ fn column_order(workload: &str) -> &'static [&'static str] {
             "duplicates",
             "bench_cpu_pct",
             "server_cpu_pct",
+            "machine_idle_pct",
+            "machine_steal_pct",
         ],
         "w2" => &[
             "pending",
@@ -61,6 +63,10 @@ fn column_order(workload: &str) -> &'static [&'static str] {
             "early",
             "lost",
             "duplicates",
+            "bench_cpu_pct",
+            "server_cpu_pct",
+            "machine_idle_pct",
+            "machine_steal_pct",
         ],
         "w4" => &[
             "jobs",
@@ -103,7 +109,7 @@ fn ratio_less(metric: &str) -> bool {
             | "jobs"
             | "backlog"
             | "fired"
-    ) || metric.ends_with("_cpu_pct")
+    ) || metric.ends_with("_pct")
 }
 
 /// Metrics in display order for `workload`, out of those present in `present`.

@@ -160,6 +160,11 @@ async fn lifecycle_over_the_compat_api_loses_nothing_and_delivers_once() {
     assert_eq!(metric(&r, "lost"), 0.0, "{r}");
     assert_eq!(metric(&r, "duplicates"), 0.0, "{r}");
     assert_eq!(metric(&r, "early"), 0.0, "{r}");
+    // How busy the machine was over the run, whatever else runs on it.
+    for share in ["machine_idle_pct", "machine_steal_pct"] {
+        assert!((0.0..=100.0).contains(&metric(&r, share)), "{share}: {r}");
+    }
+    assert!(metric(&r, "bench_cpu_pct") >= 0.0, "{r}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,7 @@
 //! Lateness, early, lost and duplicates are counted as for pull deliveries, with the receiver's
 //! arrival time in place of the consumer's. /v1 only (the callback field is a /v1 one).
 
-use super::{Common, StopRule, multi, own_cpu_s, produce, put_accounting, put_lateness};
+use super::{Common, CpuSpan, StopRule, multi, produce, put_accounting, put_lateness};
 use crate::driver::{CallbackTarget, Due, Endpoint, Protocol, now_ms, now_us};
 use crate::receiver::Receiver;
 use crate::report::RunResult;
@@ -118,9 +118,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
     };
     let rate_per_producer =
         (p.shape == Shape::Steady).then(|| p.rate as f64 / c.producers.max(1) as f64);
-    let cpu0 = own_cpu_s();
-    let server_cpu0 = c.probes.server_pid.and_then(crate::probe::process_cpu_s);
-    let wall = std::time::Instant::now();
+    let cpu = CpuSpan::start(c.probes.server_pid);
     let pushed = produce(
         c,
         &ep,
@@ -168,9 +166,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     pb.finish();
-    let wall = wall.elapsed().as_secs_f64();
-    let cpu1 = own_cpu_s();
-    let server_cpu1 = c.probes.server_pid.and_then(crate::probe::process_cpu_s);
+    let cpu = cpu.stop();
     // Calls that would come twice come soon (a retry after a failed answer): a moment for them.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let got = receiver.received();
@@ -207,16 +203,11 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
     r.metrics.insert("retried_calls".into(), got.retries as f64);
     r.metrics
         .insert("receiver_connections".into(), got.connections as f64);
-    if let (Some(a), Some(b)) = (cpu0, cpu1) {
-        r.metrics
-            .insert("bench_cpu_pct".into(), 100.0 * (b - a) / wall);
-    }
-    if let (Some(a), Some(b)) = (server_cpu0, server_cpu1) {
-        r.metrics
-            .insert("server_cpu_pct".into(), 100.0 * (b - a) / wall);
+    cpu.put(&mut r);
+    if let Some(s) = cpu.server_s {
         r.metrics.insert(
             "server_cpu_us_per_job".into(),
-            1e6 * (b - a) / (called.max(1) as f64),
+            1e6 * s / (called.max(1) as f64),
         );
     }
     pushed.errors.report("push", &mut r);

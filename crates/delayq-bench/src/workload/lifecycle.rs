@@ -2,7 +2,7 @@
 //! pop and finish them. Reports push rate, total time, end-to-end rate, lateness percentiles,
 //! early deliveries, lost jobs and duplicates.
 
-use super::{Common, StopRule, consume, multi, own_cpu_s, produce, put_accounting, put_lateness};
+use super::{Common, CpuSpan, StopRule, consume, multi, produce, put_accounting, put_lateness};
 use crate::driver::{Due, Endpoint, now_ms, now_us};
 use crate::report::RunResult;
 use crate::stats::Ledger;
@@ -54,8 +54,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         collect_server_ids: false,
     };
 
-    let cpu0 = own_cpu_s();
-    let server_cpu0 = c.probes.server_pid.and_then(crate::probe::process_cpu_s);
+    let cpu = CpuSpan::start(c.probes.server_pid);
     let start_us = now_us();
     let start = Instant::now();
     let consumers = {
@@ -91,17 +90,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
     );
     put_lateness(&mut r, &consumed.lateness);
     put_accounting(&mut r, &ledger, consumed.foreign);
-    if let (Some(a), Some(b)) = (cpu0, own_cpu_s()) {
-        r.metrics
-            .insert("bench_cpu_pct".into(), 100.0 * (b - a) / wall);
-    }
-    if let (Some(a), Some(b)) = (
-        server_cpu0,
-        c.probes.server_pid.and_then(crate::probe::process_cpu_s),
-    ) {
-        r.metrics
-            .insert("server_cpu_pct".into(), 100.0 * (b - a) / wall);
-    }
+    cpu.stop().put(&mut r);
     pushed.errors.report("push", &mut r);
     consumed.errors.report("consume", &mut r);
     Ok(r)

@@ -14,6 +14,7 @@ pub mod steady;
 
 use crate::body;
 use crate::driver::{Due, Endpoint, NewJob, Protocol, due_secs, now_ms, now_us};
+use crate::probe::{MachineTicks, process_cpu_s};
 use crate::report::RunResult;
 use crate::stats::{Lateness, Ledger, Summary};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -495,6 +496,75 @@ pub fn own_cpu_s() -> Option<f64> {
     crate::probe::parse_stat_cpu_ticks(&s).map(|t| t as f64 / 100.0)
 }
 
+/// Who used the machine over a measured span: started before it, [`CpuSpan::stop`]ped after.
+pub struct CpuSpan {
+    start: Instant,
+    own: Option<f64>,
+    server: Option<f64>,
+    server_pid: Option<u32>,
+    machine: Option<MachineTicks>,
+}
+
+/// What a [`CpuSpan`] measured.
+pub struct CpuUse {
+    pub wall_s: f64,
+    /// CPU seconds of this load generator.
+    pub bench_s: Option<f64>,
+    /// CPU seconds of the `--server-pid` process.
+    pub server_s: Option<f64>,
+    /// Shares of all the machine's cores, in percent: idle (nobody wanted them) and stolen (the
+    /// hypervisor gave other guests time this machine wanted).
+    pub machine: Option<(f64, f64)>,
+}
+
+impl CpuSpan {
+    pub fn start(server_pid: Option<u32>) -> CpuSpan {
+        CpuSpan {
+            start: Instant::now(),
+            own: own_cpu_s(),
+            server: server_pid.and_then(process_cpu_s),
+            server_pid,
+            machine: MachineTicks::now(),
+        }
+    }
+
+    /// The span's figures so far.
+    pub fn stop(&self) -> CpuUse {
+        let delta = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
+        CpuUse {
+            wall_s: self.start.elapsed().as_secs_f64(),
+            bench_s: delta(self.own, own_cpu_s()),
+            server_s: delta(self.server, self.server_pid.and_then(process_cpu_s)),
+            machine: self
+                .machine
+                .zip(MachineTicks::now())
+                .and_then(|(a, b)| b.since(a)),
+        }
+    }
+}
+
+impl CpuUse {
+    /// Puts `bench_cpu_pct` and `server_cpu_pct` (percent of one core) and `machine_idle_pct`
+    /// and `machine_steal_pct` (percent of all cores) into `r`.
+    pub fn put(&self, r: &mut RunResult) {
+        if self.wall_s <= 0.0 {
+            return;
+        }
+        for (name, cpu) in [
+            ("bench_cpu_pct", self.bench_s),
+            ("server_cpu_pct", self.server_s),
+        ] {
+            if let Some(s) = cpu {
+                r.metrics.insert(name.into(), 100.0 * s / self.wall_s);
+            }
+        }
+        if let Some((idle, steal)) = self.machine {
+            r.metrics.insert("machine_idle_pct".into(), idle);
+            r.metrics.insert("machine_steal_pct".into(), steal);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,5 +585,46 @@ mod tests {
             body_due_us(Protocol::Compat, Due::DelayMs(2_999), sent_us),
             1_767_225_602_123_456
         );
+    }
+
+    #[test]
+    fn a_cpu_span_reports_the_processes_and_the_machine_over_it() {
+        // This process is its own "server": both figures see the same work.
+        let span = CpuSpan::start(Some(std::process::id()));
+        let until = Instant::now() + Duration::from_millis(300);
+        let mut x = 0u64;
+        while Instant::now() < until {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let used = span.stop();
+        assert!(used.wall_s >= 0.3, "{}", used.wall_s);
+        // 300 ms of spinning is at least 0.1 s of CPU even on a machine shared with others.
+        assert!(used.bench_s.is_some_and(|s| s >= 0.1), "{:?}", used.bench_s);
+        assert!(
+            used.server_s.is_some_and(|s| s >= 0.1),
+            "{:?}",
+            used.server_s
+        );
+        let (idle, steal) = used.machine.expect("/proc/stat is read");
+        assert!((0.0..=100.0).contains(&idle) && (0.0..=100.0).contains(&steal));
+        let mut r = RunResult {
+            workload: "w1".into(),
+            label: "t".into(),
+            target: "delayq".into(),
+            api: "compat".into(),
+            params: Default::default(),
+            metrics: Default::default(),
+            notes: vec![],
+        };
+        used.put(&mut r);
+        for m in [
+            "bench_cpu_pct",
+            "server_cpu_pct",
+            "machine_idle_pct",
+            "machine_steal_pct",
+        ] {
+            assert!(r.metrics.contains_key(m), "{m} missing: {:?}", r.metrics);
+        }
+        assert!(r.metrics["bench_cpu_pct"] > 0.0);
     }
 }

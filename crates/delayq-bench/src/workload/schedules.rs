@@ -26,14 +26,15 @@
 //! second before the tick until its last job was counted, which includes serving the polls;
 //! with `--redis-pid` also redis-server's. `machine_idle_pct` is the share of the machine's
 //! CPU time (every core, `/proc/stat`) left idle from the first tick's measurement to the last:
-//! the other work on the machine shows there.
+//! the other work on the machine shows there; `machine_steal_pct` the share the hypervisor gave
+//! other guests.
 //!
 //! Every loop is bounded: creation by `--count`, each tick by `--tick-timeout-s`.
 
 use super::Common;
 use crate::driver::http::V1;
 use crate::driver::{Conn, Endpoint, now_ms};
-use crate::probe::{machine_idle_ticks, process_cpu_s};
+use crate::probe::{MachineTicks, process_cpu_s};
 use crate::report::{RunResult, median};
 use anyhow::{Context, Result, bail};
 use serde_json::json;
@@ -234,7 +235,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
     let first = (created_at + 1_500).div_ceil(MIN_MS) * MIN_MS;
     // The tick's jobs may be stored already (ahead, delayed): not counted in the base.
     let base = deliverable_of(&mut conn, &topic).await?;
-    let idle0 = machine_idle_ticks();
+    let machine0 = MachineTicks::now();
     let (mut p50s, mut p99s, mut maxes, mut cpus, mut redis_cpus, mut rtts) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut early = 0;
@@ -282,7 +283,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
             .insert(format!("{name}_polls"), polls.samples.len() as f64);
         rtts.extend(polls.rtts_ms);
     }
-    let idle1 = machine_idle_ticks();
+    let machine1 = MachineTicks::now();
     // Late stragglers and duplicates show after a pause.
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Every job by now: the next tick's are pushed ahead only 5 s before it, a minute on.
@@ -308,11 +309,9 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
     if let Some(w) = p99s.iter().copied().reduce(f64::max) {
         r.metrics.insert("lateness_p99_ms_worst".into(), w);
     }
-    if let (Some((i0, t0)), Some((i1, t1))) = (idle0, idle1)
-        && t1 > t0
-    {
-        let idle = (i1 - i0) as f64 / (t1 - t0) as f64 * 100.0;
+    if let Some((idle, steal)) = machine0.zip(machine1).and_then(|(a, b)| b.since(a)) {
         r.metrics.insert("machine_idle_pct".into(), idle);
+        r.metrics.insert("machine_steal_pct".into(), steal);
     }
 
     if !p.keep {

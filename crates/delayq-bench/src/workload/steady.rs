@@ -4,7 +4,8 @@
 //! the end.
 
 use super::{
-    Common, Errors, StopRule, cleanup, consume, multi, produce, put_accounting, put_lateness,
+    Common, CpuSpan, Errors, StopRule, cleanup, consume, multi, produce, put_accounting,
+    put_lateness,
 };
 use crate::driver::{Due, Endpoint, now_ms};
 use crate::report::RunResult;
@@ -77,6 +78,8 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
     let n = p.rate * p.duration_s;
     let ledger = Arc::new(Ledger::new(n as usize));
     let stop = StopRule::new(Duration::from_secs(p.duration_s + p.fire_delay_s + 3600));
+    // From the stream's first push to its last delivery: the backlog's filling is not W3.
+    let cpu = CpuSpan::start(c.probes.server_pid);
     let consumers = {
         let (c2, ep2, l2, s2) = (c.clone(), ep.clone(), ledger.clone(), stop.clone());
         let pb = c.bar(&m, n, "deliver");
@@ -105,6 +108,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> anyhow::Result<R
         Duration::from_secs(c.drain_timeout_s),
     );
     let consumed = consumers.await??;
+    cpu.stop().put(&mut r);
     r.metrics.insert("fired".into(), stream.acked as f64);
     r.metrics.insert(
         "fire_rate_per_s".into(),
