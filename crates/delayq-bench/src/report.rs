@@ -310,10 +310,10 @@ pub fn comparison(results: &[RunResult], baseline: &str) -> String {
                 )
             })
             .collect();
-        out.push_str(&format!(
-            "\nratios are value / {baseline}\nparameters:\n{}\n",
-            params.join("\n")
-        ));
+        if labels.contains(&baseline) {
+            out.push_str(&format!("\nratios are value / {baseline}"));
+        }
+        out.push_str(&format!("\nparameters:\n{}\n", params.join("\n")));
         let mut notes: Vec<String> = runs
             .iter()
             .flat_map(|r| r.notes.iter().map(move |n| format!("- {}: {n}", r.label)))
@@ -415,6 +415,16 @@ mod tests {
         assert!(lines[2].contains("300"), "median: {t}");
         assert!(lines[3].contains("100 (0.33x)"), "{t}");
         assert!(lines[3].contains("4.00 (2.00x)"), "{t}");
+        assert!(t.contains("ratios are value / delayq"), "{t}");
+    }
+
+    #[test]
+    fn a_comparison_without_its_baseline_claims_no_ratios() {
+        let results = vec![run("peer", 100.0, 4.0), run("other", 200.0, 2.0)];
+        let t = comparison(&results, "delayq");
+        assert!(!t.contains("ratios are"), "{t}");
+        assert!(!t.contains("x)"), "no ratio in any cell: {t}");
+        assert!(t.contains("parameters:"), "{t}");
     }
 
     #[test]
