@@ -394,6 +394,13 @@ def params_and_notes(runs, labels, omit=()):
         print("notes:\n" + "\n".join(notes))
 
 
+# Who used the machine over a run (W3: over its stream): the server's and the load generator's
+# CPU in % of one core, and the machine's idle and stolen shares in % of all cores.
+MACHINE_COLS = ["server_cpu_pct", "bench_cpu_pct", "machine_idle_pct", "machine_steal_pct"]
+MACHINE_NOTE = ("*_cpu_pct: % of one core (BullMQ: server = redis-server, bench = its Node"
+                " process);\nmachine_idle_pct, machine_steal_pct: % of all cores idle, and taken by"
+                " the hypervisor for other guests")
+
 # ---- capacity ----
 runs = [r for r in results if r["workload"] == "capacity"]
 labels = list(dict.fromkeys(r["label"] for r in runs))
@@ -404,7 +411,7 @@ def med(label, metric):
 
 
 cols = ["push_jobs_per_s", "total_s", "lateness_p50_ms", "lateness_p99_ms", "early", "lost",
-        "duplicates", "server_cpu_pct", "bench_cpu_pct", "machine_idle_pct", "machine_steal_pct"]
+        "duplicates"] + MACHINE_COLS
 refs = [x for x in ("delayq-memory", "bullmq") if med(x, "e2e_jobs_per_s")]
 header = ["capacity (median of runs)", "runs", "e2e_jobs_per_s"] + [f"vs {x}" for x in refs] + cols
 rows = []
@@ -417,10 +424,8 @@ for l in labels:
 if rows:
     table(header, rows)
     print("\ncapacity: W1 with every job due at once (max_delay_s=0); e2e_jobs_per_s: jobs pushed,"
-          " delivered and\nfinished per second, first push to last delivery; vs X: e2e_jobs_per_s / X's;"
-          " *_cpu_pct: % of one\ncore (BullMQ: server = redis-server, bench = its Node process);"
-          " machine_idle_pct, machine_steal_pct: % of\nall cores idle, and taken by the hypervisor for"
-          " other guests")
+          " delivered and\nfinished per second, first push to last delivery; vs X: e2e_jobs_per_s / X's\n"
+          + MACHINE_NOTE)
     params_and_notes(runs, labels)
     print()
 
@@ -429,10 +434,6 @@ runs = [r for r in results if r["workload"].startswith("w3@")]
 labels = list(dict.fromkeys(r["label"] for r in runs))
 rates = sorted({r["params"]["rate"] for r in runs})
 BOUNDS = (10, 100)  # ms, lateness p99
-# Over the stream (first push to last delivery): the server's and the load generator's CPU in %
-# of one core (for BullMQ, redis-server's and the Node process's), and the machine's idle and
-# stolen shares in % of all cores.
-MACHINE_COLS = ["server_cpu_pct", "bench_cpu_pct", "machine_idle_pct", "machine_steal_pct"]
 PUSHED_SHARE = 0.95  # of the rate, for the rate to count as offered
 
 
@@ -494,9 +495,8 @@ if rows:
           " the push time plus the largest lateness (a lower bound);\nlateness: medians of runs;"
           " early, lost, duplicates: sums over runs. A rate is held at p99 <= B ms\nwhen the median"
           f" p99 is within B, at least {PUSHED_SHARE:.0%} of the rate was pushed and no run lost,"
-          " duplicated or\ndelivered early a job; *_cpu_pct: % of one core over the stream (BullMQ:"
-          " server = redis-server,\nbench = its Node process); machine_idle_pct, machine_steal_pct:"
-          " % of all cores idle, and taken by the\nhypervisor for other guests")
+          " duplicated or\ndelivered early a job; the last four columns over the stream:\n"
+          + MACHINE_NOTE)
     if marks:
         print("*: early by under 1 ms, BullMQ's whole-millisecond clock; not held against it")
     params_and_notes(runs, labels, omit=("rate", "run_id"))

@@ -490,12 +490,6 @@ pub fn put_accounting(r: &mut RunResult, ledger: &Ledger, foreign: u64) {
         .insert("unexpected".into(), (a.unexpected + foreign) as f64);
 }
 
-/// CPU seconds (user + system) this process has used so far, from `/proc/self/stat`.
-pub fn own_cpu_s() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
-    crate::probe::parse_stat_cpu_ticks(&s).map(|t| t as f64 / 100.0)
-}
-
 /// Who used the machine over a measured span: started before it, [`CpuSpan::stop`]ped after.
 pub struct CpuSpan {
     start: Instant,
@@ -521,7 +515,7 @@ impl CpuSpan {
     pub fn start(server_pid: Option<u32>) -> CpuSpan {
         CpuSpan {
             start: Instant::now(),
-            own: own_cpu_s(),
+            own: process_cpu_s(std::process::id()),
             server: server_pid.and_then(process_cpu_s),
             server_pid,
             machine: MachineTicks::now(),
@@ -533,7 +527,7 @@ impl CpuSpan {
         let delta = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
         CpuUse {
             wall_s: self.start.elapsed().as_secs_f64(),
-            bench_s: delta(self.own, own_cpu_s()),
+            bench_s: delta(self.own, process_cpu_s(std::process::id())),
             server_s: delta(self.server, self.server_pid.and_then(process_cpu_s)),
             machine: self
                 .machine
@@ -547,21 +541,24 @@ impl CpuUse {
     /// Puts `bench_cpu_pct` and `server_cpu_pct` (percent of one core) and `machine_idle_pct`
     /// and `machine_steal_pct` (percent of all cores) into `r`.
     pub fn put(&self, r: &mut RunResult) {
-        if self.wall_s <= 0.0 {
-            return;
-        }
         for (name, cpu) in [
             ("bench_cpu_pct", self.bench_s),
             ("server_cpu_pct", self.server_s),
         ] {
-            if let Some(s) = cpu {
+            if let Some(s) = cpu.filter(|_| self.wall_s > 0.0) {
                 r.metrics.insert(name.into(), 100.0 * s / self.wall_s);
             }
         }
-        if let Some((idle, steal)) = self.machine {
-            r.metrics.insert("machine_idle_pct".into(), idle);
-            r.metrics.insert("machine_steal_pct".into(), steal);
-        }
+        put_machine(r, self.machine);
+    }
+}
+
+/// Puts the machine's idle and stolen shares ([`MachineTicks::since`]), when measured, into
+/// `r` as `machine_idle_pct` and `machine_steal_pct`.
+pub fn put_machine(r: &mut RunResult, shares: Option<(f64, f64)>) {
+    if let Some((idle, steal)) = shares {
+        r.metrics.insert("machine_idle_pct".into(), idle);
+        r.metrics.insert("machine_steal_pct".into(), steal);
     }
 }
 

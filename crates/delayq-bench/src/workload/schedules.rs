@@ -31,7 +31,7 @@
 //!
 //! Every loop is bounded: creation by `--count`, each tick by `--tick-timeout-s`.
 
-use super::Common;
+use super::{Common, put_machine};
 use crate::driver::http::V1;
 use crate::driver::{Conn, Endpoint, now_ms};
 use crate::probe::{MachineTicks, process_cpu_s};
@@ -309,10 +309,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
     if let Some(w) = p99s.iter().copied().reduce(f64::max) {
         r.metrics.insert("lateness_p99_ms_worst".into(), w);
     }
-    if let Some((idle, steal)) = machine0.zip(machine1).and_then(|(a, b)| b.since(a)) {
-        r.metrics.insert("machine_idle_pct".into(), idle);
-        r.metrics.insert("machine_steal_pct".into(), steal);
-    }
+    put_machine(&mut r, machine0.zip(machine1).and_then(|(a, b)| b.since(a)));
 
     if !p.keep {
         let id = run_id.clone();
