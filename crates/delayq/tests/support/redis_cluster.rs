@@ -176,6 +176,43 @@ impl RedisCluster {
         node.stop();
     }
 
+    /// Waits until every running replica has applied everything its master had written when
+    /// this was called (its `slave_repl_offset` has reached the master's `master_repl_offset`);
+    /// panics with the logs after `within`. Not `WAIT`: a connection that wrote nothing waits for
+    /// nothing, so `WAIT` on a fresh connection answers at once whatever the replicas hold.
+    pub fn wait_replicated(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let targets: Vec<(u16, u64)> = self
+            .nodes
+            .iter()
+            .filter(|n| n.lifeline.is_some())
+            .filter_map(|n| {
+                let info = replication_info(n.port);
+                let master: u16 = info_field(&info, "master_port")?.parse().ok()?;
+                let offset = info_field(&replication_info(master), "master_repl_offset")?
+                    .parse()
+                    .ok()?;
+                Some((n.port, offset))
+            })
+            .collect();
+        for (replica, offset) in targets {
+            loop {
+                let applied: u64 = info_field(&replication_info(replica), "slave_repl_offset")
+                    .and_then(|o| o.parse().ok())
+                    .unwrap_or(0);
+                if applied >= offset {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "replica {replica} stayed at offset {applied} < {offset}; logs:\n{}",
+                    self.logs()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
     /// Waits until every running node reports `cluster_state:ok` and serves all 16384 slots;
     /// panics with the logs after `within`.
     pub fn wait_ok(&self, within: Duration) {
@@ -313,12 +350,24 @@ fn free_ports() -> [u16; 2] {
 
 /// Whether a node is a master or a replica whose initial sync is done.
 fn replica_synced(port: u16) -> bool {
-    let info: String = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(500)))
-        .and_then(|mut c| redis::cmd("INFO").arg("replication").query(&mut c))
-        .unwrap_or_default();
+    let info = replication_info(port);
     info.contains("role:master")
         || info.contains("role:slave") && info.contains("master_link_status:up")
+}
+
+/// `INFO replication` of one node, or "" if it does not answer.
+fn replication_info(port: u16) -> String {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(500)))
+        .and_then(|mut c| redis::cmd("INFO").arg("replication").query(&mut c))
+        .unwrap_or_default()
+}
+
+/// The value of `name:value` in an `INFO` reply.
+fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
 }
 
 /// `CLUSTER INFO` of one node, or "" if it does not answer.
