@@ -355,17 +355,46 @@ fn command() -> clap::Command {
     })
 }
 
-/// Runs a parsed command line. Failures of a whole verb come back as `Err` (main prints them
-/// and exits 1); a verb over several ids prints each failure itself and returns exit code 1.
-pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+/// A parsed command line, as main runs it: `serve` with its settings already resolved (main
+/// sizes the runtime by one of them, `worker_threads`), or any other verb.
+pub enum Launch {
+    Serve(Box<Config>),
+    Other(Cli),
+}
+
+/// Resolves `serve`'s settings (flags, `DELAYQ_*` variables, the file; `Err` for a bad one);
+/// any other verb goes on as parsed.
+pub fn launch(cli: Cli) -> anyhow::Result<Launch> {
     let Cli {
         server,
         token,
         json,
         command,
     } = cli;
+    Ok(match command {
+        Command::Serve(args) => Launch::Serve(Box::new(Config::from_args(*args)?)),
+        command => Launch::Other(Cli {
+            server,
+            token,
+            json,
+            command,
+        }),
+    })
+}
+
+/// Runs a command line. Failures of a whole verb come back as `Err` (main prints them and
+/// exits 1); a verb over several ids prints each failure itself and returns exit code 1.
+pub async fn run(launch: Launch) -> anyhow::Result<ExitCode> {
+    let Cli {
+        server,
+        token,
+        json,
+        command,
+    } = match launch {
+        Launch::Serve(config) => return serve(*config).await.map(|()| ExitCode::SUCCESS),
+        Launch::Other(cli) => cli,
+    };
     match command {
-        Command::Serve(args) => return serve(*args).await.map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             let mut script = Vec::new();
             completions(shell, &mut script);
@@ -399,7 +428,7 @@ async fn run_client(client: &Client, json: bool, command: Command) -> anyhow::Re
     let out = Output { json };
     match command {
         Command::Serve(_) | Command::Completions { .. } | Command::Man { .. } => {
-            unreachable!("handled above")
+            unreachable!("handled by launch and run")
         }
         Command::Push(args) => {
             let job = client.push(new_job(args)?).await?;
@@ -756,8 +785,7 @@ fn print_all(bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 /// `delayq serve`: settings, logging, then the server until it stops.
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let config = Config::from_args(args)?;
+async fn serve(config: Config) -> anyhow::Result<()> {
     init_tracing(config.log_format)?;
     delayq::server::serve(config).await.context("server failed")
 }

@@ -23,17 +23,25 @@ fn main() -> ExitCode {
     let cli = cli::parse();
     // Before any HTTP client or Redis connection is made.
     delayq::install_tls_provider();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let launch = match cli::launch(cli) {
+        Ok(launch) => launch,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let cli::Launch::Serve(config) = &launch {
+        builder.worker_threads(delayq::config::worker_threads(config));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(cli::run(cli));
+    let result = runtime.block_on(cli::run(launch));
     runtime.shutdown_timeout(EXIT_GRACE);
     match result {
         Ok(code) => code,

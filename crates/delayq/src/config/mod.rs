@@ -86,6 +86,18 @@ pub const MAX_CALLBACKS_IN_FLIGHT: u64 = 100_000;
 /// Largest accepted `max_connections`.
 pub const MAX_CONNECTIONS_LIMIT: u64 = 10_000_000;
 
+/// Largest accepted `worker_threads`.
+pub const MAX_WORKER_THREADS: u64 = 1024;
+
+/// The worker threads `delayq serve` runs with: `worker_threads` if set, else half the
+/// machine's cores (as the process may use them), at least 1.
+pub fn worker_threads(config: &Config) -> usize {
+    config.worker_threads.unwrap_or_else(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / 2).max(1)
+    })
+}
+
 // Each entry: the `Config` field and its type, then `key` (the TOML key, the name in errors
 // and of the `ServeArgs` field), `flag`, `env`, `value_name` (the flag's value in `--help`),
 // `help` (Markdown: shown by `--help`, in the docs' table and as the field's first doc line),
@@ -336,6 +348,21 @@ settings! {
             rule: SomeBetween(1, MAX_CONNECTIONS_LIMIT),
             shown: "the open-file limit less 256 and `callback_max_in_flight` (at least half \
                     the limit)",
+            default: None,
+        },
+        /// A request's work is a few µs, so on a small machine shared with Redis and clients,
+        /// handing tasks between worker threads costs more than a second thread gains
+        /// (docs/benchmarks.md, "Worker threads"). Unless given, [`worker_threads`] decides.
+        worker_threads: Option<usize> {
+            key: worker_threads,
+            flag: "worker-threads",
+            env: "DELAYQ_WORKER_THREADS",
+            value_name: "N",
+            help: "Threads that serve requests and run the timer and deliveries (the embedded \
+                   store's commits and the callbacks' name lookups have threads of their own)",
+            given: u64,
+            rule: SomeBetween(1, MAX_WORKER_THREADS),
+            shown: "half the machine's cores, at least 1",
             default: None,
         },
         /// Text for people reading a terminal or `journalctl`; JSON for log shippers, which
