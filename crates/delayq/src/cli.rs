@@ -359,7 +359,7 @@ fn command() -> clap::Command {
 /// sizes the runtime by one of them, `worker_threads`), or any other verb.
 pub enum Launch {
     Serve(Box<Config>),
-    Other(Cli),
+    Other(Box<Cli>),
 }
 
 /// Resolves `serve`'s settings (flags, `DELAYQ_*` variables, the file; `Err` for a bad one);
@@ -373,12 +373,12 @@ pub fn launch(cli: Cli) -> anyhow::Result<Launch> {
     } = cli;
     Ok(match command {
         Command::Serve(args) => Launch::Serve(Box::new(Config::from_args(*args)?)),
-        command => Launch::Other(Cli {
+        command => Launch::Other(Box::new(Cli {
             server,
             token,
             json,
             command,
-        }),
+        })),
     })
 }
 
@@ -392,7 +392,7 @@ pub async fn run(launch: Launch) -> anyhow::Result<ExitCode> {
         command,
     } = match launch {
         Launch::Serve(config) => return serve(*config).await.map(|()| ExitCode::SUCCESS),
-        Launch::Other(cli) => cli,
+        Launch::Other(cli) => *cli,
     };
     match command {
         Command::Completions { shell } => {

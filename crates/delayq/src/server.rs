@@ -226,7 +226,8 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let journal = open_journal(&config, clock.clone()).await?;
-    tracing::info!(%addr, store = store.kind(), "delayq listening");
+    let worker_threads = tokio::runtime::Handle::current().metrics().num_workers();
+    tracing::info!(%addr, store = store.kind(), worker_threads, "delayq listening");
     let app = App::with_journal(store, clock, config, journal);
     // The store is open and the listener bound (connections wait in its backlog until `run`
     // accepts them): a service manager may now start what depends on delayq.

@@ -89,12 +89,11 @@ pub const MAX_CONNECTIONS_LIMIT: u64 = 10_000_000;
 /// Largest accepted `worker_threads`.
 pub const MAX_WORKER_THREADS: u64 = 1024;
 
-/// The worker threads `delayq serve` runs with: `worker_threads` if set, else half the
-/// machine's cores (as the process may use them), at least 1.
+/// The worker threads `delayq serve` runs with: `worker_threads` if set, else one per core
+/// the process may use.
 pub fn worker_threads(config: &Config) -> usize {
     config.worker_threads.unwrap_or_else(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        (cores / 2).max(1)
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     })
 }
 
@@ -350,9 +349,9 @@ settings! {
                     the limit)",
             default: None,
         },
-        /// A request's work is a few µs, so on a small machine shared with Redis and clients,
-        /// handing tasks between worker threads costs more than a second thread gains
-        /// (docs/benchmarks.md, "Worker threads"). Unless given, [`worker_threads`] decides.
+        /// One per core unless given ([`worker_threads`]): fewer leave cores to a Redis or
+        /// clients on the same machine. On 2 cores one worker was measured faster on some
+        /// workloads and slower on others (docs/benchmarks.md, "Worker threads").
         worker_threads: Option<usize> {
             key: worker_threads,
             flag: "worker-threads",
@@ -362,7 +361,7 @@ settings! {
                    store's commits and the callbacks' name lookups have threads of their own)",
             given: u64,
             rule: SomeBetween(1, MAX_WORKER_THREADS),
-            shown: "half the machine's cores, at least 1",
+            shown: "one per core",
             default: None,
         },
         /// Text for people reading a terminal or `journalctl`; JSON for log shippers, which

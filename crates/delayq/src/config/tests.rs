@@ -90,6 +90,7 @@ fn every_setting_is_read_from_flags() {
             "--request-timeout=8",
             "--idle-timeout=9",
             "--max-connections=14",
+            "--worker-threads=15",
             "--log-format=json",
             "--callback-secret=whsec_YWFhYQ==",
             "--callback-secret=whsec_YmJiYg==",
@@ -134,6 +135,7 @@ fn every_setting_is_read_from_flags() {
             request_timeout_secs: 8,
             idle_timeout_secs: 9,
             max_connections: Some(14),
+            worker_threads: Some(15),
             log_format: LogFormat::Json,
             callback_secrets: vec![
                 WebhookSecret::parse("whsec_YWFhYQ==").unwrap(),
@@ -195,6 +197,7 @@ fn every_setting_is_read_from_the_file() {
         idle_timeout = 8
         allowed_hosts = ["queue.example", "*"]
         max_connections = 9
+        worker_threads = 3
         journal = "postgres://u@h/db"
         journal_mode = "sync"
         journal_retention = 3600
@@ -215,6 +218,7 @@ fn every_setting_is_read_from_the_file() {
     assert_eq!((c.request_timeout_secs, c.idle_timeout_secs), (7, 8));
     let hosts = AllowedHosts::parse(&["queue.example".into(), "*".into()]).unwrap();
     assert_eq!((c.allowed_hosts, c.max_connections), (Some(hosts), Some(9)));
+    assert_eq!(c.worker_threads, Some(3));
     assert_eq!(c.journal.as_deref(), Some("postgres://u@h/db"));
     let sync = crate::journal::JournalMode::Sync;
     assert_eq!((c.journal_mode, c.journal_retention_secs), (sync, 3600));
@@ -856,4 +860,20 @@ fn allowed_hosts_and_max_connections_are_checked_and_unset_by_default() {
     assert_eq!(invalid_setting(e).0, "allowed_hosts");
     let e = load(&["--max-connections=0"], &[]).unwrap_err();
     assert_eq!(invalid_setting(e).0, "max_connections");
+}
+
+#[test]
+fn worker_threads_are_one_per_core_unless_given() {
+    let c = load(&[], &[]).unwrap();
+    assert_eq!(c.worker_threads, None);
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(super::worker_threads(&c), cores);
+    let c = load(&[], &[("DELAYQ_WORKER_THREADS", "1")]).unwrap();
+    assert_eq!(super::worker_threads(&c), 1);
+    for bad in ["--worker-threads=0", "--worker-threads=1025"] {
+        match load(&[bad], &[]) {
+            Err(e) => assert_eq!(invalid_setting(e).0, "worker_threads", "{bad}"),
+            Ok(c) => panic!("{bad} was taken: {:?}", c.worker_threads),
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! The binary as a system service runs it (pkg/delayq.service, docs/operations.md "Running in
 //! production"): readiness told to systemd over `NOTIFY_SOCKET` (`Type=notify`) once it
-//! listens, log lines as JSON for log shippers or as text coloured only on a terminal, and
-//! `--version` naming the commit.
+//! listens, log lines as JSON for log shippers or as text coloured only on a terminal,
+//! `--version` naming the commit, and the worker threads it runs (`worker_threads`).
 
 use crate::support::process::{DelayqProcess, free_port};
 
@@ -156,4 +156,57 @@ fn version_names_the_version_and_the_commit_built_from() {
         .unwrap_or_else(|| "unknown".to_string());
     let expected = format!("delayq {} ({head})\n", env!("CARGO_PKG_VERSION"));
     assert_eq!(printed, expected);
+}
+
+/// The worker threads `delayq serve` says it runs with (its "listening" log line), given
+/// these flags and environment.
+async fn worker_threads(args: &[&str], env: &[(&str, &str)]) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("delayq.log");
+    let mut env: Vec<(&str, &str)> = env.to_vec();
+    env.push(("RUST_LOG", "info"));
+    let mut args = args.to_vec();
+    args.push("--log-format=json");
+    let mut server = DelayqProcess::start_logging_with_env(&args, &env, &log).await;
+    // It serves on them: a push and a pop.
+    let http = reqwest::Client::new();
+    let push: serde_json::Value = http
+        .post(format!("{}/push", server.base_url))
+        .body(r#"{"topic":"t","id":"one","delay":0,"ttr":60,"body":"b"}"#)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(push["code"], 0, "{push}");
+    let pop: serde_json::Value = http
+        .post(format!("{}/pop", server.base_url))
+        .body(r#"{"topic":"t","timeout":5}"#)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pop["data"]["id"], "one", "{pop}");
+    server.terminate(Duration::from_secs(30));
+    let text = std::fs::read_to_string(&log).unwrap();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["message"] == "delayq listening")
+        .and_then(|e| e["worker_threads"].as_u64())
+        .unwrap_or_else(|| panic!("no listening line with worker_threads:\n{text}"))
+}
+
+#[tokio::test]
+async fn worker_threads_are_one_per_core_unless_set() {
+    let cores = std::thread::available_parallelism().unwrap().get() as u64;
+    assert_eq!(worker_threads(&["--memory"], &[]).await, cores);
+    assert_eq!(
+        worker_threads(&["--memory", "--worker-threads", "3"], &[]).await,
+        3
+    );
+    let env = [("DELAYQ_WORKER_THREADS", "1")];
+    assert_eq!(worker_threads(&["--memory"], &env).await, 1);
 }

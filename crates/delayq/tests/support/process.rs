@@ -50,6 +50,19 @@ impl DelayqProcess {
         .await
     }
 
+    /// As `start_logging_to`, with extra environment variables.
+    pub async fn start_logging_with_env(
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> DelayqProcess {
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self::start_on(free_port(), owned(args), Some(log.to_path_buf()), env, None).await
+    }
+
     /// As `start_logging_to`, run in the working directory `dir` (also after `restart`).
     pub async fn start_in(dir: &Path, args: &[&str], log: &Path) -> DelayqProcess {
         Self::start_on(
