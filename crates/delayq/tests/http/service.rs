@@ -170,25 +170,17 @@ async fn worker_threads(args: &[&str], env: &[(&str, &str)]) -> u64 {
     let mut server = DelayqProcess::start_logging_with_env(&args, &env, &log).await;
     // It serves on them: a push and a pop.
     let http = reqwest::Client::new();
-    let push: serde_json::Value = http
-        .post(format!("{}/push", server.base_url))
-        .body(r#"{"topic":"t","id":"one","delay":0,"ttr":60,"body":"b"}"#)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let call = async |path: &str, body: &'static str| -> serde_json::Value {
+        let r = http.post(format!("{}{path}", server.base_url)).body(body);
+        r.send().await.unwrap().json().await.unwrap()
+    };
+    let push = call(
+        "/push",
+        r#"{"topic":"t","id":"one","delay":0,"ttr":60,"body":"b"}"#,
+    )
+    .await;
     assert_eq!(push["code"], 0, "{push}");
-    let pop: serde_json::Value = http
-        .post(format!("{}/pop", server.base_url))
-        .body(r#"{"topic":"t","timeout":5}"#)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let pop = call("/pop", r#"{"topic":"t","timeout":5}"#).await;
     assert_eq!(pop["data"]["id"], "one", "{pop}");
     server.terminate(Duration::from_secs(30));
     let text = std::fs::read_to_string(&log).unwrap();
