@@ -365,20 +365,9 @@ pub enum Launch {
 /// Resolves `serve`'s settings (flags, `DELAYQ_*` variables, the file; `Err` for a bad one);
 /// any other verb goes on as parsed.
 pub fn launch(cli: Cli) -> anyhow::Result<Launch> {
-    let Cli {
-        server,
-        token,
-        json,
-        command,
-    } = cli;
-    Ok(match command {
+    Ok(match cli.command {
         Command::Serve(args) => Launch::Serve(Box::new(Config::from_args(*args)?)),
-        command => Launch::Other(Box::new(Cli {
-            server,
-            token,
-            json,
-            command,
-        })),
+        _ => Launch::Other(Box::new(cli)),
     })
 }
 

@@ -31,10 +31,10 @@
 //!
 //! Every loop is bounded: creation by `--count`, each tick by `--tick-timeout-s`.
 
-use super::{Common, put_machine};
+use super::{Common, CpuSpan, put_machine};
 use crate::driver::http::V1;
 use crate::driver::{Conn, Endpoint, now_ms};
-use crate::probe::{MachineTicks, process_cpu_s};
+use crate::probe::process_cpu_s;
 use crate::report::{RunResult, median};
 use anyhow::{Context, Result, bail};
 use serde_json::json;
@@ -235,7 +235,8 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
     let first = (created_at + 1_500).div_ceil(MIN_MS) * MIN_MS;
     // The tick's jobs may be stored already (ahead, delayed): not counted in the base.
     let base = deliverable_of(&mut conn, &topic).await?;
-    let machine0 = MachineTicks::now();
+    // Only its machine shares are read: the ticks measure the processes themselves.
+    let span = CpuSpan::start(None);
     let (mut p50s, mut p99s, mut maxes, mut cpus, mut redis_cpus, mut rtts) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut early = 0;
@@ -283,7 +284,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
             .insert(format!("{name}_polls"), polls.samples.len() as f64);
         rtts.extend(polls.rtts_ms);
     }
-    let machine1 = MachineTicks::now();
+    let machine = span.stop().machine;
     // Late stragglers and duplicates show after a pause.
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Every job by now: the next tick's are pushed ahead only 5 s before it, a minute on.
@@ -309,7 +310,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
     if let Some(w) = p99s.iter().copied().reduce(f64::max) {
         r.metrics.insert("lateness_p99_ms_worst".into(), w);
     }
-    put_machine(&mut r, machine0.zip(machine1).and_then(|(a, b)| b.since(a)));
+    put_machine(&mut r, machine);
 
     if !p.keep {
         let id = run_id.clone();

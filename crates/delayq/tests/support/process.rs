@@ -31,11 +31,7 @@ impl DelayqProcess {
 
     /// As `start`, with extra environment variables.
     pub async fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> DelayqProcess {
-        let env = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Self::start_on(free_port(), owned(args), None, env, None).await
+        Self::start_on(free_port(), owned(args), None, owned_env(env), None).await
     }
 
     /// As `start`, with the process's stderr appended to `log` (also after `restart`).
@@ -207,6 +203,12 @@ impl DelayqProcess {
 
 fn owned(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
+}
+
+fn owned_env(env: &[(&str, &str)]) -> Vec<(String, String)> {
+    env.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 impl Drop for DelayqProcess {
