@@ -182,7 +182,11 @@ async fn far_windows_drained_by_two_instances_at_once_deliver_each_job_once() {
         }));
     }
     assert_eq!(joined_distinct(tasks).await.len(), N as usize);
+    // An instance's stats wait only for the finishes it answered and has not yet run
+    // (finishing.rs): b's own first, then both must see nothing left.
+    b.stats().await.unwrap();
     assert!(a.stats().await.unwrap().topics.is_empty());
+    assert!(b.stats().await.unwrap().topics.is_empty());
     // Every window list and index entry is gone.
     for k in all_keys(&server).await {
         assert!(
