@@ -36,6 +36,30 @@ pub fn process_cpu_s(pid: u32) -> Option<f64> {
     parse_stat_cpu_ticks(&s).map(|t| t as f64 / 100.0)
 }
 
+/// Seconds a process's threads have spent so far runnable but waiting for a CPU: the sum of
+/// the second field (nanoseconds on a run queue) of each `/proc/<pid>/task/<tid>/schedstat`.
+/// A thread that has ended takes its share with it, so read it over a span in which the
+/// process's threads live throughout (a server's workers, this load generator's).
+pub fn process_cpu_wait_s(pid: u32) -> Option<f64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut ns = 0;
+    for task in tasks.flatten() {
+        // A thread may end between the listing and the read.
+        if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) {
+            ns += parse_schedstat_wait_ns(&text)?;
+        }
+    }
+    Some(ns as f64 / 1e9)
+}
+
+/// Nanoseconds runnable but waiting for a CPU, from the text of a `schedstat` file (its fields:
+/// time on a CPU, time waiting on a run queue, times run; sched-stats.rst of the kernel).
+pub fn parse_schedstat_wait_ns(text: &str) -> Option<u64> {
+    let mut fields = text.split_whitespace();
+    fields.next()?.parse::<u64>().ok()?;
+    fields.next()?.parse().ok()
+}
+
 /// The machine's CPU time so far, summed over every core, in clock ticks: the `cpu` line of
 /// `/proc/stat` (user, nice, system, idle, iowait, irq, softirq, steal; guest time is already
 /// in user).
@@ -202,6 +226,43 @@ mod tests {
         let stat = "42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0";
         assert_eq!(parse_stat_cpu_ticks(stat), Some(300));
         assert_eq!(parse_stat_cpu_ticks("42 (x) S 1"), None);
+    }
+
+    #[test]
+    fn run_queue_wait_is_the_second_schedstat_field() {
+        assert_eq!(parse_schedstat_wait_ns("81234 5678 12\n"), Some(5678));
+        assert_eq!(parse_schedstat_wait_ns("81234\n"), None);
+        assert_eq!(parse_schedstat_wait_ns("x 5678 12\n"), None);
+    }
+
+    #[test]
+    fn own_process_waits_for_a_cpu_when_more_threads_spin_than_there_are_cores() {
+        let before = process_cpu_wait_s(std::process::id()).unwrap();
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        // Twice as many busy threads as cores for 200 ms: each is runnable throughout, so
+        // together they wait about as long as they run.
+        let spinners: Vec<_> = (0..2 * cores)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    let end = std::time::Instant::now() + std::time::Duration::from_millis(200);
+                    while std::time::Instant::now() < end {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        // Read while they run: an ended thread's wait leaves the sum.
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let during = process_cpu_wait_s(std::process::id()).unwrap();
+        for s in spinners {
+            s.join().unwrap();
+        }
+        assert!(
+            during - before > 0.05,
+            "{} s waited by {} spinning threads on {cores} cores",
+            during - before,
+            2 * cores
+        );
     }
 
     #[test]

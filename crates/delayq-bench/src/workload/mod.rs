@@ -14,7 +14,7 @@ pub mod steady;
 
 use crate::body;
 use crate::driver::{Due, Endpoint, NewJob, Protocol, due_secs, now_ms, now_us};
-use crate::probe::{MachineTicks, process_cpu_s};
+use crate::probe::{MachineTicks, process_cpu_s, process_cpu_wait_s};
 use crate::report::RunResult;
 use crate::stats::{Lateness, Ledger, Summary};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -495,6 +495,9 @@ pub struct CpuSpan {
     start: Instant,
     own: Option<f64>,
     server: Option<f64>,
+    /// Time runnable but waiting for a CPU so far, of this load generator and of the server.
+    own_wait: Option<f64>,
+    server_wait: Option<f64>,
     server_pid: Option<u32>,
     machine: Option<MachineTicks>,
 }
@@ -506,6 +509,10 @@ pub struct CpuUse {
     pub bench_s: Option<f64>,
     /// CPU seconds of the `--server-pid` process.
     pub server_s: Option<f64>,
+    /// Seconds the threads of this load generator and of the server were runnable but
+    /// waiting for a CPU (summed over threads, as CPU time is).
+    pub bench_wait_s: Option<f64>,
+    pub server_wait_s: Option<f64>,
     /// Shares of all the machine's cores, in percent: idle (nobody wanted them) and stolen (the
     /// hypervisor gave other guests time this machine wanted).
     pub machine: Option<(f64, f64)>,
@@ -517,6 +524,8 @@ impl CpuSpan {
             start: Instant::now(),
             own: process_cpu_s(std::process::id()),
             server: server_pid.and_then(process_cpu_s),
+            own_wait: process_cpu_wait_s(std::process::id()),
+            server_wait: server_pid.and_then(process_cpu_wait_s),
             server_pid,
             machine: MachineTicks::now(),
         }
@@ -529,6 +538,11 @@ impl CpuSpan {
             wall_s: self.start.elapsed().as_secs_f64(),
             bench_s: delta(self.own, process_cpu_s(std::process::id())),
             server_s: delta(self.server, self.server_pid.and_then(process_cpu_s)),
+            bench_wait_s: delta(self.own_wait, process_cpu_wait_s(std::process::id())),
+            server_wait_s: delta(
+                self.server_wait,
+                self.server_pid.and_then(process_cpu_wait_s),
+            ),
             machine: self
                 .machine
                 .zip(MachineTicks::now())
@@ -538,14 +552,19 @@ impl CpuSpan {
 }
 
 impl CpuUse {
-    /// Puts `bench_cpu_pct` and `server_cpu_pct` (percent of one core) and `machine_idle_pct`
-    /// and `machine_steal_pct` (percent of all cores) into `r`.
+    /// Puts `bench_cpu_pct` and `server_cpu_pct`, `bench_cpu_wait_pct` and
+    /// `server_cpu_wait_pct` (percent of one core: time used, and time runnable but waiting
+    /// for a core) and `machine_idle_pct` and `machine_steal_pct` (percent of all cores) into
+    /// `r`.
     pub fn put(&self, r: &mut RunResult) {
         for (name, cpu) in [
             ("bench_cpu_pct", self.bench_s),
             ("server_cpu_pct", self.server_s),
+            ("bench_cpu_wait_pct", self.bench_wait_s),
+            ("server_cpu_wait_pct", self.server_wait_s),
         ] {
-            if let Some(s) = cpu.filter(|_| self.wall_s > 0.0) {
+            // A negative wait: a thread of the process ended during the span.
+            if let Some(s) = cpu.filter(|s| self.wall_s > 0.0 && *s >= 0.0) {
                 r.metrics.insert(name.into(), 100.0 * s / self.wall_s);
             }
         }
@@ -617,6 +636,8 @@ mod tests {
         for m in [
             "bench_cpu_pct",
             "server_cpu_pct",
+            "bench_cpu_wait_pct",
+            "server_cpu_wait_pct",
             "machine_idle_pct",
             "machine_steal_pct",
         ] {
