@@ -58,6 +58,22 @@ struct Held {
     jobs: VecDeque<HeldJob>,
 }
 
+/// Where `job`'s queue comes in `topics` (a topic list in preference order), if it does.
+fn preference(topics: &[Topic], job: &Job) -> Option<usize> {
+    topics.iter().position(|t| {
+        let (name, callback) = t.split_queue();
+        name == job.spec.topic.as_str() && callback == job.spec.is_pushed()
+    })
+}
+
+/// Puts a reply made of held and freshly reserved jobs in the order a reserve of `topics`
+/// promises: every job of a topic before any of a later one (each part is in order, but a job
+/// held while its topic had nothing better may meet a job of an earlier topic that became
+/// ready since). Within a topic the parts keep their order.
+pub(super) fn in_preference_order(topics: &[Topic], jobs: &mut [Job]) {
+    jobs.sort_by_key(|j| preference(topics, j).unwrap_or(usize::MAX));
+}
+
 /// A job reserved ahead, held since `since`.
 pub(super) struct HeldJob {
     pub job: Job,
@@ -85,16 +101,10 @@ impl ReadAhead {
     pub fn take_matching(&self, topics: &[Topic], max: usize) -> Vec<Job> {
         let mut lists = self.lock();
         let mut out = Vec::new();
-        let wanted = |j: &Job| {
-            topics.iter().any(|t| {
-                let (name, callback) = t.split_queue();
-                name == j.spec.topic.as_str() && callback == j.spec.is_pushed()
-            })
-        };
         for held in lists.iter_mut() {
             let mut i = 0;
             while i < held.jobs.len() && out.len() < max {
-                if wanted(&held.jobs[i].job) {
+                if preference(topics, &held.jobs[i].job).is_some() {
                     out.extend(held.jobs.remove(i).map(|h| h.job));
                 } else {
                     i += 1;
@@ -227,6 +237,22 @@ mod tests {
 
     fn ids(jobs: &[Job]) -> Vec<&str> {
         jobs.iter().map(|j| j.spec.id.as_str()).collect()
+    }
+
+    #[test]
+    fn a_reply_puts_every_job_of_a_topic_before_any_of_a_later_one() {
+        let of = |t: &str, id: &str| {
+            let mut j = job(id);
+            j.spec.topic = topic(t);
+            j
+        };
+        // Held for [a, b] while a had nothing ready, then an a reserved afresh, then a b held
+        // for another list.
+        let mut reply = vec![of("b", "b1"), of("b", "b2"), of("a", "a1"), of("b", "b3")];
+        in_preference_order(&[topic("a"), topic("b")], &mut reply);
+        assert_eq!(ids(&reply), ["a1", "b1", "b2", "b3"]);
+        in_preference_order(&[topic("b"), topic("a")], &mut reply);
+        assert_eq!(ids(&reply), ["b1", "b2", "b3", "a1"]);
     }
 
     #[test]

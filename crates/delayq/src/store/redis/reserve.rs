@@ -107,6 +107,7 @@ async fn reserve(
                     let left = max - out.len();
                     out.extend(store.inner.read_ahead.take_matching(topics, left));
                 }
+                read_ahead::in_preference_order(topics, &mut out);
                 Ok(out)
             }
             // Jobs already taken from the read-ahead are handed out: the error shows on
