@@ -52,6 +52,32 @@ pub fn process_cpu_wait_s(pid: u32) -> Option<f64> {
     Some(ns as f64 / 1e9)
 }
 
+/// A process's CPU time and time runnable but waiting for a CPU so far, in seconds (either
+/// `None` where `/proc` could not be read).
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessTimes {
+    pub cpu_s: Option<f64>,
+    pub wait_s: Option<f64>,
+}
+
+impl ProcessTimes {
+    pub fn read(pid: u32) -> ProcessTimes {
+        ProcessTimes {
+            cpu_s: process_cpu_s(pid),
+            wait_s: process_cpu_wait_s(pid),
+        }
+    }
+
+    /// What the process used and waited for since `earlier` (a reading of the same process).
+    pub fn since(self, earlier: ProcessTimes) -> ProcessTimes {
+        let delta = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
+        ProcessTimes {
+            cpu_s: delta(earlier.cpu_s, self.cpu_s),
+            wait_s: delta(earlier.wait_s, self.wait_s),
+        }
+    }
+}
+
 /// Nanoseconds runnable but waiting for a CPU, from the text of a `schedstat` file (its fields:
 /// time on a CPU, time waiting on a run queue, times run; sched-stats.rst of the kernel).
 pub fn parse_schedstat_wait_ns(text: &str) -> Option<u64> {

@@ -14,7 +14,7 @@ pub mod steady;
 
 use crate::body;
 use crate::driver::{Due, Endpoint, NewJob, Protocol, due_secs, now_ms, now_us};
-use crate::probe::{MachineTicks, process_cpu_s, process_cpu_wait_s};
+use crate::probe::{MachineTicks, ProcessTimes};
 use crate::report::RunResult;
 use crate::stats::{Lateness, Ledger, Summary};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -493,12 +493,9 @@ pub fn put_accounting(r: &mut RunResult, ledger: &Ledger, foreign: u64) {
 /// Who used the machine over a measured span: started before it, [`CpuSpan::stop`]ped after.
 pub struct CpuSpan {
     start: Instant,
-    own: Option<f64>,
-    server: Option<f64>,
-    /// Time runnable but waiting for a CPU so far, of this load generator and of the server.
-    own_wait: Option<f64>,
-    server_wait: Option<f64>,
-    server_pid: Option<u32>,
+    /// This load generator's, and the `--server-pid` process's (with its pid), at the start.
+    own: ProcessTimes,
+    server: Option<(u32, ProcessTimes)>,
     machine: Option<MachineTicks>,
 }
 
@@ -522,27 +519,24 @@ impl CpuSpan {
     pub fn start(server_pid: Option<u32>) -> CpuSpan {
         CpuSpan {
             start: Instant::now(),
-            own: process_cpu_s(std::process::id()),
-            server: server_pid.and_then(process_cpu_s),
-            own_wait: process_cpu_wait_s(std::process::id()),
-            server_wait: server_pid.and_then(process_cpu_wait_s),
-            server_pid,
+            own: ProcessTimes::read(std::process::id()),
+            server: server_pid.map(|pid| (pid, ProcessTimes::read(pid))),
             machine: MachineTicks::now(),
         }
     }
 
     /// The span's figures so far.
     pub fn stop(&self) -> CpuUse {
-        let delta = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
+        let own = ProcessTimes::read(std::process::id()).since(self.own);
+        let server = self
+            .server
+            .map(|(pid, start)| ProcessTimes::read(pid).since(start));
         CpuUse {
             wall_s: self.start.elapsed().as_secs_f64(),
-            bench_s: delta(self.own, process_cpu_s(std::process::id())),
-            server_s: delta(self.server, self.server_pid.and_then(process_cpu_s)),
-            bench_wait_s: delta(self.own_wait, process_cpu_wait_s(std::process::id())),
-            server_wait_s: delta(
-                self.server_wait,
-                self.server_pid.and_then(process_cpu_wait_s),
-            ),
+            bench_s: own.cpu_s,
+            server_s: server.and_then(|s| s.cpu_s),
+            bench_wait_s: own.wait_s,
+            server_wait_s: server.and_then(|s| s.wait_s),
             machine: self
                 .machine
                 .zip(MachineTicks::now())

@@ -84,7 +84,8 @@ async fn reserve(
         // First what a busy batch reserved ahead for these topics (`read_ahead.rs`), then
         // the rest joined with the reserves running at the same moment (group commit; a
         // lone one, e.g. the dispatcher serving its waiters, which batches by itself, runs
-        // at once), then jobs of these topics held for other topic lists.
+        // at once), then jobs of these topics held for other topic lists; the reply then in
+        // the topics' order of preference, as one call's would be.
         let mut out = store.inner.read_ahead.take(topics, max);
         if out.len() == max {
             return Ok(out);
