@@ -3,6 +3,7 @@
 //! are pure; the readers do the I/O. Nothing here changes the server.
 
 use anyhow::{Context, Result, anyhow};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// `used_memory` from the text of `INFO memory`.
@@ -36,45 +37,54 @@ pub fn process_cpu_s(pid: u32) -> Option<f64> {
     parse_stat_cpu_ticks(&s).map(|t| t as f64 / 100.0)
 }
 
-/// Seconds a process's threads have spent so far runnable but waiting for a CPU: the sum of
-/// the second field (nanoseconds on a run queue) of each `/proc/<pid>/task/<tid>/schedstat`.
-/// A thread that has ended takes its share with it, so read it over a span in which the
-/// process's threads live throughout (a server's workers, this load generator's).
-pub fn process_cpu_wait_s(pid: u32) -> Option<f64> {
+/// Nanoseconds each of a process's threads has spent so far runnable but waiting for a CPU, by
+/// thread id: the second field of each `/proc/<pid>/task/<tid>/schedstat`.
+pub fn thread_cpu_waits_ns(pid: u32) -> Option<HashMap<u32, u64>> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut ns = 0;
+    let mut waits = HashMap::new();
     for task in tasks.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
         // A thread may end between the listing and the read.
         if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) {
-            ns += parse_schedstat_wait_ns(&text)?;
+            waits.insert(tid, parse_schedstat_wait_ns(&text)?);
         }
     }
-    Some(ns as f64 / 1e9)
+    Some(waits)
 }
 
-/// A process's CPU time and time runnable but waiting for a CPU so far, in seconds (either
-/// `None` where `/proc` could not be read).
-#[derive(Debug, Clone, Copy)]
+/// A process's CPU time so far (seconds) and its threads' run-queue waits (`None` where
+/// `/proc` could not be read).
+#[derive(Debug, Clone)]
 pub struct ProcessTimes {
     pub cpu_s: Option<f64>,
-    pub wait_s: Option<f64>,
+    waits_ns: Option<HashMap<u32, u64>>,
 }
 
 impl ProcessTimes {
     pub fn read(pid: u32) -> ProcessTimes {
         ProcessTimes {
             cpu_s: process_cpu_s(pid),
-            wait_s: process_cpu_wait_s(pid),
+            waits_ns: thread_cpu_waits_ns(pid),
         }
     }
 
-    /// What the process used and waited for since `earlier` (a reading of the same process).
-    pub fn since(self, earlier: ProcessTimes) -> ProcessTimes {
-        let delta = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b - a);
-        ProcessTimes {
-            cpu_s: delta(earlier.cpu_s, self.cpu_s),
-            wait_s: delta(earlier.wait_s, self.wait_s),
-        }
+    /// CPU seconds used since `earlier` (a reading of the same process).
+    pub fn cpu_since(&self, earlier: &ProcessTimes) -> Option<f64> {
+        earlier.cpu_s.zip(self.cpu_s).map(|(a, b)| b - a)
+    }
+
+    /// Seconds its threads waited for a CPU since `earlier`: each thread alive now counts
+    /// from its earlier reading (or from its start, if it is new); a thread that ended in
+    /// between takes its share with it, so this is a lower bound, never negative.
+    pub fn wait_since(&self, earlier: &ProcessTimes) -> Option<f64> {
+        let (then, now) = (earlier.waits_ns.as_ref()?, self.waits_ns.as_ref()?);
+        let ns: u64 = now
+            .iter()
+            .map(|(tid, w)| w.saturating_sub(then.get(tid).copied().unwrap_or(0)))
+            .sum();
+        Some(ns as f64 / 1e9)
     }
 }
 
@@ -263,7 +273,7 @@ mod tests {
 
     #[test]
     fn own_process_waits_for_a_cpu_when_more_threads_spin_than_there_are_cores() {
-        let before = process_cpu_wait_s(std::process::id()).unwrap();
+        let before = ProcessTimes::read(std::process::id());
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         // Twice as many busy threads as cores for 200 ms: each is runnable throughout, so
         // together they wait about as long as they run.
@@ -277,16 +287,17 @@ mod tests {
                 })
             })
             .collect();
-        // Read while they run: an ended thread's wait leaves the sum.
+        // Read while they run: a new thread counts from its start.
         std::thread::sleep(std::time::Duration::from_millis(150));
-        let during = process_cpu_wait_s(std::process::id()).unwrap();
+        let during = ProcessTimes::read(std::process::id())
+            .wait_since(&before)
+            .unwrap();
         for s in spinners {
             s.join().unwrap();
         }
         assert!(
-            during - before > 0.05,
-            "{} s waited by {} spinning threads on {cores} cores",
-            during - before,
+            during > 0.05,
+            "{during} s waited by {} spinning threads on {cores} cores",
             2 * cores
         );
     }

@@ -527,16 +527,17 @@ impl CpuSpan {
 
     /// The span's figures so far.
     pub fn stop(&self) -> CpuUse {
-        let own = ProcessTimes::read(std::process::id()).since(self.own);
+        let own = ProcessTimes::read(std::process::id());
         let server = self
             .server
-            .map(|(pid, start)| ProcessTimes::read(pid).since(start));
+            .as_ref()
+            .map(|(pid, start)| (ProcessTimes::read(*pid), start));
         CpuUse {
             wall_s: self.start.elapsed().as_secs_f64(),
-            bench_s: own.cpu_s,
-            server_s: server.and_then(|s| s.cpu_s),
-            bench_wait_s: own.wait_s,
-            server_wait_s: server.and_then(|s| s.wait_s),
+            bench_s: own.cpu_since(&self.own),
+            server_s: server.as_ref().and_then(|(now, then)| now.cpu_since(then)),
+            bench_wait_s: own.wait_since(&self.own),
+            server_wait_s: server.as_ref().and_then(|(now, then)| now.wait_since(then)),
             machine: self
                 .machine
                 .zip(MachineTicks::now())
@@ -557,8 +558,7 @@ impl CpuUse {
             ("bench_cpu_wait_pct", self.bench_wait_s),
             ("server_cpu_wait_pct", self.server_wait_s),
         ] {
-            // A negative wait: a thread of the process ended during the span.
-            if let Some(s) = cpu.filter(|s| self.wall_s > 0.0 && *s >= 0.0) {
+            if let Some(s) = cpu.filter(|_| self.wall_s > 0.0) {
                 r.metrics.insert(name.into(), 100.0 * s / self.wall_s);
             }
         }
