@@ -101,7 +101,7 @@ impl EmbeddedOptions {
 pub type EmbeddedStore = EngineStore<WriteAhead>;
 
 /// The embedded store's durability: the write-ahead log's group commit (`group_commit.rs`), in
-/// which the request that finds the log idle writes and syncs it for everyone queued.
+/// which one writer thread writes and syncs the log for every request queued meanwhile.
 pub struct WriteAhead {
     log: Arc<GroupCommit>,
     /// Joined on drop, after it has checkpointed everything, so the database (and its lock)
