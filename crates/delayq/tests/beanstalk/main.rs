@@ -4,7 +4,8 @@
 //! own suite; fivebeans (npm, from .ci/test-node-modules) runs `fivebeans_client.js`. `raw.rs`
 //! sends what no client library would (bad input, a slow client, a 10 MB line) over a plain
 //! socket; `faults.rs` kills the server under puts and runs three instances on one Redis;
-//! `docs.rs` runs docs/beanstalkd.md's example as written.
+//! `docs.rs` runs docs/beanstalkd.md's example as written; `reference.rs` runs the same
+//! sessions against beanstalkd itself and compares every reply.
 //!
 //! `cargo test -p delayq --test beanstalk` (about a minute: the timed behaviours wait).
 
@@ -15,6 +16,7 @@ mod clients;
 mod docs;
 mod faults;
 mod raw;
+mod reference;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
