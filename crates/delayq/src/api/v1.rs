@@ -284,7 +284,7 @@ async fn touch(State(st): State<AppState>, path: IdPath) -> ApiResult<Json<JobVi
 #[tracing::instrument(skip_all, fields(job_id = tracing::field::Empty))]
 async fn bury(State(st): State<AppState>, path: IdPath) -> ApiResult<Json<JobView>> {
     let id = path_id(path)?;
-    Ok(Json(st.store.bury(&id, st.clock.now()).await?.into()))
+    Ok(Json(st.store.bury(&id, None, st.clock.now()).await?.into()))
 }
 
 /// `POST /v1/jobs/{id}/kick`: a dead job back to `ready`.

@@ -503,13 +503,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn<S> {
             Command::ReserveJob(n) => self.reserve_job(n, now).await,
             Command::Delete(n) => self.delete(n).await,
             Command::Release { id, pri, delay_s } => self.release(id, pri, delay_s).await,
-            Command::Bury { id, pri: _ } => {
+            Command::Bury { id, pri } => {
                 let id = front.ids.id_of(id);
                 if !self.holds(&id, now) {
                     return Step::Reply(Reply::Word(proto::NOT_FOUND));
                 }
                 self.reserved.remove(&id);
-                match front.store.bury(&id, now).await {
+                match front.store.bury(&id, Some(pri), now).await {
                     Ok(_) => Reply::Word(proto::BURIED),
                     Err(e) => failed(e),
                 }

@@ -292,6 +292,15 @@ fn ops_of(reply: Reply<'_>, pushed: &[JobSpec], at: UnixMillis) -> Vec<Op> {
         Reply::Release { out, .. } | Reply::Touch { out, .. } => {
             vec![moved(out, Some(JobState::Reserved))]
         }
+        // A bury that sets a priority changes the spec: the whole row (as a reschedule).
+        Reply::Bury {
+            priority: Some(_),
+            out,
+            ..
+        } => vec![Op::Put {
+            row: JobRow::of_job(out, at),
+            from: None,
+        }],
         // From delayed, ready or dead: the row's own state says which.
         Reply::Bury { out, .. } | Reply::ReserveJob { out, .. } => vec![moved(out, None)],
         Reply::Kick { out, .. } => vec![moved(out, Some(JobState::Dead))],

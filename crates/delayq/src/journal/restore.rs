@@ -328,7 +328,10 @@ impl Journal {
                 Ok(PushOutcome::Created) | Ok(PushOutcome::Replaced(_)) => {
                     counts.restored += 1;
                     if dead {
-                        store.bury(id, now).await.map_err(RestoreError::Store)?;
+                        store
+                            .bury(id, None, now)
+                            .await
+                            .map_err(RestoreError::Store)?;
                     }
                 }
                 Err(StoreError::Exists) => counts.already_present += 1,

@@ -93,6 +93,14 @@ impl Seen<'_> for Option<u64> {
     }
 }
 
+impl Seen<'_> for Option<u32> {
+    type Seen = Option<u32>;
+
+    fn seen(&self) -> Option<u32> {
+        *self
+    }
+}
+
 impl Seen<'_> for PushMode {
     type Seen = PushMode;
 

@@ -965,11 +965,20 @@ impl Engine {
     }
 
     /// `now` is not needed: the burial order is the engine's own stamp.
-    pub fn bury(&mut self, id: &JobId, _now: UnixMillis, fx: &mut Effects) -> StoreResult<Job> {
-        let j = self.take_in(
+    pub fn bury(
+        &mut self,
+        id: &JobId,
+        priority: Option<u32>,
+        _now: UnixMillis,
+        fx: &mut Effects,
+    ) -> StoreResult<Job> {
+        let mut j = self.take_in(
             id,
             &[JobState::Delayed, JobState::Ready, JobState::Reserved],
         )?;
+        if let Some(priority) = priority {
+            j.spec.priority = priority;
+        }
         let j = self.entomb(j);
         Ok(self.put(j, fx))
     }

@@ -259,13 +259,21 @@ mod tests {
             out: &rescheduled,
         };
         rec.saw(call, Ok(reply));
-        let job = store.bury(&a, 50).await.unwrap();
+        let job = store.bury(&a, None, 50).await.unwrap();
         let reply = Reply::Bury {
             id: &a,
+            priority: None,
             now: 50,
             out: &job,
         };
-        rec.saw(Call::Bury { id: &a, now: 50 }, Ok(reply));
+        rec.saw(
+            Call::Bury {
+                id: &a,
+                priority: None,
+                now: 50,
+            },
+            Ok(reply),
+        );
         let job = store.kick(&a, 55).await.unwrap();
         let reply = Reply::Kick {
             id: &a,
@@ -273,7 +281,7 @@ mod tests {
             out: &job,
         };
         rec.saw(Call::Kick { id: &a, now: 55 }, Ok(reply));
-        store.bury(&a, 56).await.unwrap();
+        store.bury(&a, None, 56).await.unwrap();
         rec.0.lock().unwrap().clear();
         assert_eq!(store.kick_topic(&t, 10, 57).await, Ok(1));
         let call = Call::KickTopic {

@@ -390,8 +390,9 @@ store_calls! {
         /// Extends a reservation to `now + ttr`. Only for `Reserved` jobs.
         Change Touch fn touch(id: &'a JobId, now: UnixMillis) -> Job;
 
-        /// Moves a delayed, ready or reserved job to `Dead`.
-        Change Bury fn bury(id: &'a JobId, now: UnixMillis) -> Job;
+        /// Moves a delayed, ready or reserved job to `Dead`, with a new priority when `priority`
+        /// says one (beanstalkd's `bury <id> <pri>`), else keeping its own.
+        Change Bury fn bury(id: &'a JobId, priority: Option<u32>, now: UnixMillis) -> Job;
 
         /// Returns one dead job to `Ready` (attempts reset to 0).
         Change Kick fn kick(id: &'a JobId, now: UnixMillis) -> Job;

@@ -107,6 +107,18 @@ const SESSIONS: &[(&str, Session)] = &[
         ],
     ),
     (
+        "bury sets the priority",
+        &[
+            "put 5 0 10 1\r\na\r\n",
+            "put 5 0 10 1\r\nb\r\n",
+            "reserve\r\n",
+            "bury {1} 1\r\n",
+            "kick 1\r\n",
+            "reserve-with-timeout 0\r\n",
+            "reserve-with-timeout 0\r\n",
+        ],
+    ),
+    (
         "delayed jobs",
         &[
             "put 0 100 10 1\r\nd\r\n",

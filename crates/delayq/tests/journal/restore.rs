@@ -125,7 +125,7 @@ enum Step {
     Release(JobId, u64),
     Touch(JobId, u64),
     Delete(JobId),
-    Bury(JobId, u64),
+    Bury(JobId, Option<u32>, u64),
     Kick(JobId, u64),
     Reschedule(JobId, Reschedule, u64),
     KickTopic(Topic, u64, u64),
@@ -139,7 +139,7 @@ impl Step {
             Step::Release(id, now) => s.release(id, None, *now).await.map(drop),
             Step::Touch(id, now) => s.touch(id, *now).await.map(drop),
             Step::Delete(id) => s.delete(id).await.map(drop),
-            Step::Bury(id, now) => s.bury(id, *now).await.map(drop),
+            Step::Bury(id, priority, now) => s.bury(id, *priority, *now).await.map(drop),
             Step::Kick(id, now) => s.kick(id, *now).await.map(drop),
             Step::Reschedule(id, change, now) => {
                 s.reschedule(id, change.clone(), *now).await.map(drop)
@@ -150,7 +150,7 @@ impl Step {
 }
 
 /// The mixed history at `t0`: pushes, reserves, finishes, releases (some to dead), deletes,
-/// burials, kicks, reschedules, a kick of a topic and touches.
+/// burials (some with a new priority), kicks, reschedules, a kick of a topic and touches.
 async fn history(twin: &Twin<'_>, t0: u64) {
     let specs: Vec<JobSpec> = (0..JOBS).map(|i| spec(i, t0)).collect();
     for chunk in specs.chunks(500) {
@@ -175,7 +175,9 @@ async fn history(twin: &Twin<'_>, t0: u64) {
         if i % 17 == 0 {
             twin.step(Step::Delete(id(i))).await;
         } else if i % 19 == 0 {
-            twin.step(Step::Bury(id(i), t0)).await;
+            // Odd multiples of 19 are buried with a priority of their own (and not kicked).
+            let priority = (i % 38 == 19).then_some(2);
+            twin.step(Step::Bury(id(i), priority, t0)).await;
         } else if i % 23 == 0 {
             let change = Reschedule {
                 run_at: t0 + 7_200_000,

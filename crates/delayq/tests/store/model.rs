@@ -331,7 +331,7 @@ async fn run_case(b: &Backend, ops: &[Op]) -> Result<(), TestCaseError> {
                 prop_assert_eq!(views(&got), views(&model.touch(&id(i), now)), "{}", ctx);
             }
             Op::Bury(i) => {
-                let got = store.bury(&id(i), now).await;
+                let got = store.bury(&id(i), None, now).await;
                 prop_assert_eq!(views(&got), views(&model.bury(&id(i))), "{}", ctx);
             }
             Op::Kick(i) => {

@@ -67,12 +67,14 @@ impl Calls {
     pub(in crate::store) async fn bury(
         store: &RedisStore,
         id: &JobId,
+        priority: Option<u32>,
         now: UnixMillis,
     ) -> StoreResult<Job> {
         let call = store
             .shard_fcall(&BURY, store.shard(id), now)
             .arg(id.as_str())
-            .arg(store.stamp(now, 1));
+            .arg(store.stamp(now, 1))
+            .arg(priority.map(|p| p.to_string()).unwrap_or_default());
         by_id(store, id, call).await
     }
 

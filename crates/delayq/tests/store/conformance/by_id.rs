@@ -60,11 +60,11 @@ async fn bury_and_kick_move_jobs_through_dead(b: &Backend) {
     push(b, job("t", "x", "", T0), T0).await;
     assert_eq!(reserve_ids(b, &["t"], 1, T0).await, vec!["r"]);
     for i in ["d", "r", "x"] {
-        let j = b.store.bury(&id(i), T0).await.unwrap();
+        let j = b.store.bury(&id(i), None, T0).await.unwrap();
         assert_eq!(j.state, JobState::Dead, "{i}");
     }
     assert_eq!(
-        b.store.bury(&id("d"), T0).await.unwrap_err(),
+        b.store.bury(&id("d"), None, T0).await.unwrap_err(),
         StoreError::WrongState(JobState::Dead)
     );
     b.store.tick(T0 + 120 * SEC, 100).await.unwrap();
@@ -86,13 +86,31 @@ async fn bury_and_kick_move_jobs_through_dead(b: &Backend) {
     assert_eq!(reserve_ids(b, &["t"], 10, T0 + 5).await.len(), 3);
 }
 
+async fn bury_with_a_priority_sets_it_and_without_one_keeps_it(b: &Backend) {
+    for (i, priority) in [("a", 5), ("b", 5), ("c", 5)] {
+        let mut spec = job("t", i, "", T0);
+        spec.priority = priority;
+        push(b, spec, T0).await;
+    }
+    assert_eq!(reserve_ids(b, &["t"], 2, T0).await, vec!["a", "b"]);
+    let a = b.store.bury(&id("a"), Some(1), T0 + 1).await.unwrap();
+    assert_eq!((a.state, a.spec.priority), (JobState::Dead, 1));
+    let b_job = b.store.bury(&id("b"), None, T0 + 2).await.unwrap();
+    assert_eq!((b_job.state, b_job.spec.priority), (JobState::Dead, 5));
+    assert_eq!(b.store.get(&id("a")).await.unwrap().spec.priority, 1);
+    // Kicked, each goes out in its priority's order: a (1) before c (5) before b (5, later).
+    b.store.kick(&id("b"), T0 + 3).await.unwrap();
+    b.store.kick(&id("a"), T0 + 4).await.unwrap();
+    assert_eq!(reserve_ids(b, &["t"], 3, T0 + 5).await, vec!["a", "c", "b"]);
+}
+
 async fn reserve_job_reserves_a_ready_or_dead_job_by_its_id_never_a_delayed_one(b: &Backend) {
     push(b, job("t", "d", "", T0 + 60 * SEC), T0).await;
     let mut spec = job("t", "r", "", T0);
     spec.ttr_ms = 10 * SEC;
     push(b, spec, T0).await;
     push(b, job("t", "x", "", T0), T0).await;
-    b.store.bury(&id("x"), T0).await.unwrap();
+    b.store.bury(&id("x"), None, T0).await.unwrap();
     for i in ["r", "x"] {
         let j = b.store.reserve_job(&id(i), T0 + 1).await.unwrap();
         assert_eq!(j.state, JobState::Reserved, "{i}");
@@ -190,6 +208,7 @@ backend_tests!(
     release_returns_a_reserved_job_now_or_later,
     touch_extends_a_reservation_by_its_ttr,
     bury_and_kick_move_jobs_through_dead,
+    bury_with_a_priority_sets_it_and_without_one_keeps_it,
     reserve_job_reserves_a_ready_or_dead_job_by_its_id_never_a_delayed_one,
     reschedule_changes_a_pending_job_atomically,
 );

@@ -50,7 +50,7 @@ async fn delete_removes_a_job_in_any_state(b: &Backend) {
     push(b, job("t", "reserved", "", T0 - 1), T0).await;
     push(b, job("t", "dead", "", T0 + SEC), T0).await;
     assert_eq!(reserve_ids(b, &["t"], 1, T0).await, vec!["reserved"]);
-    b.store.bury(&id("dead"), T0).await.unwrap();
+    b.store.bury(&id("dead"), None, T0).await.unwrap();
     for (i, s) in [
         ("delayed", JobState::Delayed),
         ("ready", JobState::Ready),

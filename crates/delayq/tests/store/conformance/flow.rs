@@ -140,7 +140,10 @@ async fn a_paused_topic_hands_out_nothing_and_its_jobs_go_out_in_order_on_resume
             .is_empty()
     );
     assert_eq!(state(b, "p-mid").await, Ok(JobState::Ready));
-    b.store.bury(&id("p-mid"), T0 + 5 * SEC).await.unwrap();
+    b.store
+        .bury(&id("p-mid"), None, T0 + 5 * SEC)
+        .await
+        .unwrap();
     b.store.kick(&id("p-mid"), T0 + 5 * SEC).await.unwrap();
     let stats = b.store.stats().await.unwrap();
     assert_eq!(stats.topics[&topic("paused")].ready, 4);

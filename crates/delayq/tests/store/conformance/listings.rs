@@ -10,7 +10,7 @@ async fn stats_count_jobs_by_topic_and_state(b: &Backend) {
     push(b, job("b", "b1", "", T0), T0).await;
     push(b, job("b", "b2", "", T0), T0).await;
     reserve_ids(b, &["b"], 1, T0).await;
-    b.store.bury(&id("b2"), T0).await.unwrap();
+    b.store.bury(&id("b2"), None, T0).await.unwrap();
     let stats = b.store.stats().await.unwrap();
     let a = stats.topics[&topic("a")];
     let bb = stats.topics[&topic("b")];
@@ -57,7 +57,10 @@ async fn listing_pages_each_state_in_its_order(b: &Backend) {
     // Dead: buried in this order.
     for (k, i) in ["z2", "z1", "z3"].iter().enumerate() {
         push(b, job(t, i, "", T0 + HOUR), T0).await;
-        b.store.bury(&id(i), T0 + 2 * SEC + k as u64).await.unwrap();
+        b.store
+            .bury(&id(i), None, T0 + 2 * SEC + k as u64)
+            .await
+            .unwrap();
     }
     push(b, callback_job(t, "cb2", T0 + 2 * HOUR), T0).await;
     push(b, callback_job(t, "cb1", T0 + 2 * HOUR), T0).await;
@@ -182,7 +185,7 @@ async fn schedule_counts_match_a_brute_force_count(b: &Backend) {
     for (n, i) in ids.iter().enumerate() {
         match n % 9 {
             0 => drop(b.store.delete(&id(i)).await),
-            1 => drop(b.store.bury(&id(i), m0).await),
+            1 => drop(b.store.bury(&id(i), None, m0).await),
             2 => {
                 let change = Reschedule {
                     run_at: m0 + (n as u64 * 7_777) % (30 * HOUR),

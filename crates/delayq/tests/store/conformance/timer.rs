@@ -137,7 +137,10 @@ async fn far_jobs_deleted_rescheduled_replaced_or_buried_leave_no_ghost(b: &Back
         )
         .await;
     assert_eq!(out, Ok(PushOutcome::Replaced(JobState::Delayed)));
-    b.store.bury(&id("buried"), T0 + 3 * SEC).await.unwrap();
+    b.store
+        .bury(&id("buried"), None, T0 + 3 * SEC)
+        .await
+        .unwrap();
     let stats = b.store.stats().await.unwrap();
     let t = stats.topics[&topic("t")];
     assert_eq!((t.delayed, t.ready, t.reserved, t.dead), (2, 0, 0, 1));

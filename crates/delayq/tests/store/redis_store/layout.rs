@@ -17,7 +17,7 @@ async fn every_key_is_under_the_prefix_with_one_hash_tag_per_shard() {
     }
     s.push_batch(jobs, PushMode::Reject, NOW).await.unwrap();
     let r = s.reserve(&[topic("orders")], 5, NOW).await.unwrap();
-    s.bury(&r[0].spec.id, NOW).await.unwrap();
+    s.bury(&r[0].spec.id, None, NOW).await.unwrap();
     // And far-future jobs, in two windows.
     let far: Vec<JobSpec> = (0..40)
         .map(|i| {

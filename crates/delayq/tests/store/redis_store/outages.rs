@@ -276,7 +276,10 @@ async fn a_full_redis_refuses_what_adds_memory_and_serves_the_jobs_it_holds() {
     );
     assert_eq!(ids(&s.reserve(&[topic("t")], 1, NOW).await.unwrap()), ["a"]);
     assert_eq!(s.finish(&id("a")).await.unwrap(), JobState::Reserved);
-    assert_eq!(s.bury(&id("c"), NOW).await.unwrap().state, JobState::Dead);
+    assert_eq!(
+        s.bury(&id("c"), None, NOW).await.unwrap().state,
+        JobState::Dead
+    );
     assert_eq!(s.kick(&id("c"), NOW).await.unwrap().state, JobState::Ready);
     assert_eq!(s.delete(&id("b")).await.unwrap(), JobState::Ready);
     command(&mut c, &["FUNCTION", "FLUSH"]).await;

@@ -139,7 +139,7 @@ async fn a_held_job_named_by_a_call_is_found_ready() {
             }
             // Held (reserved in Redis, no consumer has it): naming it gives it back first,
             // so a bury finds it ready and buries it with its attempts as they were.
-            let buried = s.bury(&id(&name), NOW).await.unwrap();
+            let buried = s.bury(&id(&name), None, NOW).await.unwrap();
             assert_eq!((buried.state, buried.attempts), (JobState::Dead, 0));
             return;
         }

@@ -145,7 +145,7 @@ async fn reschedule_bury_and_kick_topic_across_shards() {
     );
     // Bury in a known order (burial time increases), then kick the oldest 4 across shards.
     for (k, i) in [3, 1, 4, 9, 5, 2].iter().enumerate() {
-        s.bury(&id(&format!("d{i}")), NOW + 10 + k as u64)
+        s.bury(&id(&format!("d{i}")), None, NOW + 10 + k as u64)
             .await
             .unwrap();
     }
