@@ -6,10 +6,10 @@
 //! others in what the sessions cover.
 
 use super::support::free_port;
-use super::{Backend, MAX_JOB_SIZE, Server};
+use super::{Backend, Bean, MAX_JOB_SIZE, Server};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// beanstalkd on a free loopback port, killed when dropped.
@@ -213,22 +213,15 @@ const SESSIONS: &[(&str, Session)] = &[
 
 /// A connection that records each reply with ids replaced by their place.
 struct Talker {
-    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    w: tokio::net::tcp::OwnedWriteHalf,
+    conn: Bean,
     /// The ids the server named, in the order it first named them.
     ids: Vec<String>,
 }
 
 impl Talker {
     async fn connect(port: u16) -> Talker {
-        let s = TcpStream::connect(("127.0.0.1", port))
-            .await
-            .expect("connect");
-        s.set_nodelay(true).unwrap();
-        let (r, w) = s.into_split();
         Talker {
-            r: BufReader::new(r),
-            w,
+            conn: Bean::connect(port).await,
             ids: Vec::new(),
         }
     }
@@ -273,12 +266,14 @@ impl Talker {
 
     /// Sends `bytes` and reads one reply: its line (ids as places) and any body.
     async fn step(&mut self, bytes: &[u8]) -> String {
-        self.w.write_all(bytes).await.expect("send");
+        self.conn.w.write_all(bytes).await.expect("send");
         let mut line = Vec::new();
-        let read =
-            tokio::time::timeout(Duration::from_secs(10), self.r.read_until(b'\n', &mut line))
-                .await
-                .expect("a reply within 10 s");
+        let read = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.conn.r.read_until(b'\n', &mut line),
+        )
+        .await
+        .expect("a reply within 10 s");
         if read.expect("read") == 0 {
             return "<closed>".into();
         }
@@ -300,7 +295,7 @@ impl Talker {
         match body_len {
             Some(n) => {
                 let mut body = vec![0; n + 2];
-                tokio::time::timeout(Duration::from_secs(10), self.r.read_exact(&mut body))
+                tokio::time::timeout(Duration::from_secs(10), self.conn.r.read_exact(&mut body))
                     .await
                     .expect("a body within 10 s")
                     .expect("read a body");
