@@ -9,7 +9,6 @@ use super::support::free_port;
 use super::{Backend, Bean, MAX_JOB_SIZE, Server};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// beanstalkd on a free loopback port, killed when dropped.
@@ -55,7 +54,7 @@ impl Drop for Beanstalkd {
 type Session = &'static [&'static str];
 
 /// Each session runs on a connection of its own, first using and watching a tube of its own
-/// only (`T` in a step is that tube's name), so sessions do not see each other's jobs.
+/// only (`{T}` in a step is that tube's name), so sessions do not see each other's jobs.
 const SESSIONS: &[(&str, Session)] = &[
     (
         "put, peek, reserve, delete",
@@ -161,16 +160,16 @@ const SESSIONS: &[(&str, Session)] = &[
         &[
             "list-tube-used\r\n",
             "list-tubes-watched\r\n",
-            "watch T-other\r\n",
-            "watch T-other\r\n",
+            "watch {T}-other\r\n",
+            "watch {T}-other\r\n",
             "list-tubes-watched\r\n",
-            "ignore T-other\r\n",
-            "ignore T\r\n",
-            "use T-other\r\n",
+            "ignore {T}-other\r\n",
+            "ignore {T}\r\n",
+            "use {T}-other\r\n",
             "list-tube-used\r\n",
             "put 0 0 10 1\r\no\r\n",
             "reserve-with-timeout 0\r\n",
-            "watch T-other\r\n",
+            "watch {T}-other\r\n",
             "reserve-with-timeout 0\r\n",
             "delete {1}\r\n",
         ],
@@ -178,9 +177,9 @@ const SESSIONS: &[(&str, Session)] = &[
     (
         "pause-tube",
         &[
-            "pause-tube T 0\r\n",
-            "pause-tube T-never-used 1\r\n",
-            "stats-tube T-never-used\r\n",
+            "pause-tube {T} 0\r\n",
+            "pause-tube {T}-never-used 1\r\n",
+            "stats-tube {T}-never-used\r\n",
         ],
     ),
     (
@@ -226,8 +225,8 @@ impl Talker {
         }
     }
 
-    /// `{n}` in `step` replaced by the n-th id this server named; `T` (as a whole word or
-    /// before `-`) by `tube`; `{big}` by a put one byte over the body limit.
+    /// `{n}` in `step` replaced by the n-th id this server named, `{T}` by `tube`; `{big}` is
+    /// a put one byte over the body limit.
     fn expand(&self, step: &str, tube: &str) -> Vec<u8> {
         if step == "{big}" {
             let n = MAX_JOB_SIZE + 1;
@@ -236,20 +235,11 @@ impl Talker {
             put.extend_from_slice(b"\r\n");
             return put;
         }
-        let mut s = step.to_string();
+        let mut s = step.replace("{T}", tube);
         for (i, id) in self.ids.iter().enumerate() {
             s = s.replace(&format!("{{{}}}", i + 1), id);
         }
-        let words: Vec<String> = s
-            .split(' ')
-            .map(|w| match w.strip_prefix('T') {
-                Some(rest) if rest.is_empty() || rest.starts_with('-') || rest == "\r\n" => {
-                    format!("{tube}{rest}")
-                }
-                _ => w.to_string(),
-            })
-            .collect();
-        words.join(" ").into_bytes()
+        s.into_bytes()
     }
 
     /// The place of `id` among the ids named so far (added if new), as `#n`.
@@ -266,40 +256,26 @@ impl Talker {
 
     /// Sends `bytes` and reads one reply: its line (ids as places) and any body.
     async fn step(&mut self, bytes: &[u8]) -> String {
-        self.conn.w.write_all(bytes).await.expect("send");
-        let mut line = Vec::new();
-        let read = tokio::time::timeout(
-            Duration::from_secs(10),
-            self.conn.r.read_until(b'\n', &mut line),
-        )
-        .await
-        .expect("a reply within 10 s");
-        if read.expect("read") == 0 {
+        self.conn.send(bytes).await;
+        let line = self.conn.line().await;
+        if line.is_empty() {
             return "<closed>".into();
         }
-        let text = String::from_utf8_lossy(&line).into_owned();
-        let parts: Vec<&str> = text.trim_end_matches("\r\n").split(' ').collect();
-        let body_len = match parts.as_slice() {
-            ["RESERVED" | "FOUND", _, n] | ["OK", n] => n.parse::<usize>().ok(),
-            _ => None,
-        };
-        let shown = match parts.as_slice() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let (shown, body_len) = match parts.as_slice() {
             [word @ ("INSERTED" | "BURIED"), id] if id.parse::<u64>().is_ok() => {
-                format!("{word} {}\r\n", self.place(id))
+                (format!("{word} {}", self.place(id)), None)
             }
             [word @ ("RESERVED" | "FOUND"), id, n] => {
-                format!("{word} {} {n}\r\n", self.place(id))
+                (format!("{word} {} {n}", self.place(id)), n.parse().ok())
             }
-            _ => text,
+            ["OK", n] => (line.clone(), n.parse().ok()),
+            _ => (line.clone(), None),
         };
         match body_len {
             Some(n) => {
-                let mut body = vec![0; n + 2];
-                tokio::time::timeout(Duration::from_secs(10), self.conn.r.read_exact(&mut body))
-                    .await
-                    .expect("a body within 10 s")
-                    .expect("read a body");
-                format!("{shown}{}", String::from_utf8_lossy(&body))
+                let body = self.conn.body(n).await;
+                format!("{shown}\r\n{}", String::from_utf8_lossy(&body))
             }
             None => shown,
         }

@@ -59,7 +59,7 @@ struct Held {
 }
 
 /// Where `job`'s queue comes in `topics` (a topic list in preference order), if it does.
-fn preference(topics: &[Topic], job: &Job) -> Option<usize> {
+pub(super) fn preference(topics: &[Topic], job: &Job) -> Option<usize> {
     topics.iter().position(|t| {
         let (name, callback) = t.split_queue();
         name == job.spec.topic.as_str() && callback == job.spec.is_pushed()
@@ -71,6 +71,9 @@ fn preference(topics: &[Topic], job: &Job) -> Option<usize> {
 /// held while its topic had nothing better may meet a job of an earlier topic that became
 /// ready since). Within a topic the parts keep their order.
 pub(super) fn in_preference_order(topics: &[Topic], jobs: &mut [Job]) {
+    if topics.len() < 2 {
+        return;
+    }
     jobs.sort_by_key(|j| preference(topics, j).unwrap_or(usize::MAX));
 }
 

@@ -160,11 +160,7 @@ async fn reserve(
             let jobs = decode_reserved(&reply)?;
             got += jobs.len();
             for j in &jobs {
-                let of_queue = |t: &Topic| {
-                    let (name, callback) = t.split_queue();
-                    name == j.spec.topic.as_str() && callback == j.spec.is_pushed()
-                };
-                if let Some(i) = live.iter().position(of_queue) {
+                if let Some(i) = read_ahead::preference(&live, j) {
                     served[i] = true;
                 }
             }
@@ -191,8 +187,10 @@ async fn reserve(
             }
         }
     }
-    let position = |t: &Topic| topics.iter().position(|x| x == t).unwrap_or(usize::MAX);
-    out.sort_by_key(|j| (position(&j.spec.topic), j.ready_key()));
+    out.sort_by_key(|j| {
+        let place = read_ahead::preference(topics, j).unwrap_or(usize::MAX);
+        (place, j.ready_key())
+    });
     Ok(out)
 }
 
