@@ -11,6 +11,13 @@
 #   w2        memory: --pending jobs an hour out, bytes per job, then deleted
 #   w3        steady fire: --backlog far-future jobs, then 2,000 jobs/s for --w3-duration-s s,
 #             each due 2 s after its push; lateness
+#   capsweep  capacity once per client count of --clients (that many producers and as many
+#             consumers; systems interleaved within each count); recorded as workload
+#             "capacity@<clients>". Capacity above runs 8 and 8, each waiting for its answer, so
+#             it also measures each system's round trip; the sweep offers more load until the
+#             rate stops rising. The summary gives, per system and count, the end-to-end rate
+#             against BullMQ's at the same count, and each system's highest median rate over
+#             the sweep (its capacity), against BullMQ's highest
 #   w3sweep   W3 once per rate of --w3-rates for every run and system (systems interleaved
 #             within each rate); recorded as workload "w3@<rate>". The summary gives, per system
 #             and rate, lateness p50/p99, delivered/s, early, lost and duplicates, and the
@@ -45,18 +52,19 @@
 #                         [--batch N] [--delayq-api compat|v1] [--workloads "w1 capacity w2"]
 #                         [--backlog 1000000] [--backlog-batch N] [--w3-duration-s 30]
 #                         [--w3-rates "2000 5000 10000 20000"] [--w3-drain-timeout-s 30]
-#                         [--w4-jobs 100000] [--w4-lead-s 30]
+#                         [--w4-jobs 100000] [--w4-lead-s 30] [--clients "8 16 32"]
 #   --big         W2 with 10,000,000 pending jobs instead of --pending
 #   --w2-runs     W2 runs per system (default: --runs); W2 at 1M+ jobs is the slow part
 #   --batch       jobs per request for every system (/v1 batches, beanstalkd pipelining,
 #                 BullMQ addBulk; cleanup: /v1/finish batches, Queue.obliterate); default 1
 #   --delayq-api  API of the delayq rows: compat (the compat API, the default: one job per
 #                 request, like the peers) or v1
-#   --workloads   any of w1 capacity w2 w3 w3sweep w4 (default "w1 capacity w2")
+#   --workloads   any of w1 capacity capsweep w2 w3 w3sweep w4 (default "w1 capacity w2")
 #   --backlog-batch  jobs per request while filling W3's backlog (default --batch); set-up only
 #   --w3-duration-s, --w4-jobs, --w4-lead-s  W3's stream length, W4's burst size and lead time
 #                 (smaller values for smoke runs)
 #   --w3-rates    w3sweep's stream rates, jobs/s (default "2000 5000 10000 20000")
+#   --clients     capsweep's producer counts, each with as many consumers (default "8 16 32")
 #   --w3-drain-timeout-s  W3 and w3sweep: how long consumers wait for missing jobs after the
 #                 last one fell due (default 30); what is still missing then counts as lost, so
 #                 a system that falls behind ends its run in bounded time
@@ -85,6 +93,7 @@ W3_RATES="2000 5000 10000 20000"
 W3_DRAIN_S=30
 W4_JOBS=100000
 W4_LEAD_S=30
+CLIENTS="8 16 32"
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
@@ -104,13 +113,18 @@ while [ $# -gt 0 ]; do
     --w3-drain-timeout-s) W3_DRAIN_S="$2"; shift 2 ;;
     --w4-jobs) W4_JOBS="$2"; shift 2 ;;
     --w4-lead-s) W4_LEAD_S="$2"; shift 2 ;;
+    --clients) CLIENTS="$2"; shift 2 ;;
     --delayq-api) DELAYQ_API="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^#/p}' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 for wl in $WORKLOADS; do
-  case "$wl" in w1|capacity|w2|w3|w3sweep|w4) ;; *) echo "unknown workload: $wl" >&2; exit 2 ;; esac
+  case "$wl" in w1|capacity|capsweep|w2|w3|w3sweep|w4) ;; *) echo "unknown workload: $wl" >&2; exit 2 ;; esac
+done
+[ -n "$CLIENTS" ] || { echo "--clients: no count given" >&2; exit 2; }
+for n in $CLIENTS; do
+  case "$n" in ''|*[!0-9]*|0) echo "--clients: $n is not a count of clients" >&2; exit 2 ;; esac
 done
 [ -n "$W3_RATES" ] || { echo "--w3-rates: no rate given" >&2; exit 2; }
 for rate in $W3_RATES; do
@@ -211,16 +225,21 @@ if [ -n "$BACKLOG_BATCH" ]; then W3_ARGS+=(--backlog-batch "$BACKLOG_BATCH"); fi
 W4_ARGS=(--jobs "$W4_JOBS" --lead-s "$W4_LEAD_S" --producers 8 --consumers 8 --batch "$BATCH"
   --json)
 
-# run_system NAME WORKLOAD [RATE]: one fresh server, one workload, one JSON line appended
-# (w3sweep: W3 at RATE jobs/s, recorded as workload "w3@RATE").
+# run_system NAME WORKLOAD [STEP]: one fresh server, one workload, one JSON line appended
+# (w3sweep: W3 at STEP jobs/s, recorded as workload "w3@STEP"; capsweep: capacity with STEP
+# producers and STEP consumers, recorded as "capacity@STEP").
 run_system() {
   local sys="$1" wl="$2" rate="${3:-}" line=""
-  # drv: the drivers' workload (capacity is their w1 with --max-delay-s 0, w3sweep their w3).
+  # drv: the drivers' workload (capacity and capsweep are their w1 with --max-delay-s 0,
+  # w3sweep their w3).
   local drv="$2"
   local -a wargs
   case "$wl" in
     w1) wargs=("${W1_ARGS[@]}") ;;
     capacity) drv=w1; wargs=("${CAP_ARGS[@]}") ;;
+    capsweep) drv=w1; wl="capacity@$rate"
+      wargs=(--jobs "$JOBS" --max-delay-s 0 --producers "$rate" --consumers "$rate"
+        --batch "$BATCH" --json) ;;
     w2) wargs=("${W2_ARGS[@]}") ;;
     w3) wargs=("${W3_ARGS[@]}" --rate 2000) ;;
     w3sweep) drv=w3; wl="w3@$rate"; wargs=("${W3_ARGS[@]}" --rate "$rate") ;;
@@ -311,7 +330,7 @@ run_system() {
     "--batch $BATCH --delayq-api $DELAYQ_API --workloads \"$WORKLOADS\" --backlog $BACKLOG" \
     "${BACKLOG_BATCH:+--backlog-batch $BACKLOG_BATCH }--w3-duration-s $W3_DURATION_S" \
     "--w3-rates \"$W3_RATES\" --w3-drain-timeout-s $W3_DRAIN_S" \
-    "--w4-jobs $W4_JOBS --w4-lead-s $W4_LEAD_S --systems \"$SYSTEMS\""
+    "--w4-jobs $W4_JOBS --w4-lead-s $W4_LEAD_S --clients \"$CLIENTS\" --systems \"$SYSTEMS\""
 } | tee "$OUT/machine.txt"
 
 for wl in $WORKLOADS; do
@@ -319,12 +338,16 @@ for wl in $WORKLOADS; do
   [ "$wl" = w2 ] && n="$W2_RUNS"
   rates=-
   [ "$wl" = w3sweep ] && rates="$W3_RATES"
+  [ "$wl" = capsweep ] && rates="$CLIENTS"
   for run in $(seq "$n"); do
     for rate in $rates; do
       for sys in $SYSTEMS; do
         if [ "$rate" = - ]; then
           echo "== run $run/$n: $sys $wl" >&2
           run_system "$sys" "$wl"
+        elif [ "$wl" = capsweep ]; then
+          echo "== run $run/$n: $sys $wl $rate producers, $rate consumers" >&2
+          run_system "$sys" "$wl" "$rate"
         else
           echo "== run $run/$n: $sys $wl $rate/s" >&2
           run_system "$sys" "$wl" "$rate"
@@ -336,14 +359,15 @@ done
 
 baseline=delayq-redis
 [ "$DELAYQ_OK" = 1 ] || baseline=beanstalkd
-# W1-W4: delayq-bench compare, ratios against $baseline. Capacity and the W3 sweep (tables of
+# W1-W4: delayq-bench compare, ratios against $baseline. Capacity and the two sweeps (tables of
 # their own, which compare has no columns for): capacity's end-to-end jobs/s with ratios
-# against delayq-memory and bullmq; the sweep's rows per system and rate, and the highest rate
+# against delayq-memory and bullmq; the capacity sweep's rows per system and client count, and
+# each system's highest rate; the W3 sweep's rows per system and rate, and the highest rate
 # each system held.
 python3 -c 'import json, sys
 for l in open(sys.argv[1]):
     wl = json.loads(l)["workload"]
-    if wl != "capacity" and not wl.startswith("w3@"): print(l, end="")' "$RESULTS" >"$TMP/compare.jsonl"
+    if not wl.startswith(("capacity", "w3@")): print(l, end="")' "$RESULTS" >"$TMP/compare.jsonl"
 {
   if [ -s "$TMP/compare.jsonl" ]; then "$BENCH" compare --baseline "$baseline" "$TMP/compare.jsonl"; fi
   python3 - "$RESULTS" <<'EOF'
@@ -430,6 +454,56 @@ if rows:
           " delivered and\nfinished per second, first push to last delivery; vs X: e2e_jobs_per_s / X's\n"
           + MACHINE_NOTE)
     params_and_notes(runs, labels)
+    print()
+
+# ---- capacity sweep ----
+runs = [r for r in results if r["workload"].startswith("capacity@")]
+labels = list(dict.fromkeys(r["label"] for r in runs))
+counts = sorted({r["params"]["producers"] for r in runs})
+
+
+def e2e_at(label, n):
+    return median([r["metrics"].get("e2e_jobs_per_s") for r in runs
+                   if r["label"] == label and r["params"]["producers"] == n])
+
+
+rows = []
+for l in labels:
+    for n in counts:
+        rs = [r for r in runs if r["label"] == l and r["params"]["producers"] == n]
+        if not rs:
+            continue
+        ms = [r["metrics"] for r in rs]
+        e2e, ref = e2e_at(l, n), e2e_at("bullmq", n)
+        rows.append([l, str(n), str(len(rs)), fmt_num(e2e),
+                     "-" if l == "bullmq" or not e2e or not ref else fmt_ratio(e2e / ref),
+                     fmt_num(median([m.get("lateness_p50_ms") for m in ms])),
+                     fmt_num(median([m.get("lateness_p99_ms") for m in ms])),
+                     fmt_count(sum(m.get("early", 0) for m in ms)),
+                     fmt_count(sum(m.get("lost", 0) for m in ms)),
+                     fmt_count(sum(m.get("duplicates", 0) for m in ms))]
+                    + [fmt_num(median([m.get(c) for m in ms])) for c in MACHINE_COLS])
+if rows:
+    table(["capacity sweep (median of runs)", "clients", "runs", "e2e_jobs_per_s", "vs bullmq",
+           "lateness_p50_ms", "lateness_p99_ms", "early", "lost", "duplicates"] + MACHINE_COLS,
+          rows)
+    print()
+
+    def best(l):
+        at = [(e2e_at(l, n), n) for n in counts if e2e_at(l, n) is not None]
+        return max(at) if at else (None, None)
+
+    top = best("bullmq")[0]
+    table(["capacity sweep: highest rate", "e2e_jobs_per_s", "clients", "vs bullmq's highest"],
+          [[l, fmt_num(best(l)[0]), str(best(l)[1]),
+            "-" if l == "bullmq" or not top or best(l)[0] is None else fmt_ratio(best(l)[0] / top)]
+           for l in labels])
+    print(f"\ncapacity sweep: capacity (every job due at once) with N producers and N consumers for N"
+          f" in\n{', '.join(str(n) for n in counts)}, one fresh server per run; clients: N (BullMQ: N"
+          " producers and one Worker of\nconcurrency N); vs bullmq: e2e_jobs_per_s / BullMQ's at the"
+          " same N; highest rate: each system's\nhighest median over the sweep; early, lost,"
+          " duplicates: sums over runs; the last columns over the run:\n" + MACHINE_NOTE)
+    params_and_notes(runs, labels, omit=("producers", "consumers", "run_id"))
     print()
 
 # ---- W3 rate sweep ----

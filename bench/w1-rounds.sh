@@ -4,9 +4,10 @@
 #
 # Each round runs every SYSTEM once, in the order given, each on a fresh server on free loopback
 # ports: W1 over the compat API, one job per request (50,000 jobs, delays 0-3 s, 8 producers,
-# 8 consumers; BullMQ: Queue.add and a Worker of concurrency 8). The speed of a shared 2-core
-# machine drifts by more than most changes are worth, so a before/after comparison only means
-# something within rounds: run the two builds side by side, several rounds, and compare pairs.
+# 8 consumers unless --clients says otherwise; BullMQ: Queue.add and a Worker of concurrency
+# 8). The speed of a shared 2-core machine drifts by more than most changes are worth, so a
+# before/after comparison only means something within rounds: run the two builds side by
+# side, several rounds, and compare pairs.
 #
 # Each run is one JSON line in $OUT/results.jsonl (delayq-bench's shape, labelled with its
 # SYSTEM), with three metrics added: delayq_cpu_us_per_job, redis_cpu_us_per_job (the
@@ -23,9 +24,10 @@
 #   +VAR=VALUE   environment of that delayq serve, e.g. +TOKIO_WORKER_THREADS=1
 # The load generator is always target/release/delayq-bench.
 #
-# Usage: bench/w1-rounds.sh [--rounds 4] [--jobs 50000] [--max-delay-s 3] [--syscalls] [--out DIR]
-#                           SYSTEM...
+# Usage: bench/w1-rounds.sh [--rounds 4] [--jobs 50000] [--max-delay-s 3] [--clients 8] [--syscalls]
+#                           [--out DIR] SYSTEM...
 #   --max-delay-s  delays are 0 to this many seconds; 0 runs capacity (every job due at once)
+#   --clients   producers, and as many consumers (BullMQ: a Worker of that concurrency)
 #   --syscalls  count delayq's system calls (futex, epoll_wait, reads and writes, fdatasync) and
 #               context switches during each run with `perf stat` ($OUT/<round>-<label>.perf.txt)
 #   --out       default bench/results/<UTC date>-<git rev-parse --short HEAD>/w1-rounds
@@ -47,6 +49,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 ROUNDS=4
 JOBS=50000
 MAX_DELAY_S=3
+CLIENTS=8
 SYSCALLS=0
 OUT=""
 SYSTEMS=()
@@ -55,14 +58,16 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
     --max-delay-s) MAX_DELAY_S="$2"; shift 2 ;;
+    --clients) CLIENTS="$2"; shift 2 ;;
     --syscalls) SYSCALLS=1; shift ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     -*) echo "unknown argument: $1" >&2; exit 2 ;;
     *) SYSTEMS+=("$1"); shift ;;
   esac
 done
 [ ${#SYSTEMS[@]} -gt 0 ] || { echo "no SYSTEM given (bench/w1-rounds.sh --help)" >&2; exit 2; }
+case "$CLIENTS" in ''|*[!0-9]*|0) echo "--clients: $CLIENTS is not a count of clients" >&2; exit 2 ;; esac
 
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
 results_dir w1-rounds
@@ -95,7 +100,7 @@ run() {
   done
   local work="$TMP/run-$round-$RANDOM" rp="" rpid="" dpid="" hp url=""
   mkdir -p "$work"
-  local -a w1=(w1 --jobs "$JOBS" --max-delay-s "$MAX_DELAY_S" --producers 8 --consumers 8 --json)
+  local -a w1=(w1 --jobs "$JOBS" --max-delay-s "$MAX_DELAY_S" --producers "$CLIENTS" --consumers "$CLIENTS" --json)
   if [ "$store" = redis ] || [ "$store" = bullmq ]; then
     rp=$("$BENCH" free-port)
     redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$work" \
