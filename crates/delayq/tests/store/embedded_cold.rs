@@ -8,11 +8,12 @@
 //! moves its jobs). `cargo test -p delayq --test store embedded_cold:: -- --nocapture` shows
 //! the figures.
 
+use super::kill_load::{self, Push, Record, count, get, stats};
 use crate::support;
 
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,19 +27,6 @@ const WINDOW: &str = "1";
 const TTR_MS: u64 = 120_000;
 const LOAD: Duration = Duration::from_millis(3_500);
 
-#[derive(Default)]
-struct Record {
-    push_sent: HashSet<String>,
-    push_acked: HashSet<String>,
-    finish_sent: HashSet<String>,
-    delete_sent: HashSet<String>,
-    delete_acked: HashSet<String>,
-    /// Due in a minute (deleted at once, or left on disk).
-    far: HashSet<String>,
-    /// Delivered before the kill.
-    delivered: HashSet<String>,
-}
-
 fn client() -> Client {
     support::load::client(Duration::from_secs(5))
 }
@@ -49,41 +37,17 @@ async fn pusher(base: String, w: usize, stop: Arc<AtomicBool>, rec: Arc<Mutex<Re
     let client = client();
     let mut i = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let id = format!("c{w}-{i}");
         let far = i % 5 == 4;
-        let deleted = far && i % 10 == 9;
-        let delay_ms = if far { 60_000 } else { 1_200 + (i % 8) * 300 };
-        {
-            let mut rec = rec.lock().unwrap();
-            rec.push_sent.insert(id.clone());
-            if far {
-                rec.far.insert(id.clone());
-            }
-        }
-        let reply = client
-            .post(format!("{base}/v1/jobs"))
-            .json(
-                &json!({"topic": TOPIC, "id": id, "body": format!("body of {id}"),
-                          "delay_ms": delay_ms, "ttr_ms": TTR_MS}),
-            )
-            .send()
-            .await;
-        match reply {
-            Ok(r) if r.status() == StatusCode::CREATED => {
-                rec.lock().unwrap().push_acked.insert(id.clone());
-            }
-            Ok(r) => panic!("push {id}: unexpected status {}", r.status()),
-            Err(_) => return,
-        }
-        if deleted {
-            rec.lock().unwrap().delete_sent.insert(id.clone());
-            match client.delete(format!("{base}/v1/jobs/{id}")).send().await {
-                Ok(r) if r.status() == StatusCode::NO_CONTENT => {
-                    rec.lock().unwrap().delete_acked.insert(id.clone());
-                }
-                Ok(r) => panic!("delete {id}: unexpected status {}", r.status()),
-                Err(_) => return,
-            }
+        let job = Push {
+            topic: TOPIC,
+            id: format!("c{w}-{i}"),
+            delay_ms: if far { 60_000 } else { 1_200 + (i % 8) * 300 },
+            ttr_ms: TTR_MS,
+            far,
+            delete: far && i % 10 == 9,
+        };
+        if !kill_load::push(&client, &base, &rec, job).await {
+            return;
         }
         i += 1;
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -139,30 +103,6 @@ async fn on_disk(client: &Client, base: &str) -> u64 {
         .find_map(|l| l.strip_prefix("delayq_jobs_on_disk "))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("no delayq_jobs_on_disk in /metrics:\n{text}"))
-}
-
-async fn get(client: &Client, base: &str, id: &str) -> Option<Value> {
-    let r = client
-        .get(format!("{base}/v1/jobs/{id}"))
-        .send()
-        .await
-        .unwrap();
-    match r.status() {
-        StatusCode::OK => Some(r.json().await.unwrap()),
-        StatusCode::NOT_FOUND => None,
-        s => panic!("GET {id}: unexpected status {s}"),
-    }
-}
-
-async fn stats(client: &Client, base: &str) -> Value {
-    client
-        .get(format!("{base}/v1/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,83 +167,27 @@ async fn kill_9_while_jobs_move_to_disk_and_back_loses_nothing_and_delivers_none
 
     // Every acknowledged push is there (delayed, or ready once due) unless its delivery or
     // delete began before the kill; no acknowledged delete is undone.
-    let mut pending = HashSet::new();
-    let mut reserved = HashSet::new();
-    for id in &rec.push_sent {
-        match get(&client, &base, id).await {
-            Some(job) => {
-                assert!(
-                    !rec.delete_acked.contains(id),
-                    "job {id}: acknowledged delete undone"
-                );
-                assert_eq!(job["body"], format!("body of {id}"), "job {id}");
-                if job["state"] == "reserved" {
-                    let until = job["reserved_until_ms"].as_u64().unwrap();
-                    assert!(until > restarted_at, "job {id}: {job}");
-                    reserved.insert(id.clone());
-                } else if !rec.far.contains(id) {
-                    pending.insert(id.clone());
-                }
-            }
-            None => assert!(
-                !rec.push_acked.contains(id)
-                    || rec.finish_sent.contains(id)
-                    || rec.delete_sent.contains(id),
-                "job {id}: acknowledged push lost"
-            ),
-        }
-    }
+    let kept = kill_load::kept(&client, &base, &rec, restarted_at).await;
+    let reserved = kept.reserved;
+    let pending: HashSet<String> = kept
+        .present
+        .iter()
+        .filter(|id| !reserved.contains(*id) && !rec.far.contains(*id))
+        .cloned()
+        .collect();
 
     // Drain: each near job exactly once, none before it is due; the far ones stay delayed.
-    let mut drained: HashMap<String, u64> = HashMap::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r: Value = client
-            .post(format!("{base}/v1/reserve"))
-            .json(&json!({"topics": [TOPIC], "max": 100, "timeout_ms": 500}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let at = now_ms();
-        for job in r["jobs"].as_array().unwrap() {
-            let id = job["id"].as_str().unwrap().to_string();
-            let due = job["run_at_ms"].as_u64().unwrap();
-            assert!(at >= due, "job {id} delivered {} ms early", due - at);
-            assert!(rec.push_sent.contains(&id), "unknown job {id} delivered");
-            assert!(
-                !reserved.contains(&id),
-                "job {id} redelivered before its TTR"
-            );
-            assert!(!rec.far.contains(&id), "far job {id} delivered");
-            assert!(
-                drained.insert(id.clone(), at).is_none(),
-                "job {id} delivered twice"
-            );
-            let s = client
-                .post(format!("{base}/v1/jobs/{id}/finish"))
-                .send()
-                .await
-                .unwrap()
-                .status();
-            assert_eq!(s, StatusCode::NO_CONTENT, "finish {id}");
-        }
-        let counts = &stats(&client, &base).await["topics"][TOPIC];
-        let far_left = rec
-            .far
-            .iter()
-            .filter(|id| !rec.delete_acked.contains(*id))
-            .count() as u64;
-        if counts["ready"].as_u64().unwrap_or(0) == 0
-            && counts["delayed"].as_u64().unwrap_or(0) <= far_left
+    let far_left = rec
+        .far
+        .iter()
+        .filter(|id| !rec.delete_acked.contains(*id))
+        .count() as u64;
+    let drained = kill_load::drain(&client, &base, TOPIC, &rec, &reserved, |counts, drained| {
+        count(counts, "ready") == 0
+            && count(counts, "delayed") <= far_left
             && pending.iter().all(|id| drained.contains_key(id))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "drain did not finish in 20 s");
-    }
+    })
+    .await;
     for id in &pending {
         assert!(
             drained.contains_key(id),

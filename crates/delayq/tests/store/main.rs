@@ -30,6 +30,7 @@ mod embedded_cold;
 mod embedded_crash;
 mod embedded_store;
 mod embedded_versions;
+mod kill_load;
 mod model;
 mod multi_instance;
 mod redis_auth;
