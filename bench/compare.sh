@@ -18,6 +18,7 @@
 #             rate stops rising. The summary gives, per system and count, the end-to-end rate
 #             against BullMQ's at the same count, and each system's highest median rate over
 #             the sweep (its capacity), against BullMQ's highest
+#   w1sweep   the same for W1, recorded as "w1@<clients>", judged by the push rate
 #   w3sweep   W3 once per rate of --w3-rates for every run and system (systems interleaved
 #             within each rate); recorded as workload "w3@<rate>". The summary gives, per system
 #             and rate, lateness p50/p99, delivered/s, early, lost and duplicates, and the
@@ -59,12 +60,14 @@
 #                 BullMQ addBulk; cleanup: /v1/finish batches, Queue.obliterate); default 1
 #   --delayq-api  API of the delayq rows: compat (the compat API, the default: one job per
 #                 request, like the peers) or v1
-#   --workloads   any of w1 capacity capsweep w2 w3 w3sweep w4 (default "w1 capacity w2")
+#   --workloads   any of w1 capacity capsweep w1sweep w2 w3 w3sweep w4 (default "w1 capacity
+#                 w2")
 #   --backlog-batch  jobs per request while filling W3's backlog (default --batch); set-up only
 #   --w3-duration-s, --w4-jobs, --w4-lead-s  W3's stream length, W4's burst size and lead time
 #                 (smaller values for smoke runs)
 #   --w3-rates    w3sweep's stream rates, jobs/s (default "2000 5000 10000 20000")
-#   --clients     capsweep's producer counts, each with as many consumers (default "8 16 32")
+#   --clients     capsweep's and w1sweep's producer counts, each with as many consumers
+#                 (default "8 16 32")
 #   --w3-drain-timeout-s  W3 and w3sweep: how long consumers wait for missing jobs after the
 #                 last one fell due (default 30); what is still missing then counts as lost, so
 #                 a system that falls behind ends its run in bounded time
@@ -120,7 +123,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 for wl in $WORKLOADS; do
-  case "$wl" in w1|capacity|capsweep|w2|w3|w3sweep|w4) ;; *) echo "unknown workload: $wl" >&2; exit 2 ;; esac
+  case "$wl" in w1|capacity|capsweep|w1sweep|w2|w3|w3sweep|w4) ;; *) echo "unknown workload: $wl" >&2; exit 2 ;; esac
 done
 [ -n "$CLIENTS" ] || { echo "--clients: no count given" >&2; exit 2; }
 for n in $CLIENTS; do
@@ -226,12 +229,12 @@ W4_ARGS=(--jobs "$W4_JOBS" --lead-s "$W4_LEAD_S" --producers 8 --consumers 8 --b
   --json)
 
 # run_system NAME WORKLOAD [STEP]: one fresh server, one workload, one JSON line appended
-# (w3sweep: W3 at STEP jobs/s, recorded as workload "w3@STEP"; capsweep: capacity with STEP
-# producers and STEP consumers, recorded as "capacity@STEP").
+# (w3sweep: W3 at STEP jobs/s, recorded as workload "w3@STEP"; capsweep and w1sweep: capacity
+# and W1 with STEP producers and STEP consumers, recorded as "capacity@STEP" and "w1@STEP").
 run_system() {
   local sys="$1" wl="$2" rate="${3:-}" line=""
   # drv: the drivers' workload (capacity and capsweep are their w1 with --max-delay-s 0,
-  # w3sweep their w3).
+  # w1sweep their w1, w3sweep their w3).
   local drv="$2"
   local -a wargs
   case "$wl" in
@@ -239,6 +242,9 @@ run_system() {
     capacity) drv=w1; wargs=("${CAP_ARGS[@]}") ;;
     capsweep) drv=w1; wl="capacity@$rate"
       wargs=(--jobs "$JOBS" --max-delay-s 0 --producers "$rate" --consumers "$rate"
+        --batch "$BATCH" --json) ;;
+    w1sweep) drv=w1; wl="w1@$rate"
+      wargs=(--jobs "$JOBS" --max-delay-s 3 --producers "$rate" --consumers "$rate"
         --batch "$BATCH" --json) ;;
     w2) wargs=("${W2_ARGS[@]}") ;;
     w3) wargs=("${W3_ARGS[@]}" --rate 2000) ;;
@@ -338,14 +344,14 @@ for wl in $WORKLOADS; do
   [ "$wl" = w2 ] && n="$W2_RUNS"
   rates=-
   [ "$wl" = w3sweep ] && rates="$W3_RATES"
-  [ "$wl" = capsweep ] && rates="$CLIENTS"
+  case "$wl" in capsweep|w1sweep) rates="$CLIENTS" ;; esac
   for run in $(seq "$n"); do
     for rate in $rates; do
       for sys in $SYSTEMS; do
         if [ "$rate" = - ]; then
           echo "== run $run/$n: $sys $wl" >&2
           run_system "$sys" "$wl"
-        elif [ "$wl" = capsweep ]; then
+        elif [ "$wl" = capsweep ] || [ "$wl" = w1sweep ]; then
           echo "== run $run/$n: $sys $wl $rate producers, $rate consumers" >&2
           run_system "$sys" "$wl" "$rate"
         else
@@ -359,15 +365,15 @@ done
 
 baseline=delayq-redis
 [ "$DELAYQ_OK" = 1 ] || baseline=beanstalkd
-# W1-W4: delayq-bench compare, ratios against $baseline. Capacity and the two sweeps (tables of
+# W1-W4: delayq-bench compare, ratios against $baseline. Capacity and the sweeps (tables of
 # their own, which compare has no columns for): capacity's end-to-end jobs/s with ratios
-# against delayq-memory and bullmq; the capacity sweep's rows per system and client count, and
-# each system's highest rate; the W3 sweep's rows per system and rate, and the highest rate
-# each system held.
+# against delayq-memory and bullmq; the capacity and W1 sweeps' rows per system and client
+# count, and each system's highest rate; the W3 sweep's rows per system and rate, and the
+# highest rate each system held.
 python3 -c 'import json, sys
 for l in open(sys.argv[1]):
     wl = json.loads(l)["workload"]
-    if not wl.startswith(("capacity", "w3@")): print(l, end="")' "$RESULTS" >"$TMP/compare.jsonl"
+    if not wl.startswith(("capacity", "w1@", "w3@")): print(l, end="")' "$RESULTS" >"$TMP/compare.jsonl"
 {
   if [ -s "$TMP/compare.jsonl" ]; then "$BENCH" compare --baseline "$baseline" "$TMP/compare.jsonl"; fi
   python3 - "$RESULTS" <<'EOF'
@@ -456,55 +462,59 @@ if rows:
     params_and_notes(runs, labels)
     print()
 
-# ---- capacity sweep ----
-runs = [r for r in results if r["workload"].startswith("capacity@")]
-labels = list(dict.fromkeys(r["label"] for r in runs))
-counts = sorted({r["params"]["producers"] for r in runs})
+# ---- capacity and W1 sweeps ----
+def client_sweep(prefix, name, metric, what):
+    runs = [r for r in results if r["workload"].startswith(prefix)]
+    labels = list(dict.fromkeys(r["label"] for r in runs))
+    counts = sorted({r["params"]["producers"] for r in runs})
 
+    def at(label, n):
+        return median([r["metrics"].get(metric) for r in runs
+                       if r["label"] == label and r["params"]["producers"] == n])
 
-def e2e_at(label, n):
-    return median([r["metrics"].get("e2e_jobs_per_s") for r in runs
-                   if r["label"] == label and r["params"]["producers"] == n])
-
-
-rows = []
-for l in labels:
-    for n in counts:
-        rs = [r for r in runs if r["label"] == l and r["params"]["producers"] == n]
-        if not rs:
-            continue
-        ms = [r["metrics"] for r in rs]
-        e2e, ref = e2e_at(l, n), e2e_at("bullmq", n)
-        rows.append([l, str(n), str(len(rs)), fmt_num(e2e),
-                     "-" if l == "bullmq" or not e2e or not ref else fmt_ratio(e2e / ref),
-                     fmt_num(median([m.get("lateness_p50_ms") for m in ms])),
-                     fmt_num(median([m.get("lateness_p99_ms") for m in ms])),
-                     fmt_count(sum(m.get("early", 0) for m in ms)),
-                     fmt_count(sum(m.get("lost", 0) for m in ms)),
-                     fmt_count(sum(m.get("duplicates", 0) for m in ms))]
-                    + [fmt_num(median([m.get(c) for m in ms])) for c in MACHINE_COLS])
-if rows:
-    table(["capacity sweep (median of runs)", "clients", "runs", "e2e_jobs_per_s", "vs bullmq",
+    rows = []
+    for l in labels:
+        for n in counts:
+            rs = [r for r in runs if r["label"] == l and r["params"]["producers"] == n]
+            if not rs:
+                continue
+            ms = [r["metrics"] for r in rs]
+            v, ref = at(l, n), at("bullmq", n)
+            rows.append([l, str(n), str(len(rs)), fmt_num(v),
+                         "-" if l == "bullmq" or not v or not ref else fmt_ratio(v / ref),
+                         fmt_num(median([m.get("lateness_p50_ms") for m in ms])),
+                         fmt_num(median([m.get("lateness_p99_ms") for m in ms])),
+                         fmt_count(sum(m.get("early", 0) for m in ms)),
+                         fmt_count(sum(m.get("lost", 0) for m in ms)),
+                         fmt_count(sum(m.get("duplicates", 0) for m in ms))]
+                        + [fmt_num(median([m.get(c) for m in ms])) for c in MACHINE_COLS])
+    if not rows:
+        return
+    table([f"{name} sweep (median of runs)", "clients", "runs", metric, "vs bullmq",
            "lateness_p50_ms", "lateness_p99_ms", "early", "lost", "duplicates"] + MACHINE_COLS,
           rows)
     print()
 
     def best(l):
-        at = [(e2e_at(l, n), n) for n in counts if e2e_at(l, n) is not None]
-        return max(at) if at else (None, None)
+        got = [(at(l, n), n) for n in counts if at(l, n) is not None]
+        return max(got) if got else (None, None)
 
     top = best("bullmq")[0]
-    table(["capacity sweep: highest rate", "e2e_jobs_per_s", "clients", "vs bullmq's highest"],
+    table([f"{name} sweep: highest rate", metric, "clients", "vs bullmq's highest"],
           [[l, fmt_num(best(l)[0]), str(best(l)[1]),
             "-" if l == "bullmq" or not top or best(l)[0] is None else fmt_ratio(best(l)[0] / top)]
            for l in labels])
-    print(f"\ncapacity sweep: capacity (every job due at once) with N producers and N consumers for N"
-          f" in\n{', '.join(str(n) for n in counts)}, one fresh server per run; clients: N (BullMQ: N"
-          " producers and one Worker of\nconcurrency N); vs bullmq: e2e_jobs_per_s / BullMQ's at the"
-          " same N; highest rate: each system's\nhighest median over the sweep; early, lost,"
+    print(f"\n{name} sweep: {what} with N producers and N consumers for N in"
+          f" {', '.join(str(n) for n in counts)}, one\nfresh server per run; clients: N (BullMQ: N"
+          f" producers and one Worker of concurrency N); vs bullmq:\n{metric} / BullMQ's at the"
+          " same N; highest rate: each system's highest median over the sweep;\nearly, lost,"
           " duplicates: sums over runs; the last columns over the run:\n" + MACHINE_NOTE)
     params_and_notes(runs, labels, omit=("producers", "consumers", "run_id"))
     print()
+
+
+client_sweep("capacity@", "capacity", "e2e_jobs_per_s", "capacity (every job due at once)")
+client_sweep("w1@", "w1", "push_jobs_per_s", "W1 (delays 0-3 s)")
 
 # ---- W3 rate sweep ----
 runs = [r for r in results if r["workload"].startswith("w3@")]
