@@ -9,8 +9,8 @@
 //! How: callers hand their request to a [`Coalescer`] and await the answer. A request that
 //! finds the coalescer idle (nothing queued, nothing running) runs at once in its caller's
 //! task, as a batch of one: no task hop, so batching costs nothing at low load. Any other is
-//! queued: one task per coalescer takes the first waiting request, yields once to the
-//! scheduler (so handlers already woken can queue theirs), then takes every other one
+//! queued: one task per coalescer takes the first waiting request, yields to the scheduler
+//! twice (so handlers already woken can queue theirs), then takes every other one
 //! already queued (up to `max_units` jobs), and runs them as one batch; at most `in_flight`
 //! batches (an inline one included) run at once, and requests arriving meanwhile queue for
 //! the next. Nothing waits on a timer for company, and batches grow by themselves with load. A
@@ -24,6 +24,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{Semaphore, mpsc, oneshot};
+
+/// Turns of the scheduler the coalescer's task gives before it cuts a batch of queued
+/// requests (docs/benchmarks.md, "Turns before a batch is cut").
+const BATCH_TURNS: usize = 2;
 
 type Waiting<R, O> = (R, oneshot::Sender<O>);
 type Run<R, O> =
@@ -77,10 +81,12 @@ impl<R: Send + 'static, O: Send + 'static> Coalescer<R, O> {
                 let Ok(slot) = task_slots.clone().acquire_owned().await else {
                     return;
                 };
-                // One turn of the scheduler before the batch is cut: the handlers already woken
-                // (by the same burst of requests) queue theirs and join it, so a burst goes out
-                // as fewer, larger batches.
-                tokio::task::yield_now().await;
+                // A few turns of the scheduler before the batch is cut: the handlers already
+                // woken (by the same burst of requests) queue theirs and join it, so a burst
+                // goes out as fewer, larger batches.
+                for _ in 0..BATCH_TURNS {
+                    tokio::task::yield_now().await;
+                }
                 let mut size = units(&first.0);
                 let mut batch = vec![first];
                 while size < max_units {
