@@ -467,20 +467,19 @@ def client_sweep(prefix, name, metric, what):
     runs = [r for r in results if r["workload"].startswith(prefix)]
     labels = list(dict.fromkeys(r["label"] for r in runs))
     counts = sorted({r["params"]["producers"] for r in runs})
-
-    def at(label, n):
-        return median([r["metrics"].get(metric) for r in runs
-                       if r["label"] == label and r["params"]["producers"] == n])
+    groups = {}  # (label, N) -> the metrics of its runs
+    for r in runs:
+        groups.setdefault((r["label"], r["params"]["producers"]), []).append(r["metrics"])
+    rate = {k: median([m.get(metric) for m in ms]) for k, ms in groups.items()}
 
     rows = []
     for l in labels:
         for n in counts:
-            rs = [r for r in runs if r["label"] == l and r["params"]["producers"] == n]
-            if not rs:
+            ms = groups.get((l, n))
+            if not ms:
                 continue
-            ms = [r["metrics"] for r in rs]
-            v, ref = at(l, n), at("bullmq", n)
-            rows.append([l, str(n), str(len(rs)), fmt_num(v),
+            v, ref = rate[(l, n)], rate.get(("bullmq", n))
+            rows.append([l, str(n), str(len(ms)), fmt_num(v),
                          "-" if l == "bullmq" or not v or not ref else fmt_ratio(v / ref),
                          fmt_num(median([m.get("lateness_p50_ms") for m in ms])),
                          fmt_num(median([m.get("lateness_p99_ms") for m in ms])),
@@ -495,15 +494,14 @@ def client_sweep(prefix, name, metric, what):
           rows)
     print()
 
-    def best(l):
-        got = [(at(l, n), n) for n in counts if at(l, n) is not None]
-        return max(got) if got else (None, None)
-
-    top = best("bullmq")[0]
+    # Each system's highest median over the sweep, and the N it came at.
+    best = {l: max(((v, n) for (x, n), v in rate.items() if x == l and v is not None),
+                   default=(None, None)) for l in labels}
+    top = best.get("bullmq", (None, None))[0]
     table([f"{name} sweep: highest rate", metric, "clients", "vs bullmq's highest"],
-          [[l, fmt_num(best(l)[0]), str(best(l)[1]),
-            "-" if l == "bullmq" or not top or best(l)[0] is None else fmt_ratio(best(l)[0] / top)]
-           for l in labels])
+          [[l, fmt_num(v), str(n),
+            "-" if l == "bullmq" or not top or v is None else fmt_ratio(v / top)]
+           for l, (v, n) in best.items()])
     print(f"\n{name} sweep: {what} with N producers and N consumers for N in"
           f" {', '.join(str(n) for n in counts)}, one\nfresh server per run; clients: N (BullMQ: N"
           f" producers and one Worker of concurrency N); vs bullmq:\n{metric} / BullMQ's at the"

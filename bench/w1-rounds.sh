@@ -4,10 +4,10 @@
 #
 # Each round runs every SYSTEM once, in the order given, each on a fresh server on free loopback
 # ports: W1 over the compat API, one job per request (50,000 jobs, delays 0-3 s, 8 producers,
-# 8 consumers unless --clients says otherwise; BullMQ: Queue.add and a Worker of concurrency
-# 8). The speed of a shared 2-core machine drifts by more than most changes are worth, so a
-# before/after comparison only means something within rounds: run the two builds side by
-# side, several rounds, and compare pairs.
+# 8 consumers unless --clients says otherwise; BullMQ: Queue.add and a Worker of that
+# concurrency). The speed of a shared 2-core machine drifts by more than most changes are
+# worth, so a before/after comparison only means something within rounds: run the two builds
+# side by side, several rounds, and compare pairs.
 #
 # Each run is one JSON line in $OUT/results.jsonl (delayq-bench's shape, labelled with its
 # SYSTEM), with three metrics added: delayq_cpu_us_per_job, redis_cpu_us_per_job (the
@@ -61,7 +61,7 @@ while [ $# -gt 0 ]; do
     --clients) CLIENTS="$2"; shift 2 ;;
     --syscalls) SYSCALLS=1; shift ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^#/p}' "$0"; exit 0 ;;
     -*) echo "unknown argument: $1" >&2; exit 2 ;;
     *) SYSTEMS+=("$1"); shift ;;
   esac

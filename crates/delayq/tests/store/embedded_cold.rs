@@ -8,7 +8,7 @@
 //! moves its jobs). `cargo test -p delayq --test store embedded_cold:: -- --nocapture` shows
 //! the figures.
 
-use super::kill_load::{self, Push, Record, count, get, stats};
+use super::kill_load::{self, Push, Record, client, count, get, stats};
 use crate::support;
 
 use reqwest::{Client, StatusCode};
@@ -26,10 +26,6 @@ const WINDOW: &str = "1";
 /// Long enough that nothing reserved before the kill is redelivered during the checks.
 const TTR_MS: u64 = 120_000;
 const LOAD: Duration = Duration::from_millis(3_500);
-
-fn client() -> Client {
-    support::load::client(Duration::from_secs(5))
-}
 
 /// Pushes jobs due 1.2 to 3.3 s ahead (beyond the window: each goes to disk and comes back
 /// before it is due), and one in five due in a minute, half of those deleted at once.

@@ -32,7 +32,7 @@ const LOAD: Duration = Duration::from_millis(2_500);
 /// Pushes until told to stop or the server is gone: two in three jobs ready at once, the rest
 /// due in 50-250 ms, except one in six, due in a minute and deleted as soon as it is pushed.
 async fn pusher(base: String, w: usize, stop: Arc<AtomicBool>, rec: Arc<Mutex<Record>>) {
-    let client = support::load::client(Duration::from_secs(5));
+    let client = kill_load::client();
     let mut i = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let far = i % 6 == 5;
@@ -59,7 +59,7 @@ async fn pusher(base: String, w: usize, stop: Arc<AtomicBool>, rec: Arc<Mutex<Re
 }
 
 async fn consumer(base: String, stop: Arc<AtomicBool>, rec: Arc<Mutex<Record>>) {
-    let client = support::load::client(Duration::from_secs(5));
+    let client = kill_load::client();
     while !stop.load(Ordering::Relaxed) {
         let reply = client
             .post(format!("{base}/v1/reserve"))

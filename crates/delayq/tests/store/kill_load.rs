@@ -28,6 +28,12 @@ pub struct Record {
     pub delivered: HashSet<String>,
 }
 
+/// The HTTP client of the load's pushers and consumers: every request gives up after 5 s, so a
+/// request the kill cut off fails instead of hanging.
+pub fn client() -> Client {
+    crate::support::load::client(Duration::from_secs(5))
+}
+
 /// One job for [`push`].
 pub struct Push<'a> {
     pub topic: &'a str,

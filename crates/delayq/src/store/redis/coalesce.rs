@@ -9,9 +9,9 @@
 //! How: callers hand their request to a [`Coalescer`] and await the answer. A request that
 //! finds the coalescer idle (nothing queued, nothing running) runs at once in its caller's
 //! task, as a batch of one: no task hop, so batching costs nothing at low load. Any other is
-//! queued: one task per coalescer takes the first waiting request, yields to the scheduler
-//! twice (so handlers already woken can queue theirs), then takes every other one
-//! already queued (up to `max_units` jobs), and runs them as one batch; at most `in_flight`
+//! queued: one task per coalescer takes the first waiting request, gives the scheduler
+//! [`BATCH_TURNS`] turns (so handlers already woken can queue theirs), then takes every other
+//! one already queued (up to `max_units` jobs), and runs them as one batch; at most `in_flight`
 //! batches (an inline one included) run at once, and requests arriving meanwhile queue for
 //! the next. Nothing waits on a timer for company, and batches grow by themselves with load. A
 //! request is never split over two batches, so the jobs of one request keep their order.
@@ -81,9 +81,9 @@ impl<R: Send + 'static, O: Send + 'static> Coalescer<R, O> {
                 let Ok(slot) = task_slots.clone().acquire_owned().await else {
                     return;
                 };
-                // A few turns of the scheduler before the batch is cut: the handlers already
-                // woken (by the same burst of requests) queue theirs and join it, so a burst
-                // goes out as fewer, larger batches.
+                // Turns of the scheduler before the batch is cut: the handlers already woken
+                // (by the same burst of requests) queue theirs and join it, so a burst goes out
+                // as fewer, larger batches.
                 for _ in 0..BATCH_TURNS {
                     tokio::task::yield_now().await;
                 }
