@@ -572,19 +572,31 @@ macro_rules! statements {
 
         /// Deletes ended jobs and events older than `before`; returns the rows deleted.
         /// Ended jobs are found through their ending events, so the cost follows what is
-        /// pruned, not the table's size; events go after the jobs they end.
+        /// pruned, not the table's size; events go after the jobs they end, and an ending
+        /// event whose job row is still there in that state stays: whatever commits between
+        /// the two statements (a late write, another instance's prune), no ended row is left
+        /// without the event that finds it.
         pub async fn prune(pool: &sqlx::Pool<$db>, before: UnixMillis) -> Result<u64, sqlx::Error> {
+            let ended = |q: &mut Q| {
+                let mut sep = q.separated(", ");
+                for s in RowState::ENDED {
+                    sep.push_bind(s);
+                }
+            };
             let mut q = Q::new($prune_jobs);
             q.push_bind(i(before)).push(" AND e.to_state IN (");
-            let mut sep = q.separated(", ");
-            for s in RowState::ENDED {
-                sep.push_bind(s);
-            }
+            ended(&mut q);
             q.push(") AND j.state = e.to_state AND j.changed_at < ")
                 .push_bind(i(before));
             let jobs = q.build().execute(pool).await?.rows_affected();
             let mut q = Q::new("DELETE FROM delayq_job_events WHERE at < ");
-            q.push_bind(i(before));
+            q.push_bind(i(before))
+                .push(" AND NOT (to_state IN (");
+            ended(&mut q);
+            q.push(
+                ") AND EXISTS (SELECT 1 FROM delayq_jobs AS j \
+                 WHERE j.id = delayq_job_events.job_id AND j.state = delayq_job_events.to_state))",
+            );
             let events = q.build().execute(pool).await?.rows_affected();
             let mut q =
                 Q::new("DELETE FROM delayq_schedules WHERE state = 'deleted' AND changed_at < ");

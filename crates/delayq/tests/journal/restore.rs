@@ -447,28 +447,48 @@ async fn retention_prunes_ended_jobs_and_old_events_but_never_live_ones(db: &Tes
     journaled.finish(&id(6)).await.unwrap();
     journaled.delete(&id(10)).await.unwrap();
     journal.close().await;
-    // Everything an hour old: beyond a retention of 60 s.
+    // A journal prunes when it opens, then once a minute: one with a retention of 60 s,
+    // opened once `events` events are left.
+    let prune_until = |events: i64| async move {
+        let pruning = Journal::open(
+            &db.url,
+            JournalMode::Sync,
+            Duration::from_secs(60),
+            Arc::new(SystemClock),
+        )
+        .await
+        .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while db.count("SELECT COUNT(*) FROM delayq_job_events").await > events {
+            assert!(std::time::Instant::now() < deadline, "not pruned");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        pruning
+    };
+    let jobs = || db.count("SELECT COUNT(*) FROM delayq_jobs");
+    // Events an hour old, beyond the retention, but the ended jobs' rows changed since (as
+    // when an ending is written late): the rows stay, and so do the events that end them,
+    // else nothing would find those rows again.
     let old = t0 - 3_600_000;
-    db.execute(&format!("UPDATE delayq_jobs SET changed_at = {old}"))
-        .await;
     db.execute(&format!("UPDATE delayq_job_events SET at = {old}"))
         .await;
-    // A journal prunes when it opens, then once a minute.
-    let pruning = Journal::open(
-        &db.url,
-        JournalMode::Sync,
-        Duration::from_secs(60),
-        Arc::new(SystemClock),
-    )
-    .await
-    .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while db.count("SELECT COUNT(*) FROM delayq_job_events").await > 0 {
-        assert!(std::time::Instant::now() < deadline, "not pruned");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let live = db.count("SELECT COUNT(*) FROM delayq_jobs").await;
-    assert_eq!(live, 1, "only the live job's row is left");
+    prune_until(2).await.close().await;
+    assert_eq!(
+        jobs().await,
+        3,
+        "no row changed within the retention is pruned"
+    );
+    let ending = "SELECT COUNT(*) FROM delayq_job_events WHERE to_state IN ('finished', 'deleted')";
+    assert_eq!(
+        db.count(ending).await,
+        2,
+        "the ended rows' ending events are kept"
+    );
+    // Everything an hour old.
+    db.execute(&format!("UPDATE delayq_jobs SET changed_at = {old}"))
+        .await;
+    let pruning = prune_until(0).await;
+    assert_eq!(jobs().await, 1, "only the live job's row is left");
     let fresh: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let journaled = Journaled::new(fresh.clone(), pruning.clone());
     let fire = RestoreOptions {
