@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
 # w3-side-by-side.sh: W3 (a paced stream of jobs due 2 s after their push, one per request on
-# the compat API, 8 producers and 8 consumers, over 10,000 far-future jobs) against several
-# delayq binaries in turn, ROUNDS times, on one store: a before/after comparison where two
-# separate runs of compare.sh would differ by the machine's drift. For each run it prints
-# lateness p50/p99 and, over 5 s in the middle of the stream, the CPU of delayq, its
+# the compat API, 8 producers unless --producers says otherwise, 8 consumers, over 10,000
+# far-future jobs) against several delayq binaries in turn, ROUNDS times, on one store: a
+# before/after comparison where two separate runs of compare.sh would differ by the machine's
+# drift. For each run it prints lateness p50/p99, the rate the producers kept and how far they
+# fell behind their schedule, and, over 5 s in the middle of the stream, the CPU of delayq, its
 # redis-server and the load generator (ticks of 10 ms: 500 are one core) and the machine's idle
 # share, from /proc.
 #
 # Usage: bench/w3-side-by-side.sh [--rate 10000] [--duration-s 15] [--rounds 2]
-#                                 [--store redis|embedded|memory] BINARY...
+#                                 [--store redis|embedded|memory] [--producers 8] BINARY...
 # Needs target/release/delayq-bench (cargo build --release -p delayq-bench) and, for redis,
 # redis-server on PATH. Every server started here is stopped on exit; loopback only.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-RATE=10000; DURATION=15; ROUNDS=2; STORE=redis; BINS=()
+RATE=10000; DURATION=15; ROUNDS=2; STORE=redis; PRODUCERS=8; BINS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rate) RATE="$2"; shift 2 ;;
     --duration-s) DURATION="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --store) STORE="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --producers) PRODUCERS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^#/p}' "$0"; exit 0 ;;
     *) BINS+=("$1"); shift ;;
   esac
 done
@@ -52,7 +54,8 @@ run() { # binary
   PIDS+=("$dpid")
   for _ in $(seq 100); do curl -sf "127.0.0.1:$dp/healthz" >/dev/null && break; sleep 0.1; done
   "$BENCH" w3 --api compat --addr "127.0.0.1:$dp" --rate "$RATE" --duration-s "$DURATION" \
-    --backlog 10000 --backlog-batch 100 --json >"$TMP/out.json" 2>"$TMP/err" & local bp=$!
+    --backlog 10000 --backlog-batch 100 --producers "$PRODUCERS" --consumers 8 --json \
+    >"$TMP/out.json" 2>"$TMP/err" & local bp=$!
   sleep $((DURATION / 2))
   local d0 r0 b0 i0 t0 d1 r1 b1 i1 t1
   d0=$(ticks "$dpid"); r0=$(ticks "$rpid"); b0=$(ticks "$bp"); read -r i0 t0 < <(idle)
@@ -70,14 +73,15 @@ except Exception as e:
 m = j.get("metrics", j)
 print(f"{bin_}: lateness p50 {m.get('lateness_p50_ms')} ms, p99 {m.get('lateness_p99_ms')} ms, "
       f"delivered {int(m.get('delivered', 0))}, early {int(m.get('early', 0))}, "
-      f"lost {int(m.get('lost', 0))}; "
+      f"lost {int(m.get('lost', 0))}, pushed {round(m.get('fire_rate_per_s', 0))}/s, "
+      f"producers behind by at most {round(m.get('producer_max_lag_ms', 0))} ms; "
       f"5 s: delayq {d} ticks, redis-server {r}, load generator {b}, machine idle {idle} %")
 PY
   kill "$dpid"; wait "$dpid" 2>/dev/null || true
   if [ -n "$rpid" ]; then kill "$rpid"; wait "$rpid" 2>/dev/null || true; fi
 }
 
-echo "W3 at $RATE/s for $DURATION s on $STORE, $ROUNDS rounds; $(nproc) cores; $(date -u +%FT%TZ)"
+echo "W3 at $RATE/s for $DURATION s on $STORE, $PRODUCERS producers, $ROUNDS rounds; $(nproc) cores; $(date -u +%FT%TZ)"
 for _ in $(seq "$ROUNDS"); do
   for bin in "${BINS[@]}"; do run "$bin"; done
 done
