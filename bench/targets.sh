@@ -31,7 +31,7 @@ for b in delayq delayq-bench; do
   [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: run cargo build --release --workspace" >&2; exit 1; }
 done
 command -v redis-server >/dev/null || { echo "redis-server not on PATH: apt-get install -y redis-server" >&2; exit 1; }
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+free_port() { "$BIN/delayq-bench" free-port; }
 DQ=""; RP=""
 cleanup() {
   [ -n "$DQ" ] && kill "$DQ" 2>/dev/null && wait "$DQ" 2>/dev/null

@@ -29,12 +29,10 @@ done
 [ ${#BINS[@]} -gt 0 ] || { echo "usage: $0 [options] BINARY..." >&2; exit 2; }
 BENCH="$ROOT/target/release/delayq-bench"
 [ -x "$BENCH" ] || { echo "build it first: cargo build --release -p delayq-bench" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 TMP=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ticks() { if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then awk '{print $14+$15}' "/proc/$1/stat"; else echo 0; fi; }
+free_port() { "$BENCH" free-port; }
 idle() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
 
 run() { # binary
@@ -44,7 +42,7 @@ run() { # binary
       rp=$(free_port)
       redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$TMP" \
         --logfile "$TMP/redis.log" & rpid=$!; PIDS+=("$rpid")
-      for _ in $(seq 50); do redis-cli -p "$rp" ping >/dev/null 2>&1 && break; sleep 0.1; done
+      wait_port "$rp" "$rpid" "$TMP/redis.log"
       args=(--redis "redis://127.0.0.1:$rp/0") ;;
     embedded) rm -rf "$TMP/data"; args=(--data-dir "$TMP/data") ;;
     memory) args=(--memory) ;;
@@ -52,7 +50,7 @@ run() { # binary
   dp=$(free_port)
   "$bin" serve --listen "127.0.0.1:$dp" "${args[@]}" >"$TMP/delayq.log" 2>&1 & dpid=$!
   PIDS+=("$dpid")
-  for _ in $(seq 100); do curl -sf "127.0.0.1:$dp/healthz" >/dev/null && break; sleep 0.1; done
+  wait_port "$dp" "$dpid" "$TMP/delayq.log"
   "$BENCH" w3 --api compat --addr "127.0.0.1:$dp" --rate "$RATE" --duration-s "$DURATION" \
     --backlog 10000 --backlog-batch 100 --producers "$PRODUCERS" --consumers 8 --json \
     >"$TMP/out.json" 2>"$TMP/err" & local bp=$!
