@@ -427,12 +427,12 @@ def params_and_notes(runs, labels, omit=()):
 # Who used the machine over a run (W3: over its stream): the server's and the load generator's
 # CPU in % of one core, and the machine's idle and stolen shares in % of all cores.
 MACHINE_COLS = ["server_cpu_pct", "bench_cpu_pct", "server_cpu_wait_pct", "bench_cpu_wait_pct",
-                "machine_idle_pct", "machine_steal_pct"]
+                "machine_idle_pct", "machine_steal_pct", "machine_busiest_core_pct"]
 MACHINE_NOTE = ("*_cpu_pct: % of one core (BullMQ: server = redis-server, bench = its Node"
                 " process);\n*_cpu_wait_pct: the same processes' threads runnable but waiting for a"
                 " core, in % of one core (delayq-bench runs only);\nmachine_idle_pct,"
                 " machine_steal_pct: % of all cores idle, and taken by the hypervisor for other"
-                " guests")
+                " guests;\nmachine_busiest_core_pct: % of the busiest core's time it was not idle")
 
 # ---- capacity ----
 runs = [r for r in results if r["workload"] == "capacity"]

@@ -79,12 +79,20 @@ const cpuS = (pid) => {
   }
 };
 
-/** The machine's CPU ticks over every core (`/proc/stat`): idle + iowait, steal, total. */
+/**
+ * The machine's CPU ticks (`/proc/stat`): over every core idle + iowait, steal, total; and
+ * each core's idle and total (its `cpuN` line).
+ */
 const machineTicks = () => {
   try {
-    const line = readFileSync('/proc/stat', 'utf8').split('\n').find((l) => l.startsWith('cpu '));
-    const f = line.trim().split(/\s+/).slice(1, 9).map(Number);
-    return { idle: f[3] + (f[4] || 0), steal: f[7] || 0, total: f.reduce((a, b) => a + b, 0) };
+    const fields = (line) => {
+      const f = line.trim().split(/\s+/).slice(1, 9).map(Number);
+      return { idle: f[3] + (f[4] || 0), steal: f[7] || 0, total: f.reduce((a, b) => a + b, 0) };
+    };
+    const lines = readFileSync('/proc/stat', 'utf8').split('\n');
+    const all = fields(lines.find((l) => l.startsWith('cpu ')));
+    all.cores = lines.filter((l) => /^cpu\d/.test(l)).map(fields);
+    return all;
   } catch {
     return null;
   }
@@ -100,7 +108,8 @@ const cpuSpan = () => ({
 
 /**
  * bench_cpu_pct (this Node process: producers and worker), server_cpu_pct (--server-pid,
- * redis-server), in % of one core; machine_idle_pct and machine_steal_pct, in % of all cores.
+ * redis-server), in % of one core; machine_idle_pct and machine_steal_pct, in % of all cores;
+ * machine_busiest_core_pct, the busiest core's time not idle, in % of that core.
  */
 const putCpu = (r, span) => {
   const wallS = (nowUs() - span.startUs) / 1e6;
@@ -114,6 +123,13 @@ const putCpu = (r, span) => {
     const total = m.total - span.machine.total;
     r.metrics.machine_idle_pct = (100 * (m.idle - span.machine.idle)) / total;
     r.metrics.machine_steal_pct = (100 * (m.steal - span.machine.steal)) / total;
+    if (m.cores.length === span.machine.cores.length) {
+      const busy = m.cores
+        .map((c, i) => ({ idle: c.idle - span.machine.cores[i].idle, total: c.total - span.machine.cores[i].total }))
+        .filter((c) => c.total > 0)
+        .map((c) => (100 * (c.total - Math.min(c.idle, c.total))) / c.total);
+      if (busy.length > 0) r.metrics.machine_busiest_core_pct = Math.max(...busy);
+    }
   }
 };
 

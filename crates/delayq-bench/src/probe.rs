@@ -96,31 +96,60 @@ pub fn parse_schedstat_wait_ns(text: &str) -> Option<u64> {
     fields.next()?.parse().ok()
 }
 
-/// The machine's CPU time so far, summed over every core, in clock ticks: the `cpu` line of
-/// `/proc/stat` (user, nice, system, idle, iowait, irq, softirq, steal; guest time is already
-/// in user).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The machine's CPU time so far, in clock ticks: summed over every core (the `cpu` line of
+/// `/proc/stat`: user, nice, system, idle, iowait, irq, softirq, steal; guest time is already
+/// in user), and each core's (its `cpuN` line).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MachineTicks {
     /// Idle and waiting for I/O: time no process wanted a core.
     pub idle: u64,
     /// Taken by the hypervisor for other guests while this machine wanted a core.
     pub steal: u64,
     pub total: u64,
+    /// Each core's idle and total ticks, in `/proc/stat`'s order.
+    pub cores: Vec<(u64, u64)>,
+}
+
+/// Shares of the machine's time between two [`MachineTicks`], in percent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MachineShares {
+    /// Of all cores' time: idle (nobody wanted a core) and stolen.
+    pub idle: f64,
+    pub steal: f64,
+    /// Of the busiest core's time, the share it was not idle: a core near 100 % while the
+    /// machine has idle time says the work waited on one core while another had room.
+    /// `None` when the cores were not read (or changed in number).
+    pub busiest_core: Option<f64>,
 }
 
 impl MachineTicks {
     /// From the text of `/proc/stat`.
     pub fn parse(stat: &str) -> Option<MachineTicks> {
-        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-        let f: Vec<u64> = line
-            .split_whitespace()
-            .skip(1)
-            .map(|v| v.parse().ok())
-            .collect::<Option<_>>()?;
+        /// Idle (+ iowait), steal and total of one `cpu` line's fields.
+        fn fields(line: &str) -> Option<(u64, u64, u64)> {
+            let f: Vec<u64> = line
+                .split_whitespace()
+                .skip(1)
+                .map(|v| v.parse().ok())
+                .collect::<Option<_>>()?;
+            Some((
+                f.get(3)? + f.get(4).copied().unwrap_or(0),
+                f.get(7).copied().unwrap_or(0),
+                f.iter().take(8).sum(),
+            ))
+        }
+        let (idle, steal, total) = fields(stat.lines().find(|l| l.starts_with("cpu "))?)?;
+        let cores = stat
+            .lines()
+            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+            .map(|l| fields(l).map(|(idle, _, total)| (idle, total)))
+            .collect::<Option<_>>()
+            .unwrap_or_default();
         Some(MachineTicks {
-            idle: f.get(3)? + f.get(4).copied().unwrap_or(0),
-            steal: f.get(7).copied().unwrap_or(0),
-            total: f.iter().take(8).sum(),
+            idle,
+            steal,
+            total,
+            cores,
         })
     }
 
@@ -129,15 +158,28 @@ impl MachineTicks {
         MachineTicks::parse(&std::fs::read_to_string("/proc/stat").ok()?)
     }
 
-    /// The shares of the machine's time since `earlier` that were idle and stolen, in percent;
-    /// `None` when no tick passed.
-    pub fn since(self, earlier: MachineTicks) -> Option<(f64, f64)> {
+    /// The shares of the machine's time since `earlier`; `None` when no tick passed.
+    pub fn since(&self, earlier: &MachineTicks) -> Option<MachineShares> {
         let total = self.total.checked_sub(earlier.total).filter(|&t| t > 0)? as f64;
         let share = |now: u64, then: u64| now.saturating_sub(then) as f64 / total * 100.0;
-        Some((
-            share(self.idle, earlier.idle),
-            share(self.steal, earlier.steal),
-        ))
+        let busiest_core = (self.cores.len() == earlier.cores.len())
+            .then(|| {
+                self.cores
+                    .iter()
+                    .zip(&earlier.cores)
+                    .filter_map(|(&(idle, total), &(idle0, total0))| {
+                        let total = total.checked_sub(total0).filter(|&t| t > 0)?;
+                        let idle = idle.saturating_sub(idle0).min(total);
+                        Some(100.0 * (total - idle) as f64 / total as f64)
+                    })
+                    .reduce(f64::max)
+            })
+            .flatten();
+        Some(MachineShares {
+            idle: share(self.idle, earlier.idle),
+            steal: share(self.steal, earlier.steal),
+            busiest_core,
+        })
     }
 }
 
@@ -222,14 +264,17 @@ mod tests {
     }
 
     #[test]
-    fn machine_ticks_are_read_from_the_cpu_line() {
-        let stat = "cpu  100 5 50 800 20 0 3 22 9 0\ncpu0 50 2 25 400 10 0 1 11 0 0\n";
+    fn machine_ticks_are_read_from_the_cpu_lines() {
+        let stat = "cpu  100 5 50 800 20 0 3 22 9 0\ncpu0 50 2 25 400 10 0 1 11 0 0\n\
+                    cpu1 50 3 25 400 10 0 2 11 9 0\nintr 5 6\n";
         let t = MachineTicks::parse(stat).unwrap();
         // idle + iowait; steal; the first eight fields (guest time is already in user).
         assert_eq!((t.idle, t.steal, t.total), (820, 22, 1000));
+        assert_eq!(t.cores, [(410, 499), (410, 501)]);
         // An older kernel's line without steal.
         let t = MachineTicks::parse("cpu  100 5 50 800 20 0 3\n").unwrap();
         assert_eq!((t.idle, t.steal, t.total), (820, 0, 978));
+        assert!(t.cores.is_empty());
         assert_eq!(MachineTicks::parse("intr 1 2\n"), None);
     }
 
@@ -239,15 +284,30 @@ mod tests {
             idle: 800,
             steal: 10,
             total: 1000,
+            cores: vec![(400, 500), (400, 500)],
         };
+        // Core 0: 2 of 100 ticks idle; core 1: 48 of 100.
         let b = MachineTicks {
             idle: 850,
             steal: 60,
             total: 1200,
+            cores: vec![(402, 600), (448, 600)],
         };
-        assert_eq!(b.since(a), Some((25.0, 25.0)));
-        assert_eq!(a.since(a), None);
-        assert_eq!(a.since(b), None);
+        assert_eq!(
+            b.since(&a),
+            Some(MachineShares {
+                idle: 25.0,
+                steal: 25.0,
+                busiest_core: Some(98.0)
+            })
+        );
+        assert_eq!(a.since(&a), None);
+        assert_eq!(a.since(&b), None);
+        let one_core = MachineTicks {
+            cores: vec![(402, 600)],
+            ..b
+        };
+        assert_eq!(one_core.since(&a).unwrap().busiest_core, None);
     }
 
     #[test]

@@ -45,6 +45,7 @@ fn column_order(workload: &str) -> &'static [&'static str] {
             "server_cpu_wait_pct",
             "machine_idle_pct",
             "machine_steal_pct",
+            "machine_busiest_core_pct",
         ],
         "w2" => &[
             "pending",
@@ -71,6 +72,7 @@ fn column_order(workload: &str) -> &'static [&'static str] {
             "server_cpu_wait_pct",
             "machine_idle_pct",
             "machine_steal_pct",
+            "machine_busiest_core_pct",
         ],
         "w4" => &[
             "jobs",

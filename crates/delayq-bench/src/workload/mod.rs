@@ -14,7 +14,7 @@ pub mod steady;
 
 use crate::body;
 use crate::driver::{Due, Endpoint, NewJob, Protocol, due_secs, now_ms, now_us};
-use crate::probe::{MachineTicks, ProcessTimes};
+use crate::probe::{MachineShares, MachineTicks, ProcessTimes};
 use crate::report::RunResult;
 use crate::stats::{Lateness, Ledger, Summary};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// Options every workload takes, already resolved (see `main.rs` for the flags).
 #[derive(Debug, Clone)]
@@ -281,9 +282,15 @@ pub async fn produce(
 
 /// When consumers stop: once every acknowledged job was delivered after the producers are done,
 /// or at `deadline_ms` (Unix ms), whichever is first. Producers lower the deadline when done.
+/// Every consumer stops at once when the last job is delivered, its long poll abandoned, so
+/// that a run's span (and the CPU and idle time measured over it) ends with its last delivery,
+/// not up to a long poll later.
 pub struct StopRule {
     pub producers_done: AtomicBool,
     pub deadline_ms: AtomicU64,
+    /// Bumped when the producers are done and when a consumer finds every job delivered: each
+    /// waiting consumer then checks [`StopRule::complete`].
+    changed: watch::Sender<()>,
 }
 
 impl StopRule {
@@ -291,6 +298,7 @@ impl StopRule {
         Arc::new(StopRule {
             producers_done: AtomicBool::new(false),
             deadline_ms: AtomicU64::new(now_ms() + hard_cap.as_millis() as u64),
+            changed: watch::Sender::new(()),
         })
     }
 
@@ -299,6 +307,14 @@ impl StopRule {
         self.deadline_ms
             .fetch_min(last_due_ms + drain.as_millis() as u64, Ordering::Relaxed);
         self.producers_done.store(true, Ordering::Release);
+        self.changed.send_modify(|_| ());
+    }
+
+    /// The producers are done and every job they had acknowledged was delivered.
+    fn complete(&self, ledger: &Ledger) -> bool {
+        self.producers_done.load(Ordering::Acquire)
+            && ledger.delivered_unique.load(Ordering::Relaxed)
+                >= ledger.acked_total.load(Ordering::Relaxed)
     }
 }
 
@@ -338,12 +354,12 @@ pub async fn consume(
             let mut lat = Lateness::new();
             let mut foreign = 0u64;
             let mut handles = Vec::with_capacity(batch);
+            let mut changed = stop.changed.subscribe();
             loop {
                 let now = now_ms();
-                if stop.producers_done.load(Ordering::Acquire)
-                    && ledger.delivered_unique.load(Ordering::Relaxed)
-                        >= ledger.acked_total.load(Ordering::Relaxed)
-                {
+                if stop.complete(&ledger) {
+                    // Wake the others out of their long polls.
+                    stop.changed.send_modify(|_| ());
                     break;
                 }
                 let deadline = stop.deadline_ms.load(Ordering::Relaxed);
@@ -351,7 +367,25 @@ pub async fn consume(
                     break;
                 }
                 let wait = (deadline - now).min(1000);
-                let jobs = match conn.reserve(batch, wait).await {
+                let reserved = {
+                    let reserve = conn.reserve(batch, wait);
+                    tokio::pin!(reserve);
+                    loop {
+                        tokio::select! {
+                            r = &mut reserve => break Some(r),
+                            woken = changed.changed() => {
+                                if woken.is_err() {
+                                    break Some(reserve.await);
+                                }
+                                if stop.complete(&ledger) {
+                                    break None;
+                                }
+                            }
+                        }
+                    }
+                };
+                let Some(reserved) = reserved else { break };
+                let jobs = match reserved {
                     Ok(j) => j,
                     Err(e) => {
                         errors.note(&e);
@@ -510,9 +544,10 @@ pub struct CpuUse {
     /// waiting for a CPU (summed over threads, as CPU time is).
     pub bench_wait_s: Option<f64>,
     pub server_wait_s: Option<f64>,
-    /// Shares of all the machine's cores, in percent: idle (nobody wanted them) and stolen (the
-    /// hypervisor gave other guests time this machine wanted).
-    pub machine: Option<(f64, f64)>,
+    /// Shares of the machine's time, in percent: of all its cores idle (nobody wanted them)
+    /// and stolen (the hypervisor gave other guests time this machine wanted), and of the
+    /// busiest core's time not idle.
+    pub machine: Option<MachineShares>,
 }
 
 impl CpuSpan {
@@ -540,6 +575,7 @@ impl CpuSpan {
             server_wait_s: server.as_ref().and_then(|(now, then)| now.wait_since(then)),
             machine: self
                 .machine
+                .as_ref()
                 .zip(MachineTicks::now())
                 .and_then(|(a, b)| b.since(a)),
         }
@@ -549,8 +585,8 @@ impl CpuSpan {
 impl CpuUse {
     /// Puts `bench_cpu_pct` and `server_cpu_pct`, `bench_cpu_wait_pct` and
     /// `server_cpu_wait_pct` (percent of one core: time used, and time runnable but waiting
-    /// for a core) and `machine_idle_pct` and `machine_steal_pct` (percent of all cores) into
-    /// `r`.
+    /// for a core), `machine_idle_pct` and `machine_steal_pct` (percent of all cores) and
+    /// `machine_busiest_core_pct` (percent of one core) into `r`.
     pub fn put(&self, r: &mut RunResult) {
         for (name, cpu) in [
             ("bench_cpu_pct", self.bench_s),
@@ -566,12 +602,16 @@ impl CpuUse {
     }
 }
 
-/// Puts the machine's idle and stolen shares ([`MachineTicks::since`]), when measured, into
-/// `r` as `machine_idle_pct` and `machine_steal_pct`.
-pub fn put_machine(r: &mut RunResult, shares: Option<(f64, f64)>) {
-    if let Some((idle, steal)) = shares {
-        r.metrics.insert("machine_idle_pct".into(), idle);
-        r.metrics.insert("machine_steal_pct".into(), steal);
+/// Puts the machine's shares ([`MachineTicks::since`]), when measured, into `r` as
+/// `machine_idle_pct`, `machine_steal_pct` and, where each core was read,
+/// `machine_busiest_core_pct`.
+pub fn put_machine(r: &mut RunResult, shares: Option<MachineShares>) {
+    if let Some(m) = shares {
+        r.metrics.insert("machine_idle_pct".into(), m.idle);
+        r.metrics.insert("machine_steal_pct".into(), m.steal);
+        if let Some(busiest) = m.busiest_core {
+            r.metrics.insert("machine_busiest_core_pct".into(), busiest);
+        }
     }
 }
 
@@ -615,8 +655,16 @@ mod tests {
             "{:?}",
             used.server_s
         );
-        let (idle, steal) = used.machine.expect("/proc/stat is read");
-        assert!((0.0..=100.0).contains(&idle) && (0.0..=100.0).contains(&steal));
+        let m = used.machine.expect("/proc/stat is read");
+        assert!((0.0..=100.0).contains(&m.idle) && (0.0..=100.0).contains(&m.steal));
+        // The busiest core is at least as busy as the cores on average (ticks of 10 ms make a
+        // few percent of noise over 300 ms), and this spinning thread kept some core busy.
+        let busiest = m.busiest_core.expect("each core is read");
+        assert!(
+            busiest <= 100.0 && busiest >= 100.0 - m.idle - 5.0 && busiest >= 40.0,
+            "busiest core {busiest} %, machine idle {} %",
+            m.idle
+        );
         let mut r = RunResult {
             workload: "w1".into(),
             label: "t".into(),
@@ -634,6 +682,7 @@ mod tests {
             "server_cpu_wait_pct",
             "machine_idle_pct",
             "machine_steal_pct",
+            "machine_busiest_core_pct",
         ] {
             assert!(r.metrics.contains_key(m), "{m} missing: {:?}", r.metrics);
         }
