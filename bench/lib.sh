@@ -26,6 +26,19 @@ wait_port() {
   return 1
 }
 
+# start_delayq BIN ARGS...: `BIN serve` on a free loopback port with ARGS, its output in
+# $TMP/delayq.log (TMP must be set), stopped on exit; returns once it accepts connections, with
+# DQ_PORT and DQ_PID set. Needs target/release/delayq-bench (for the free port).
+start_delayq() {
+  local bin=$1
+  shift
+  DQ_PORT=$("$ROOT/target/release/delayq-bench" free-port)
+  "$bin" serve --listen "127.0.0.1:$DQ_PORT" "$@" >"$TMP/delayq.log" 2>&1 &
+  DQ_PID=$!
+  PIDS+=("$DQ_PID")
+  wait_port "$DQ_PORT" "$DQ_PID" "$TMP/delayq.log"
+}
+
 # results_dir NAME: the run's results directory, OUT: --out's if given, else
 # bench/results/<UTC date>-<COMMIT>/NAME; one that already holds results is refused. Created,
 # and made absolute (a server may change directory before it opens a file there).

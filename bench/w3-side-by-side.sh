@@ -47,10 +47,8 @@ run() { # binary
     embedded) rm -rf "$TMP/data"; args=(--data-dir "$TMP/data") ;;
     memory) args=(--memory) ;;
   esac
-  dp=$(free_port)
-  "$bin" serve --listen "127.0.0.1:$dp" "${args[@]}" >"$TMP/delayq.log" 2>&1 & dpid=$!
-  PIDS+=("$dpid")
-  wait_port "$dp" "$dpid" "$TMP/delayq.log"
+  start_delayq "$bin" "${args[@]}"
+  dp=$DQ_PORT dpid=$DQ_PID
   "$BENCH" w3 --api compat --addr "127.0.0.1:$dp" --rate "$RATE" --duration-s "$DURATION" \
     --backlog 10000 --backlog-batch 100 --producers "$PRODUCERS" --consumers 8 --json \
     >"$TMP/out.json" 2>"$TMP/err" & local bp=$!
