@@ -10,8 +10,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# ticks PID: CPU time (user + system) of a process in clock ticks, 0 without a PID.
-ticks() { if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
+# ticks PID: CPU time (user + system) of a process in clock ticks; 0 without a PID or once the
+# process has exited.
+ticks() { if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
 
 # wait_port PORT PID LOG [TRIES]: until PORT accepts connections (TRIES x 0.1 s, default 10 s),
 # or fail with the log.

@@ -36,7 +36,7 @@ free_port() { "$BENCH" free-port; }
 idle() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
 
 run() { # binary
-  local bin="$1" rp="" rpid="" dp dpid args=()
+  local bin="$1" rp="" rpid="" args=()
   case "$STORE" in
     redis)
       rp=$(free_port)
@@ -48,15 +48,14 @@ run() { # binary
     memory) args=(--memory) ;;
   esac
   start_delayq "$bin" "${args[@]}"
-  dp=$DQ_PORT dpid=$DQ_PID
-  "$BENCH" w3 --api compat --addr "127.0.0.1:$dp" --rate "$RATE" --duration-s "$DURATION" \
+  "$BENCH" w3 --api compat --addr "127.0.0.1:$DQ_PORT" --rate "$RATE" --duration-s "$DURATION" \
     --backlog 10000 --backlog-batch 100 --producers "$PRODUCERS" --consumers 8 --json \
     >"$TMP/out.json" 2>"$TMP/err" & local bp=$!
   sleep $((DURATION / 2))
   local d0 r0 b0 i0 t0 d1 r1 b1 i1 t1
-  d0=$(ticks "$dpid"); r0=$(ticks "$rpid"); b0=$(ticks "$bp"); read -r i0 t0 < <(idle)
+  d0=$(ticks "$DQ_PID"); r0=$(ticks "$rpid"); b0=$(ticks "$bp"); read -r i0 t0 < <(idle)
   sleep 5
-  d1=$(ticks "$dpid"); r1=$(ticks "$rpid"); b1=$(ticks "$bp"); read -r i1 t1 < <(idle)
+  d1=$(ticks "$DQ_PID"); r1=$(ticks "$rpid"); b1=$(ticks "$bp"); read -r i1 t1 < <(idle)
   wait "$bp" || true
   python3 - "$TMP/out.json" "$bin" "$((d1 - d0))" "$((r1 - r0))" "$((b1 - b0))" \
     "$((100 * (i1 - i0) / (t1 - t0)))" <<'PY'
@@ -73,7 +72,7 @@ print(f"{bin_}: lateness p50 {m.get('lateness_p50_ms')} ms, p99 {m.get('lateness
       f"producers behind by at most {round(m.get('producer_max_lag_ms', 0))} ms; "
       f"5 s: delayq {d} ticks, redis-server {r}, load generator {b}, machine idle {idle} %")
 PY
-  kill "$dpid"; wait "$dpid" 2>/dev/null || true
+  kill "$DQ_PID"; wait "$DQ_PID" 2>/dev/null || true
   if [ -n "$rpid" ]; then kill "$rpid"; wait "$rpid" 2>/dev/null || true; fi
 }
 

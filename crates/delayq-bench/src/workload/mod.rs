@@ -371,16 +371,12 @@ pub async fn consume(
                     let reserve = conn.reserve(batch, wait);
                     tokio::pin!(reserve);
                     loop {
+                        // `changed` cannot close: this task holds `stop`, its sender.
                         tokio::select! {
                             r = &mut reserve => break Some(r),
-                            woken = changed.changed() => {
-                                if woken.is_err() {
-                                    break Some(reserve.await);
-                                }
-                                if stop.complete(&ledger) {
-                                    break None;
-                                }
-                            }
+                            Ok(()) = changed.changed() => if stop.complete(&ledger) {
+                                break None;
+                            },
                         }
                     }
                 };
