@@ -38,6 +38,8 @@
 #   delayq-memory-beanstalk    delayq serve --memory, over its beanstalkd port (--beanstalk-listen)
 #   delayq-embedded-beanstalk  delayq serve --data-dir (temp dir), over its beanstalkd port: each
 #                      put fsynced before INSERTED
+#   delayq-redis-beanstalk     delayq serve --redis (its own redis-server), over its beanstalkd
+#                      port: the same store as delayq-redis without HTTP on either side
 #   beanstalkd         in memory
 #   beanstalkd-binlog  with -b DIR (fsync every 50 ms, the default)
 #   bullmq             BullMQ 6 (Node driver bench/peers/bullmq/bench.mjs) on its own redis-server
@@ -284,6 +286,16 @@ run_system() {
       line=$("$BENCH" "$drv" --target beanstalkd --addr "127.0.0.1:$bport" --label "$sys" \
         --server-pid "$DQ_PID" "${wargs[@]}") || true
       stop "$DQ_PID" ;;
+    delayq-redis-beanstalk)
+      [ "$DELAYQ_OK" = 1 ] || return 0
+      local bport
+      bport=$(free_port)
+      start_redis
+      start_delayq --redis "redis://127.0.0.1:$REDIS_PORT/0" --beanstalk-listen "127.0.0.1:$bport"
+      wait_port "$bport" "$DQ_PID" "$TMP/delayq-$DQ_PORT.log"
+      line=$("$BENCH" "$drv" --target beanstalkd --addr "127.0.0.1:$bport" --label "$sys" \
+        --server-pid "$DQ_PID" --redis-url "redis://127.0.0.1:$REDIS_PORT/0" "${wargs[@]}") || true
+      stop "$DQ_PID"; stop "$REDIS_PID" ;;
     delayq-embedded-beanstalk)
       [ "$DELAYQ_OK" = 1 ] || return 0
       local bport dir="$TMP/embedded-$RANDOM$RANDOM"
