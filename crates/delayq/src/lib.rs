@@ -41,6 +41,8 @@ pub mod server;
 pub mod store;
 
 #[cfg(test)]
+mod doc_links;
+#[cfg(test)]
 mod layers;
 
 /// Installs rustls's process-wide crypto provider, ring (the one the build links), unless one
