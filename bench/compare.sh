@@ -171,34 +171,6 @@ DELAYQ="$ROOT/target/release/delayq"
 
 # ---------- processes ----------
 
-free_port() { "$BENCH" free-port; }
-
-# stop PID: end one server started here, and wait for it.
-stop() {
-  kill "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-}
-
-start_redis() { # -> REDIS_PORT REDIS_PID
-  REDIS_PORT=$(free_port)
-  local dir="$TMP/redis-$REDIS_PORT"
-  mkdir -p "$dir"
-  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
-    --dir "$dir" --logfile "$dir/log" &
-  REDIS_PID=$!
-  PIDS+=("$REDIS_PID")
-  wait_port "$REDIS_PORT" "$REDIS_PID" "$dir/log"
-}
-
-start_delayq() { # args: extra serve flags -> DQ_PORT DQ_PID
-  DQ_PORT=$(free_port)
-  local log="$TMP/delayq-$DQ_PORT.log"
-  "$DELAYQ" serve --listen "127.0.0.1:$DQ_PORT" "$@" >"$log" 2>&1 &
-  DQ_PID=$!
-  PIDS+=("$DQ_PID")
-  wait_port "$DQ_PORT" "$DQ_PID" "$log"
-}
-
 start_beanstalkd() { # args: extra flags -> BS_PORT BS_PID
   BS_PORT=$(free_port)
   local log="$TMP/beanstalkd-$BS_PORT.log"
@@ -215,7 +187,7 @@ if [ ! -x "$DELAYQ" ]; then
 else
   probe_dir="$TMP/probe"
   mkdir -p "$probe_dir"
-  if start_delayq --data-dir "$probe_dir" 2>/dev/null; then stop "$DQ_PID"; else DELAYQ_OK=0; fi
+  if start_delayq "$DELAYQ" --data-dir "$probe_dir" 2>/dev/null; then stop "$DQ_PID"; else DELAYQ_OK=0; fi
 fi
 [ "$DELAYQ_OK" = 1 ] || echo "NOTE: delayq serve did not start; delayq rows are skipped" | tee "$OUT/NOTE"
 
@@ -257,7 +229,7 @@ run_system() {
     delayq-redis)
       [ "$DELAYQ_OK" = 1 ] || return 0
       start_redis
-      start_delayq --redis "redis://127.0.0.1:$REDIS_PORT/0"
+      start_delayq "$DELAYQ" --redis "redis://127.0.0.1:$REDIS_PORT/0"
       line=$("$BENCH" "$drv" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" --redis-url "redis://127.0.0.1:$REDIS_PORT/0" "${wargs[@]}") || true
       stop "$DQ_PID"; stop "$REDIS_PID" ;;
@@ -267,13 +239,13 @@ run_system() {
       local -a window=()
       if [ "$sys" = delayq-embedded-window ]; then window=(--memory-window 3600); fi
       mkdir -p "$dir"
-      start_delayq --data-dir "$dir" "${window[@]}"
+      start_delayq "$DELAYQ" --data-dir "$dir" "${window[@]}"
       line=$("$BENCH" "$drv" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" --data-dir "$dir" "${wargs[@]}") || true
       stop "$DQ_PID"; rm -rf "$dir" ;;
     delayq-memory)
       [ "$DELAYQ_OK" = 1 ] || return 0
-      start_delayq --memory
+      start_delayq "$DELAYQ" --memory
       line=$("$BENCH" "$drv" --api "$DELAYQ_API" --addr "127.0.0.1:$DQ_PORT" --label "$sys" \
         --server-pid "$DQ_PID" "${wargs[@]}") || true
       stop "$DQ_PID" ;;
@@ -281,8 +253,8 @@ run_system() {
       [ "$DELAYQ_OK" = 1 ] || return 0
       local bport
       bport=$(free_port)
-      start_delayq --memory --beanstalk-listen "127.0.0.1:$bport"
-      wait_port "$bport" "$DQ_PID" "$TMP/delayq-$DQ_PORT.log"
+      start_delayq "$DELAYQ" --memory --beanstalk-listen "127.0.0.1:$bport"
+      wait_port "$bport" "$DQ_PID" "$DQ_LOG"
       line=$("$BENCH" "$drv" --target beanstalkd --addr "127.0.0.1:$bport" --label "$sys" \
         --server-pid "$DQ_PID" "${wargs[@]}") || true
       stop "$DQ_PID" ;;
@@ -291,8 +263,8 @@ run_system() {
       local bport
       bport=$(free_port)
       start_redis
-      start_delayq --redis "redis://127.0.0.1:$REDIS_PORT/0" --beanstalk-listen "127.0.0.1:$bport"
-      wait_port "$bport" "$DQ_PID" "$TMP/delayq-$DQ_PORT.log"
+      start_delayq "$DELAYQ" --redis "redis://127.0.0.1:$REDIS_PORT/0" --beanstalk-listen "127.0.0.1:$bport"
+      wait_port "$bport" "$DQ_PID" "$DQ_LOG"
       line=$("$BENCH" "$drv" --target beanstalkd --addr "127.0.0.1:$bport" --label "$sys" \
         --server-pid "$DQ_PID" --redis-url "redis://127.0.0.1:$REDIS_PORT/0" "${wargs[@]}") || true
       stop "$DQ_PID"; stop "$REDIS_PID" ;;
@@ -301,8 +273,8 @@ run_system() {
       local bport dir="$TMP/embedded-$RANDOM$RANDOM"
       bport=$(free_port)
       mkdir -p "$dir"
-      start_delayq --data-dir "$dir" --beanstalk-listen "127.0.0.1:$bport"
-      wait_port "$bport" "$DQ_PID" "$TMP/delayq-$DQ_PORT.log"
+      start_delayq "$DELAYQ" --data-dir "$dir" --beanstalk-listen "127.0.0.1:$bport"
+      wait_port "$bport" "$DQ_PID" "$DQ_LOG"
       line=$("$BENCH" "$drv" --target beanstalkd --addr "127.0.0.1:$bport" --label "$sys" \
         --server-pid "$DQ_PID" --data-dir "$dir" "${wargs[@]}") || true
       stop "$DQ_PID"; rm -rf "$dir" ;;

@@ -27,17 +27,42 @@ wait_port() {
   return 1
 }
 
+# free_port: a loopback port free a moment ago (delayq-bench's; needs
+# target/release/delayq-bench).
+free_port() { "$ROOT/target/release/delayq-bench" free-port; }
+
+# stop PID: ends one process started here, and waits for it.
+stop() {
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+
 # start_delayq BIN ARGS...: `BIN serve` on a free loopback port with ARGS, its output in
-# $TMP/delayq.log (TMP must be set), stopped on exit; returns once it accepts connections, with
-# DQ_PORT and DQ_PID set. Needs target/release/delayq-bench (for the free port).
+# $TMP/delayq-<port>.log (TMP must be set), stopped on exit; returns once it accepts
+# connections, with DQ_PORT, DQ_PID and DQ_LOG set.
 start_delayq() {
   local bin=$1
   shift
-  DQ_PORT=$("$ROOT/target/release/delayq-bench" free-port)
-  "$bin" serve --listen "127.0.0.1:$DQ_PORT" "$@" >"$TMP/delayq.log" 2>&1 &
+  DQ_PORT=$(free_port)
+  DQ_LOG="$TMP/delayq-$DQ_PORT.log"
+  "$bin" serve --listen "127.0.0.1:$DQ_PORT" "$@" >"$DQ_LOG" 2>&1 &
   DQ_PID=$!
   PIDS+=("$DQ_PID")
-  wait_port "$DQ_PORT" "$DQ_PID" "$TMP/delayq.log"
+  wait_port "$DQ_PORT" "$DQ_PID" "$DQ_LOG"
+}
+
+# start_redis: a private redis-server (no persistence) on a free loopback port, its dir and
+# log in $TMP/redis-<port>/, stopped on exit; returns once it accepts connections, with
+# REDIS_PORT and REDIS_PID set.
+start_redis() {
+  REDIS_PORT=$(free_port)
+  local dir="$TMP/redis-$REDIS_PORT"
+  mkdir -p "$dir"
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+    --dir "$dir" --logfile "$dir/log" &
+  REDIS_PID=$!
+  PIDS+=("$REDIS_PID")
+  wait_port "$REDIS_PORT" "$REDIS_PID" "$dir/log"
 }
 
 # results_dir NAME: the run's results directory, OUT: --out's if given, else

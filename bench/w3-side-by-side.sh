@@ -32,18 +32,15 @@ BENCH="$ROOT/target/release/delayq-bench"
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 TMP=$(mktemp -d)
-free_port() { "$BENCH" free-port; }
 idle() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
 
 run() { # binary
-  local bin="$1" rp="" rpid="" args=()
+  local bin="$1" rpid="" args=()
   case "$STORE" in
     redis)
-      rp=$(free_port)
-      redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$TMP" \
-        --logfile "$TMP/redis.log" & rpid=$!; PIDS+=("$rpid")
-      wait_port "$rp" "$rpid" "$TMP/redis.log"
-      args=(--redis "redis://127.0.0.1:$rp/0") ;;
+      start_redis
+      rpid=$REDIS_PID
+      args=(--redis "redis://127.0.0.1:$REDIS_PORT/0") ;;
     embedded) rm -rf "$TMP/data"; args=(--data-dir "$TMP/data") ;;
     memory) args=(--memory) ;;
   esac
@@ -72,8 +69,8 @@ print(f"{bin_}: lateness p50 {m.get('lateness_p50_ms')} ms, p99 {m.get('lateness
       f"producers behind by at most {round(m.get('producer_max_lag_ms', 0))} ms; "
       f"5 s: delayq {d} ticks, redis-server {r}, load generator {b}, machine idle {idle} %")
 PY
-  kill "$DQ_PID"; wait "$DQ_PID" 2>/dev/null || true
-  if [ -n "$rpid" ]; then kill "$rpid"; wait "$rpid" 2>/dev/null || true; fi
+  stop "$DQ_PID"
+  if [ -n "$rpid" ]; then stop "$rpid"; fi
 }
 
 echo "W3 at $RATE/s for $DURATION s on $STORE, $PRODUCERS producers, $ROUNDS rounds; $(nproc) cores; $(date -u +%FT%TZ)"
