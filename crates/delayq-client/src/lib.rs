@@ -257,11 +257,35 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        let (_, jobs) = self
+            .finish_and_reserve(std::iter::empty::<String>(), topics, max, timeout_ms)
+            .await?;
+        Ok(jobs)
+    }
+
+    /// `POST /v1/reserve` with `finish`: finishes the jobs `finish` names (as
+    /// [`Client::finish_batch`]), then reserves as [`Client::reserve`], in one request: a
+    /// consumer's loop takes one round trip per batch instead of two.
+    pub async fn finish_and_reserve<F, A, I, S>(
+        &self,
+        finish: F,
+        topics: I,
+        max: u32,
+        timeout_ms: u64,
+    ) -> Result<(FinishResult, Vec<Job>)>
+    where
+        F: IntoIterator<Item = A>,
+        A: Into<String>,
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let finish: Vec<String> = finish.into_iter().map(Into::into).collect();
         let topics: Vec<String> = topics.into_iter().map(Into::into).collect();
         let body = ReserveRequest {
             topics: &topics,
             max,
             timeout_ms,
+            finish: &finish,
         };
         let r: ReserveResponse = self
             .call(
@@ -270,7 +294,11 @@ impl Client {
                     .timeout(self.timeout + Duration::from_millis(timeout_ms)),
             )
             .await?;
-        Ok(r.jobs)
+        let finished = FinishResult {
+            finished: r.finished,
+            missing: r.missing,
+        };
+        Ok((finished, r.jobs))
     }
 
     /// `POST /v1/restore`: puts back the journaled jobs the server's store lost (all, or the

@@ -482,11 +482,18 @@ pub(crate) struct ReserveRequest<'a> {
     pub topics: &'a [String],
     pub max: u32,
     pub timeout_ms: u64,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub finish: &'a [String],
 }
 
 #[derive(Deserialize)]
 pub(crate) struct ReserveResponse {
     pub jobs: Vec<Job>,
+    /// Absent from servers older than `finish` in a reserve.
+    #[serde(default)]
+    pub finished: u64,
+    #[serde(default)]
+    pub missing: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -663,9 +670,20 @@ mod tests {
             to_json(&ReserveRequest {
                 topics: &topics,
                 max: 1,
-                timeout_ms: 0
+                timeout_ms: 0,
+                finish: &[]
             }),
             json!({"topics": ["a", "b"], "max": 1, "timeout_ms": 0})
+        );
+        let done = ["x".to_string()];
+        assert_eq!(
+            to_json(&ReserveRequest {
+                topics: &topics,
+                max: 2,
+                timeout_ms: 5,
+                finish: &done
+            }),
+            json!({"topics": ["a", "b"], "max": 2, "timeout_ms": 5, "finish": ["x"]})
         );
         assert_eq!(
             to_json(&FinishBatchRequest { ids: &topics }),

@@ -342,8 +342,13 @@ async fn reserve(State(st): State<AppState>, body: Body) -> ApiResult<Json<Reser
     let mut f = Fields::new(
         input::object(&body?, false)?,
         "",
-        &["topics", "max", "timeout_ms"],
+        &["topics", "max", "timeout_ms", "finish"],
     )?;
+    // Jobs to finish first: validated with the rest, before anything changes.
+    let finish = match f.strings("finish")? {
+        Some(raw) => job_ids("finish", raw, cfg.max_batch)?,
+        None => Vec::new(),
+    };
     let names = f.strings("topics")?;
     let names = required(&f, "topics", names)?;
     if names.is_empty() || names.len() > cfg.max_batch {
@@ -383,13 +388,49 @@ async fn reserve(State(st): State<AppState>, body: Body) -> ApiResult<Json<Reser
     span.record("max", max);
     span.record("timeout_ms", timeout_ms);
     let max = usize::try_from(max).unwrap_or(cfg.max_batch);
+    let FinishBatchReply { finished, missing } = finish_ids(&st, finish).await?;
     let jobs = st
         .dispatch
         .poll(topics, max, Duration::from_millis(timeout_ms))
         .await?;
     Ok(Json(ReserveReply {
         jobs: jobs.into_iter().map(JobView::from).collect(),
+        finished,
+        missing,
     }))
+}
+
+/// The ids of a list (`field`): at most `max_batch`, each valid (else a 400 naming
+/// `field[i]`), a repeated one counted once.
+fn job_ids(field: &str, raw: Vec<String>, max_batch: usize) -> ApiResult<Vec<JobId>> {
+    batch_len(field, raw.len(), max_batch)?;
+    let mut seen = HashSet::new();
+    let mut ids = Vec::with_capacity(raw.len());
+    for (i, s) in raw.into_iter().enumerate() {
+        let id = JobId::parse(s).map_err(|e| ApiError::from_invalid(format!("{field}[{i}]"), e))?;
+        if seen.insert(id.clone()) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
+/// Finishes each id; the ones that do not exist are listed, not refused.
+async fn finish_ids(st: &AppState, ids: Vec<JobId>) -> ApiResult<FinishBatchReply> {
+    let mut finished = 0u64;
+    let mut missing = Vec::new();
+    if ids.is_empty() {
+        return Ok(FinishBatchReply { finished, missing });
+    }
+    let results = st.store.finish_batch(&ids).await?;
+    for (id, r) in ids.into_iter().zip(results) {
+        match r {
+            Ok(_) => finished = finished.saturating_add(1),
+            Err(StoreError::NotFound) => missing.push(id.into()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(FinishBatchReply { finished, missing })
 }
 
 /// `POST /v1/finish`: finishes each id; unknown ones are listed, not refused.
@@ -399,26 +440,8 @@ async fn finish_batch(State(st): State<AppState>, body: Body) -> ApiResult<Json<
     let raw = f.strings("ids")?;
     let raw = required(&f, "ids", raw)?;
     tracing::Span::current().record("ids", raw.len());
-    batch_len("ids", raw.len(), st.config.max_batch)?;
-    let mut seen = HashSet::new();
-    let mut ids = Vec::with_capacity(raw.len());
-    for (i, s) in raw.into_iter().enumerate() {
-        let id = JobId::parse(s).map_err(|e| ApiError::from_invalid(format!("ids[{i}]"), e))?;
-        if seen.insert(id.clone()) {
-            ids.push(id);
-        }
-    }
-    let mut finished = 0u64;
-    let mut missing = Vec::new();
-    let results = st.store.finish_batch(&ids).await?;
-    for (id, r) in ids.into_iter().zip(results) {
-        match r {
-            Ok(_) => finished = finished.saturating_add(1),
-            Err(StoreError::NotFound) => missing.push(id.into()),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(Json(FinishBatchReply { finished, missing }))
+    let ids = job_ids("ids", raw, st.config.max_batch)?;
+    Ok(Json(finish_ids(&st, ids).await?))
 }
 
 /// `POST /v1/topics/{topic}/kick`, body `{"max"}`: up to `max` dead jobs back to `ready`.

@@ -91,6 +91,22 @@ async fn client_covers_the_job_lifecycle(b: &Backend) {
     assert!(results.iter().all(|r| r.status == PushStatus::Created));
     let fin = c.finish_batch(["b1", "nope"]).await.unwrap();
     assert_eq!((fin.finished, fin.missing), (1, vec!["nope".to_string()]));
+    // Finish what was reserved and reserve more, in one request.
+    c.push(NewJob::new("c", "1").id("c1")).await.unwrap();
+    c.push(NewJob::new("c", "2").id("c2")).await.unwrap();
+    let first = c.reserve(["c"], 1, 0).await.unwrap();
+    assert_eq!(first[0].id, "c1");
+    let (fin, next) = c
+        .finish_and_reserve(["c1", "gone"], ["c"], 5, 0)
+        .await
+        .unwrap();
+    assert_eq!((fin.finished, fin.missing), (1, vec!["gone".to_string()]));
+    assert_eq!(
+        next.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        ["c2"]
+    );
+    let (fin, none) = c.finish_and_reserve(["c2"], ["c"], 5, 0).await.unwrap();
+    assert_eq!((fin.finished, none.len()), (1, 0));
     c.delete("b2").await.unwrap();
     assert!(c.stats().await.unwrap().topics.is_empty());
 

@@ -265,13 +265,18 @@ pub(super) fn schemas(limits: &Limits, features: Features) -> Value {
             "properties": {
                 "topics": {"type": "array", "items": schema_ref("Topic"), "minItems": 1, "maxItems": batch, "description": "Preferred in the order given (a repeated name counts once); at most `max_batch`"},
                 "max": defaulting(described(or_null(int(1, batch)), "At most `max_batch`"), json!(1)),
-                "timeout_ms": defaulting(described(or_null(int(0, limits.wait_ms)), "How long to wait when nothing is ready, at most `max_wait` × 1000"), json!(0))
+                "timeout_ms": defaulting(described(or_null(int(0, limits.wait_ms)), "How long to wait when nothing is ready, at most `max_wait` × 1000"), json!(0)),
+                "finish": described(or_null(json!({"type": "array", "items": schema_ref("JobId"), "maxItems": batch})), "Jobs to finish before reserving, as `POST /v1/finish` does (at most `max_batch`; a repeated id counts once): a consumer finishes what it was given and reserves more in one request. They are finished even when nothing is then reserved")
             }
         },
         "ReserveReply": {
             "type": "object",
-            "required": ["jobs"],
-            "properties": {"jobs": {"type": "array", "items": schema_ref("Job")}}
+            "required": ["jobs", "finished", "missing"],
+            "properties": {
+                "jobs": {"type": "array", "items": schema_ref("Job")},
+                "finished": described(json!({"type": "integer", "minimum": 0}), "How many of the request's `finish` ids were finished (0 without `finish`)"),
+                "missing": described(json!({"type": "array", "items": schema_ref("JobId")}), "The request's `finish` ids that were not found")
+            }
         },
         "FinishBatch": {
             "type": "object",

@@ -110,6 +110,10 @@ pub struct RescheduleReply {
 #[derive(Debug, Serialize)]
 pub struct ReserveReply {
     pub jobs: Vec<JobView>,
+    /// How many of the request's `finish` ids were finished (0 without any) ...
+    pub finished: u64,
+    /// ... and which were not found.
+    pub missing: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]

@@ -59,13 +59,16 @@ async fn reserve_with_zero_timeout_returns_empty_at_once(b: &Backend) {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(r.json, json!({"jobs": []}));
+    assert_eq!(r.json, json!({"jobs": [], "finished": 0, "missing": []}));
     assert!(start.elapsed() < Duration::from_secs(2));
 }
 
 async fn reserve_refuses_invalid_requests(b: &Backend) {
     let app = TestApp::with_config(b, small_limits());
     pushed(&app, json!({"topic": "t"})).await;
+    // A reserved job, named in `finish` beside an invalid id: it must stay reserved.
+    pushed(&app, json!({"topic": "held", "id": "h1"})).await;
+    assert_eq!(ids(&reserve(&app, &["held"], 1).await), ["h1"]);
     let before = stats(&app).await;
     let cases = [
         (json!({}), "topics"),
@@ -80,6 +83,15 @@ async fn reserve_refuses_invalid_requests(b: &Backend) {
         (json!({"topics": ["t"], "timeout_ms": 1_001}), "timeout_ms"),
         (json!({"topics": ["t"], "timeout_ms": 1.5}), "timeout_ms"),
         (json!({"topics": ["t"], "timeout": 5}), "timeout"),
+        (json!({"topics": ["t"], "finish": "h1"}), "finish"),
+        (
+            json!({"topics": ["t"], "finish": ["h1", "a", "b", "c"]}),
+            "finish",
+        ),
+        (json!({"topics": ["t"], "finish": ["h1", ""]}), "finish[1]"),
+        (json!({"topics": ["t"], "finish": ["h1", 3]}), "finish[1]"),
+        (json!({"topics": [], "finish": ["h1"]}), "topics"),
+        (json!({"topics": ["t"], "max": 0, "finish": ["h1"]}), "max"),
     ];
     for (body, field) in cases {
         let r = app.post("/v1/reserve", body.clone()).await;
@@ -126,7 +138,7 @@ async fn a_reserve_with_a_timeout_waits_then_returns_empty(b: &Backend) {
     let r = app
         .post("/v1/reserve", json!({"topics": ["t"], "timeout_ms": 300}))
         .await;
-    assert_eq!(r.json, json!({"jobs": []}));
+    assert_eq!(r.json, json!({"jobs": [], "finished": 0, "missing": []}));
     assert!(
         start.elapsed() >= Duration::from_millis(250),
         "{:?}",
@@ -191,7 +203,60 @@ async fn a_delayed_job_becomes_ready_when_due(b: &Backend) {
     assert_eq!(ids(r.json["jobs"].as_array().unwrap()), ["a"]);
 }
 
+/// `finish` in a reserve: those jobs are finished first, as `POST /v1/finish` would, and the
+/// reply says how many and which were missing; the reserve then runs as without it.
+async fn a_reserve_finishes_the_jobs_it_names_first(b: &Backend) {
+    let app = TestApp::new(b);
+    for id in ["j1", "j2", "j3"] {
+        pushed(&app, json!({"topic": "t", "id": id})).await;
+    }
+    assert_eq!(ids(&reserve(&app, &["t"], 1).await), ["j1"]);
+    let r = app
+        .post(
+            "/v1/reserve",
+            json!({"topics": ["t"], "finish": ["j1", "nope", "j1"]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json);
+    assert_eq!(ids(r.json["jobs"].as_array().unwrap()), ["j2"]);
+    assert_eq!(
+        r.json["finished"], 1,
+        "a repeated id counts once: {}",
+        r.json
+    );
+    assert_eq!(r.json["missing"], json!(["nope"]));
+    assert_eq!(app.get("/v1/jobs/j1").await.status, StatusCode::NOT_FOUND);
+    // Finished even when nothing is then reserved (another topic, no wait).
+    let r = app
+        .post(
+            "/v1/reserve",
+            json!({"topics": ["empty"], "timeout_ms": 0, "finish": ["j2"]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json);
+    assert_eq!(r.json["jobs"], json!([]));
+    assert_eq!(
+        (&r.json["finished"], &r.json["missing"]),
+        (&json!(1), &json!([]))
+    );
+    assert_eq!(app.get("/v1/jobs/j2").await.status, StatusCode::NOT_FOUND);
+    // An empty list finishes nothing, as no list does.
+    let r = app
+        .post("/v1/reserve", json!({"topics": ["t"], "finish": []}))
+        .await;
+    assert_eq!(ids(r.json["jobs"].as_array().unwrap()), ["j3"]);
+    assert_eq!(
+        (&r.json["finished"], &r.json["missing"]),
+        (&json!(0), &json!([]))
+    );
+    let r = app.post("/v1/reserve", json!({"topics": ["t"]})).await;
+    assert_eq!(r.json, json!({"jobs": [], "finished": 0, "missing": []}));
+    let t = &stats(&app).await["topics"]["t"];
+    assert_eq!((&t["ready"], &t["reserved"]), (&json!(0), &json!(1)), "{t}");
+}
+
 backend_tests!(
+    a_reserve_finishes_the_jobs_it_names_first,
     reserve_orders_by_priority_then_run_at_then_push_order,
     reserve_takes_several_jobs_preferring_topics_in_order,
     reserve_with_zero_timeout_returns_empty_at_once,
