@@ -366,6 +366,9 @@ struct V1Reserve<'a> {
     topics: [&'a str; 1],
     max: usize,
     timeout_ms: u64,
+    /// Jobs finished before the reserve, in the same request.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    finish: &'a [String],
 }
 
 #[derive(Deserialize)]
@@ -486,11 +489,18 @@ impl V1 {
         Ok(b)
     }
 
-    pub async fn reserve(&mut self, max: usize, timeout_ms: u64) -> Result<Vec<Delivered>> {
+    /// `POST /v1/reserve`, finishing `finish` first in the same request.
+    pub async fn finish_and_reserve(
+        &mut self,
+        finish: &[String],
+        max: usize,
+        timeout_ms: u64,
+    ) -> Result<Vec<Delivered>> {
         let req = V1Reserve {
             topics: [&self.http.ep.topic],
             max: max.max(1),
             timeout_ms,
+            finish,
         };
         let uri = self.http.paths.v1_reserve.clone();
         let (st, b) = self
@@ -528,6 +538,12 @@ impl V1 {
             }
             return Ok(());
         }
+        self.finish_batch(ids).await
+    }
+
+    /// `POST /v1/finish`, whatever the number of ids: an id already finished is reported
+    /// missing, not refused.
+    pub async fn finish_batch(&mut self, ids: &[String]) -> Result<()> {
         let uri = self.http.paths.v1_finish.clone();
         let (st, b) = self
             .http

@@ -143,8 +143,36 @@ impl Conn {
     pub async fn reserve(&mut self, max: usize, timeout_ms: u64) -> Result<Vec<Delivered>> {
         match self {
             Conn::Compat(c) => c.reserve(timeout_ms).await,
-            Conn::V1(c) => c.reserve(max, timeout_ms).await,
+            Conn::V1(c) => c.finish_and_reserve(&[], max, timeout_ms).await,
             Conn::Beanstalkd(c) => c.reserve(timeout_ms).await,
+        }
+    }
+
+    /// Finishes `finished` (jobs this connection reserved), then reserves as [`Conn::reserve`]:
+    /// in one request on /v1 (`finish` in its reserve), one after the other elsewhere.
+    pub async fn finish_and_reserve(
+        &mut self,
+        finished: &[String],
+        max: usize,
+        timeout_ms: u64,
+    ) -> Result<Vec<Delivered>> {
+        match self {
+            Conn::V1(c) => c.finish_and_reserve(finished, max, timeout_ms).await,
+            _ => {
+                if !finished.is_empty() {
+                    self.finish(finished).await?;
+                }
+                self.reserve(max, timeout_ms).await
+            }
+        }
+    }
+
+    /// Finishes jobs that a request cut short may have finished already: on /v1 in one
+    /// `POST /v1/finish`, which reports such a job missing rather than refusing it.
+    pub async fn finish_again(&mut self, handles: &[String]) -> Result<()> {
+        match self {
+            Conn::V1(c) => c.finish_batch(handles).await,
+            _ => self.finish(handles).await,
         }
     }
 

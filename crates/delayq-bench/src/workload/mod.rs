@@ -350,10 +350,15 @@ pub async fn consume(
             pb.clone(),
         );
         let batch = c.batch.max(1);
+        // On /v1 a consumer finishes its jobs in its next reserve (one request, not two), as
+        // BullMQ's worker does; elsewhere it finishes them at once.
+        let finish_in_reserve = ep.protocol == Protocol::V1;
         tasks.push(tokio::spawn(async move {
             let mut lat = Lateness::new();
             let mut foreign = 0u64;
             let mut handles = Vec::with_capacity(batch);
+            // Jobs delivered and not finished yet (`finish_in_reserve`).
+            let mut unfinished: Vec<String> = Vec::with_capacity(batch);
             let mut changed = stop.changed.subscribe();
             loop {
                 let now = now_ms();
@@ -368,7 +373,7 @@ pub async fn consume(
                 }
                 let wait = (deadline - now).min(1000);
                 let reserved = {
-                    let reserve = conn.reserve(batch, wait);
+                    let reserve = conn.finish_and_reserve(&unfinished, batch, wait);
                     tokio::pin!(reserve);
                     loop {
                         // `changed` cannot close: this task holds `stop`, its sender.
@@ -382,8 +387,13 @@ pub async fn consume(
                 };
                 let Some(reserved) = reserved else { break };
                 let jobs = match reserved {
-                    Ok(j) => j,
+                    Ok(j) => {
+                        unfinished.clear();
+                        j
+                    }
                     Err(e) => {
+                        // Whether its finishes ran is unknown: they are sent again (a job
+                        // finished twice is only missing the second time).
                         errors.note(&e);
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         // The connection may be out of step (a reply timed out): start afresh.
@@ -411,9 +421,17 @@ pub async fn consume(
                     }
                     handles.push(j.handle);
                 }
-                if let Err(e) = conn.finish(&handles).await {
+                if finish_in_reserve {
+                    unfinished.append(&mut handles);
+                } else if let Err(e) = conn.finish(&handles).await {
                     errors.note(&e);
                 }
+            }
+            // The last reserve, cut short at the stop, may have finished them already.
+            if !unfinished.is_empty()
+                && let Err(e) = conn.finish_again(&unfinished).await
+            {
+                errors.note(&e);
             }
             (lat, foreign)
         }));
