@@ -34,7 +34,7 @@ impl Calls {
     /// ([`finish_later`]); any other waits for Redis.
     pub(in crate::store) async fn finish(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
         if let Some(early) = store.inner.finishing.early(id) {
-            tokio::spawn(finish_later(store.clone(), id.clone(), early));
+            tokio::spawn(finish_later(store.clone(), vec![(id.clone(), early)]));
             return Ok(JobState::Reserved);
         }
         store.inner.finishing.settle([id]).await;
@@ -46,12 +46,41 @@ impl Calls {
         remove(store, id).await
     }
 
+    /// As [`Calls::finish`] for each id: the jobs this instance handed out are answered at
+    /// once and removed by one task; the others wait for Redis, in one call.
     pub(in crate::store) async fn finish_batch(store: &RedisStore, ids: &[JobId]) -> Removed {
-        if ids.is_empty() {
-            return Ok(Vec::new());
+        let mut out: Vec<StoreResult<JobState>> = Vec::with_capacity(ids.len());
+        let mut early = Vec::new();
+        let mut rest = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            match store.inner.finishing.early(id) {
+                Some(e) => {
+                    early.push((id.clone(), e));
+                    out.push(Ok(JobState::Reserved));
+                }
+                None => {
+                    rest.push((i, id.clone()));
+                    out.push(Err(gone()));
+                }
+            }
         }
-        store.inner.finishing.settle(ids).await;
-        remove_many(store, ids.iter().map(|id| (id.clone(), None)).collect()).await
+        if !early.is_empty() {
+            tokio::spawn(finish_later(store.clone(), early));
+        }
+        if rest.is_empty() {
+            return Ok(out);
+        }
+        store
+            .inner
+            .finishing
+            .settle(rest.iter().map(|(_, id)| id))
+            .await;
+        let removals = rest.iter().map(|(_, id)| (id.clone(), None)).collect();
+        let removed = remove_many(store, removals).await?;
+        for ((i, _), r) in rest.into_iter().zip(removed) {
+            out[i] = r;
+        }
+        Ok(out)
     }
 }
 
@@ -61,22 +90,29 @@ async fn remove(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
     out.pop().ok_or_else(|| unexpected(&Value::Nil))?
 }
 
-/// The removal of a finish answered early: the job with that push stamp only. A failure is
-/// logged: the job stays reserved and is delivered again when its TTR ends.
-async fn finish_later(store: RedisStore, id: JobId, (seq, done): Early) {
-    // Not found: the job is gone or was pushed again since, as the finish wanted.
-    let failed = match remove_many(&store, vec![(id.clone(), Some(seq))]).await {
-        Ok(mut states) => states.pop().and_then(|s| s.err()),
-        Err(e) => Some(e),
+/// The removal of finishes answered early: each job with its push stamp only, in one call. A
+/// failure is logged: the job stays reserved and is delivered again when its TTR ends.
+async fn finish_later(store: RedisStore, jobs: Vec<(JobId, Early)>) {
+    let removals = jobs
+        .iter()
+        .map(|(id, (seq, _))| (id.clone(), Some(*seq)))
+        .collect();
+    let mut results: Vec<Option<StoreError>> = match remove_many(&store, removals).await {
+        Ok(states) => states.into_iter().map(|s| s.err()).collect(),
+        Err(e) => vec![Some(e); jobs.len()],
     };
-    if let Some(e) = failed.filter(|e| *e != StoreError::NotFound) {
-        tracing::warn!(
-            job_id = %id,
-            error = %e,
-            "a finish answered before Redis ran it was not run; the job is delivered again when its TTR ends"
-        );
+    results.resize(jobs.len(), Some(gone()));
+    for ((id, (_, done)), failed) in jobs.into_iter().zip(results) {
+        // Not found: the job is gone or was pushed again since, as the finish wanted.
+        if let Some(e) = failed.filter(|e| *e != StoreError::NotFound) {
+            tracing::warn!(
+                job_id = %id,
+                error = %e,
+                "a finish answered before Redis ran it was not run; the job is delivered again when its TTR ends"
+            );
+        }
+        store.inner.finishing.done(&id, done);
     }
-    store.inner.finishing.done(&id, done);
 }
 
 /// Removes jobs in order, joined with concurrent removes (`coalesce.rs`). A job the read-ahead

@@ -141,6 +141,74 @@ async fn a_finish_of_a_job_not_handed_out_here_answers_the_state_it_found() {
     assert_eq!(a.finish(&k).await, Ok(JobState::Ready));
 }
 
+/// `finish_batch` as `finish` per id: the jobs handed out here are answered at once (while
+/// Redis holds every write back) and gone for this instance's next calls, and for any after
+/// `stop`; the others get what Redis found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_finish_answers_the_jobs_handed_out_here_at_once_and_the_rest_from_redis() {
+    let server = RedisServer::start();
+    let a = store(&server, "dq", 1).await;
+    let b = store(&server, "dq", 1).await;
+    push_ready(&a, 4).await;
+    a.push_batch(
+        vec![job("t", "later", "", NOW + 60_000)],
+        PushMode::Reject,
+        NOW,
+    )
+    .await
+    .unwrap();
+    let mine = [reserve_one(&a).await, reserve_one(&a).await];
+    let theirs = reserve_one(&b).await;
+
+    let mut raw = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2_000)
+        .arg("WRITE")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let paused = std::time::Instant::now();
+    let got = a.finish_batch(&mine).await.unwrap();
+    assert!(
+        paused.elapsed() < std::time::Duration::from_millis(1_000),
+        "answered without waiting for Redis: {:?}",
+        paused.elapsed()
+    );
+    assert_eq!(got, [Ok(JobState::Reserved), Ok(JobState::Reserved)]);
+
+    let ids = [id("nope"), theirs.clone(), id("later"), mine[0].clone()];
+    let got = a.finish_batch(&ids).await.unwrap();
+    assert_eq!(
+        got,
+        [
+            Err(StoreError::NotFound),
+            Ok(JobState::Reserved),
+            Ok(JobState::Delayed),
+            // Finished a moment ago: a finish like any other, which finds nothing.
+            Err(StoreError::NotFound),
+        ]
+    );
+    for gone in mine.iter().chain([&theirs, &id("later")]) {
+        assert_eq!(
+            a.get(gone).await.map(drop),
+            Err(StoreError::NotFound),
+            "{gone:?}"
+        );
+    }
+    a.stop().await;
+    let left = counts(&b).await;
+    assert_eq!(
+        (left.ready, left.reserved, left.delayed),
+        (1, 0, 0),
+        "{left:?}"
+    );
+}
+
 async fn push_ready_one(s: &RedisStore, name: &str) {
     let out = s
         .push_batch(vec![job("t", name, "", NOW)], PushMode::Reject, NOW)
