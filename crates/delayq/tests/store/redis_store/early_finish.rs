@@ -115,16 +115,7 @@ async fn stop_runs_every_finish_it_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finish_of_a_job_not_handed_out_here_answers_the_state_it_found() {
     let server = RedisServer::start();
-    let a = store(&server, "dq", 1).await;
-    let b = store(&server, "dq", 1).await;
-    push_ready(&a, 2).await;
-    a.push_batch(
-        vec![job("t", "later", "", NOW + 60_000)],
-        PushMode::Reject,
-        NOW,
-    )
-    .await
-    .unwrap();
+    let (a, b) = two_instances(&server, 2).await;
 
     // Reserved through the other instance: this one waits for Redis, which removes it.
     let theirs = reserve_one(&b).await;
@@ -147,31 +138,15 @@ async fn a_finish_of_a_job_not_handed_out_here_answers_the_state_it_found() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_finish_answers_the_jobs_handed_out_here_at_once_and_the_rest_from_redis() {
     let server = RedisServer::start();
-    let a = store(&server, "dq", 1).await;
-    let b = store(&server, "dq", 1).await;
-    push_ready(&a, 4).await;
-    a.push_batch(
-        vec![job("t", "later", "", NOW + 60_000)],
-        PushMode::Reject,
-        NOW,
-    )
-    .await
-    .unwrap();
+    let (a, b) = two_instances(&server, 4).await;
     let mine = [reserve_one(&a).await, reserve_one(&a).await];
     let theirs = reserve_one(&b).await;
 
-    let mut raw = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(2_000)
-        .arg("WRITE")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    command(
+        &mut raw(&server).await,
+        &["CLIENT", "PAUSE", "2000", "WRITE"],
+    )
+    .await;
     let paused = std::time::Instant::now();
     let got = a.finish_batch(&mine).await.unwrap();
     assert!(
@@ -207,6 +182,21 @@ async fn a_batch_finish_answers_the_jobs_handed_out_here_at_once_and_the_rest_fr
         (1, 0, 0),
         "{left:?}"
     );
+}
+
+/// Two instances on `server`, `n` ready jobs `j0..` of `t` and the delayed job `later`.
+async fn two_instances(server: &RedisServer, n: usize) -> (RedisStore, RedisStore) {
+    let a = store(server, "dq", 1).await;
+    let b = store(server, "dq", 1).await;
+    push_ready(&a, n).await;
+    a.push_batch(
+        vec![job("t", "later", "", NOW + 60_000)],
+        PushMode::Reject,
+        NOW,
+    )
+    .await
+    .unwrap();
+    (a, b)
 }
 
 async fn push_ready_one(s: &RedisStore, name: &str) {
