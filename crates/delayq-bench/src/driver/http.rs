@@ -489,6 +489,10 @@ impl V1 {
         Ok(b)
     }
 
+    pub async fn reserve(&mut self, max: usize, timeout_ms: u64) -> Result<Vec<Delivered>> {
+        self.finish_and_reserve(&[], max, timeout_ms).await
+    }
+
     /// `POST /v1/reserve`, finishing `finish` first in the same request.
     pub async fn finish_and_reserve(
         &mut self,

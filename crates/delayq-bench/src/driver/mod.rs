@@ -143,7 +143,7 @@ impl Conn {
     pub async fn reserve(&mut self, max: usize, timeout_ms: u64) -> Result<Vec<Delivered>> {
         match self {
             Conn::Compat(c) => c.reserve(timeout_ms).await,
-            Conn::V1(c) => c.finish_and_reserve(&[], max, timeout_ms).await,
+            Conn::V1(c) => c.reserve(max, timeout_ms).await,
             Conn::Beanstalkd(c) => c.reserve(timeout_ms).await,
         }
     }

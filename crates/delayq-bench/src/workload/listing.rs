@@ -89,7 +89,7 @@ pub async fn run(c: &Common, ep: &Arc<Endpoint>, p: &Params) -> Result<RunResult
     };
     let mut reserved = 0;
     while reserved < p.others / 10 {
-        let got = conn.finish_and_reserve(&[], 100, 0).await?;
+        let got = conn.reserve(100, 0).await?;
         if got.is_empty() {
             break;
         }

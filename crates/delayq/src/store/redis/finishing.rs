@@ -1,5 +1,6 @@
-//! Finishes answered before Redis has run them: the `finish` of a job this instance handed out
-//! is acknowledged at once and its removal joins the next remove batch (`remove.rs`).
+//! Finishes answered before Redis has run them: the finish of a job this instance handed out
+//! (alone or in a batch) is acknowledged at once and its removal joins the next remove batch
+//! (`remove.rs`).
 //!
 //! Why: with one job per request a consumer's cycle is a reserve (mostly answered from memory,
 //! `read_ahead.rs`) and a finish, whose Redis round trip it waited for; under load that wait

@@ -33,12 +33,8 @@ impl Calls {
     /// A job this instance handed out is answered as reserved at once, and removed by a task
     /// ([`finish_later`]); any other waits for Redis.
     pub(in crate::store) async fn finish(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
-        if let Some(early) = store.inner.finishing.early(id) {
-            tokio::spawn(finish_later(store.clone(), vec![(id.clone(), early)]));
-            return Ok(JobState::Reserved);
-        }
-        store.inner.finishing.settle([id]).await;
-        remove(store, id).await
+        let mut out = Calls::finish_batch(store, std::slice::from_ref(id)).await?;
+        out.pop().ok_or_else(|| unexpected(&Value::Nil))?
     }
 
     pub(in crate::store) async fn delete(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
