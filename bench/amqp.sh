@@ -42,9 +42,7 @@ results_dir amqp
 
 BENCH="$ROOT/target/release/delayq-bench"
 DELAYQ="$ROOT/target/release/delayq"
-for b in "$BENCH" "$DELAYQ"; do
-  [ -x "$b" ] || { echo "missing $b: cargo build --release -p delayq -p delayq-bench" >&2; exit 1; }
-done
+need_built "cargo build --release -p delayq -p delayq-bench" "$BENCH" "$DELAYQ"
 (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null ||
   { echo "no RabbitMQ on 127.0.0.1:5672: apt-get install -y rabbitmq-server" >&2; exit 1; }
 AMQP="amqp://guest:guest@127.0.0.1:5672/%2f"
@@ -75,28 +73,17 @@ shapes() {
 }
 
 run() {
-  local round="$1"
-  local work="$TMP/run-$round" rp="" hp dpid intake
+  local round="$1" intake
+  local work="$TMP/run-$round"
   mkdir -p "$work"
-  local -a store_args=(--data-dir "$work/data")
-  if [ "$STORE" = redis ]; then
-    rp=$("$BENCH" free-port)
-    redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$work" \
-      --logfile "$work/redis.log" &
-    PIDS+=("$!")
-    wait_port "$rp" "$!" "$work/redis.log"
-    store_args=(--redis "redis://127.0.0.1:$rp/0")
-  fi
+  start_store "$STORE" "$work/data"
   intake="delayq-bench.intake.$COMMIT.$round.$$"
-  hp=$("$BENCH" free-port)
-  "$DELAYQ" serve --listen "127.0.0.1:$hp" "${store_args[@]}" --amqp "$AMQP" \
-    --amqp-intake "$intake" >"$work/delayq.log" 2>&1 &
-  dpid=$!; PIDS+=("$dpid")
-  wait_port "$hp" "$dpid" "$work/delayq.log"
+  start_delayq "$DELAYQ" "${STORE_ARGS[@]}" --amqp "$AMQP" --amqp-intake "$intake"
   sleep 1
   shapes "delayq-$STORE" --system delayq --intake "$intake"
-  grep -m5 -E 'WARN|ERROR' "$work/delayq.log" >>"$OUT/server-warnings.txt" || true
-  kill "$dpid" 2>/dev/null || true; wait "$dpid" 2>/dev/null || true
+  grep -m5 -E 'WARN|ERROR' "$DQ_LOG" >>"$OUT/server-warnings.txt" || true
+  stop "$DQ_PID"
+  if [ -n "$REDIS_PID" ]; then stop "$REDIS_PID"; fi
   # The intake queue delayq declared (durable) goes with the run.
   rabbitmqctl delete_queue "$intake" >/dev/null 2>&1 || true
   shapes "rabbitmq-ttl-dlx" --system ttl-dlx
@@ -104,10 +91,8 @@ run() {
 }
 
 {
-  echo "machine: $(nproc) cores, $(awk '/MemTotal/{printf "%d GiB", $2/1048576}' /proc/meminfo)," \
-    "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "versions: RabbitMQ $(rabbitmqctl version 2>/dev/null || echo '?');" \
-    "delayq $COMMIT$([ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.lock)" ] && echo ' (with uncommitted changes)')"
+  echo "machine: $(nproc) cores, $(mem_gib), $(cpu_model)"
+  echo "versions: RabbitMQ $(rabbitmqctl version 2>/dev/null || echo '?'); $(delayq_build)"
   echo "command: bench/amqp.sh --rounds $ROUNDS --rate $RATE --duration-s $DURATION --store $STORE"
   echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } >"$OUT/README.txt"

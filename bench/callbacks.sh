@@ -54,10 +54,8 @@ results_dir callbacks
 
 BENCH="$ROOT/target/release/delayq-bench"
 DELAYQ="$ROOT/target/release/delayq"
-for b in "$BENCH" "$DELAYQ"; do
-  [ -x "$b" ] || { echo "missing $b: cargo build --release -p delayq -p delayq-bench" >&2; exit 1; }
-done
-command -v redis-server >/dev/null || { echo "redis-server not on PATH: apt-get install -y redis-server" >&2; exit 1; }
+need_built "cargo build --release -p delayq -p delayq-bench" "$BENCH" "$DELAYQ"
+need_cmd redis-server "apt-get install -y redis-server"
 
 TMP="$(mktemp -d /tmp/delayq-callbacks.XXXXXX)"
 
@@ -90,26 +88,13 @@ EOF
 
 run() {
   local store="$1" round="$2"
-  local work="$TMP/run-$round-$store" rp="" rpid="" url="" hp dpid
+  local work="$TMP/run-$round-$store" dpid rpid
   mkdir -p "$work"
-  if [ "$store" = redis ]; then
-    rp=$("$BENCH" free-port)
-    redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$work" \
-      --logfile "$work/redis.log" &
-    rpid=$!; PIDS+=("$rpid")
-    wait_port "$rp" "$rpid" "$work/redis.log"
-    url="redis://127.0.0.1:$rp/0"
-  fi
-  local -a store_args=(--data-dir "$work/data")
-  [ "$store" = redis ] && store_args=(--redis "$url")
-  [ "$store" = memory ] && store_args=(--memory)
-  hp=$("$BENCH" free-port)
+  start_store "$store" "$work/data"
   # shellcheck disable=SC2086 # SERVER_ARGS is a list of flags
-  "$DELAYQ" serve --listen "127.0.0.1:$hp" "${store_args[@]}" --callback-allow 127.0.0.1 \
-    $SERVER_ARGS >"$work/delayq.log" 2>&1 &
-  dpid=$!; PIDS+=("$dpid")
-  wait_port "$hp" "$dpid" "$work/delayq.log"
-  local addr="127.0.0.1:$hp"
+  start_delayq "$DELAYQ" "${STORE_ARGS[@]}" --callback-allow 127.0.0.1 $SERVER_ARGS
+  dpid=$DQ_PID rpid=$REDIS_PID
+  local addr="127.0.0.1:$DQ_PORT"
   measure "$store" "$JOBS" "$dpid" "$rpid" "$work" w1 --api compat --addr "$addr" \
     --jobs "$JOBS" --max-delay-s 3 --producers 8 --consumers 8
   measure "$store" "$JOBS" "$dpid" "$rpid" "$work" callback --shape lifecycle --api v1 \
@@ -119,27 +104,20 @@ run() {
   measure "$store" "$((RATE * DURATION))" "$dpid" "$rpid" "$work" callback --shape steady \
     --api v1 --addr "$addr" --rate "$RATE" --duration-s "$DURATION" --fire-delay-s 2 \
     --producers 8 --batch 1
-  grep -m5 -E 'WARN|ERROR' "$work/delayq.log" >>"$OUT/server-warnings.txt" || true
-  kill "$dpid" 2>/dev/null || true; wait "$dpid" 2>/dev/null || true
-  [ -n "$rpid" ] && { kill "$rpid" 2>/dev/null || true; wait "$rpid" 2>/dev/null || true; }
+  grep -m5 -E 'WARN|ERROR' "$DQ_LOG" >>"$OUT/server-warnings.txt" || true
+  stop "$dpid"
+  if [ -n "$rpid" ]; then stop "$rpid"; fi
   rm -rf "$work"
 }
 
 {
-  echo "machine: $(nproc) cores, $(awk '/MemTotal/{printf "%d GiB", $2/1048576}' /proc/meminfo)," \
-    "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "versions: $(redis-server --version | cut -d' ' -f1-3);" \
-    "delayq $COMMIT$([ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.lock)" ] && echo ' (with uncommitted changes)')"
+  echo "machine: $(nproc) cores, $(mem_gib), $(cpu_model)"
+  echo "versions: $(redis-server --version | cut -d' ' -f1-3); $(delayq_build)"
   echo "command: bench/callbacks.sh --rounds $ROUNDS --jobs $JOBS --rate $RATE --duration-s $DURATION${SERVER_ARGS:+ --server-args \"$SERVER_ARGS\"} ${STORES[*]}"
   echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } | tee "$OUT/machine.txt"
 
-for round in $(seq "$ROUNDS"); do
-  for s in "${STORES[@]}"; do
-    echo "== round $round/$ROUNDS: $s" >&2
-    run "$s" "$round"
-  done
-done
+rounds run "${STORES[@]}"
 
 python3 - "$OUT/results.jsonl" <<'EOF' | tee "$OUT/summary.txt"
 import json, statistics, sys

@@ -13,6 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 COMMIT=$(git rev-parse --short HEAD)
 
 pending=100000000
@@ -30,12 +32,8 @@ while [ $# -gt 0 ]; do
 done
 
 TMP=$(mktemp -d)
-. bench/lib.sh
 results_dir cold
-
-if [ "$build" = 1 ]; then
-  cargo build --release -p delayq -p delayq-bench
-fi
+[ "$build" = 0 ] || build_release
 bin=$ROOT/target/release
 {
   echo "bench/cold.sh --pending $pending --window $window"
@@ -48,17 +46,11 @@ bin=$ROOT/target/release
 } > "$OUT/machine.txt"
 
 data=$TMP/data
-port=$("$bin/delayq-bench" free-port)
-serve() {
-  "$bin/delayq" serve --listen "127.0.0.1:$port" --data-dir "$data" --memory-window "$window" \
-    >> "$TMP/delayq.log" 2>&1 &
-  PIDS+=($!)
-  server=$!
-}
+start_delayq "$bin/delayq" --data-dir "$data" --memory-window "$window"
+port=$DQ_PORT
+server=$DQ_PID
 bench() { "$bin/delayq-bench" "$@" --addr "127.0.0.1:$port" --no-progress --json; }
 
-serve
-wait_port "$port" "$server" "$TMP/delayq.log"
 echo "fill: $pending jobs" >&2
 bench w2 --api v1 --batch 100 --body-bytes 30 --pending "$pending" --spread-h 720 --marks 10 \
   --id-digits 14 --topic backlog --server-pid "$server" --data-dir "$data" --no-cleanup \
@@ -74,9 +66,11 @@ echo "kill -9 and restart" >&2
 kill -9 "$server"
 wait "$server" 2>/dev/null || true
 killed=$(date +%s.%N)
-serve
+# Again on the same port and log, without waiting: the time to /readyz is measured below.
+serve_delayq "$bin/delayq" --data-dir "$data" --memory-window "$window"
+server=$DQ_PID
 until curl -sf "http://127.0.0.1:$port/readyz" > /dev/null; do
-  kill -0 "$server" || { tail -20 "$TMP/delayq.log" >&2; exit 1; }
+  kill -0 "$server" || { tail -20 "$DQ_LOG" >&2; exit 1; }
   sleep 0.05
 done
 ready=$(date +%s.%N)

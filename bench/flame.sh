@@ -59,16 +59,13 @@ for s in "${STORES[@]}"; do
   case "$s" in memory|embedded|redis) ;; *) echo "unknown STORE $s (memory, embedded or redis)" >&2; exit 2 ;; esac
 done
 case "$CALL_GRAPH" in dwarf|dwarf,[0-9]*|fp) ;; *) echo "--call-graph: dwarf[,BYTES] or fp" >&2; exit 2 ;; esac
-command -v perf >/dev/null || { echo "perf not on PATH: apt-get install -y linux-perf" >&2; exit 1; }
-for t in inferno-collapse-perf inferno-flamegraph; do
-  command -v "$t" >/dev/null || { echo "$t not on PATH: cargo install inferno" >&2; exit 1; }
-done
-command -v redis-server >/dev/null || { echo "redis-server not on PATH: apt-get install -y redis-server" >&2; exit 1; }
+need_cmd perf "apt-get install -y linux-perf"
+need_cmd inferno-collapse-perf "cargo install inferno"
+need_cmd inferno-flamegraph "cargo install inferno"
+need_cmd redis-server "apt-get install -y redis-server"
 BENCH="$ROOT/target/profiling/delayq-bench"
 DELAYQ="$ROOT/target/profiling/delayq"
-for b in "$BENCH" "$DELAYQ"; do
-  [ -x "$b" ] || { echo "missing $b: cargo build --profile profiling -p delayq -p delayq-bench" >&2; exit 1; }
-done
+need_built "cargo build --profile profiling -p delayq -p delayq-bench" "$BENCH" "$DELAYQ"
 
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
 results_dir flame
@@ -95,28 +92,17 @@ graph() {
 
 # run STORE: one fresh server, capacity under perf, the graphs.
 run() {
-  local store="$1" work rp="" rpid="" dpid hp ppid
+  local store="$1" work rpid dpid ppid
   work="$TMP/$store"; mkdir -p "$work"
-  local -a args=(--data-dir "$work/data")
-  if [ "$store" = redis ]; then
-    rp=$("$BENCH" free-port)
-    redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$work" \
-      --logfile "$work/redis.log" &
-    rpid=$!; PIDS+=("$rpid")
-    wait_port "$rp" "$rpid" "$work/redis.log"
-    args=(--redis "redis://127.0.0.1:$rp/0")
-  fi
-  [ "$store" = memory ] && args=(--memory)
-  hp=$("$BENCH" free-port)
-  "$DELAYQ" serve --listen "127.0.0.1:$hp" "${args[@]}" >"$work/delayq.log" 2>&1 &
-  dpid=$!; PIDS+=("$dpid")
-  wait_port "$hp" "$dpid" "$work/delayq.log"
+  start_store "$store" "$work/data"
+  start_delayq "$DELAYQ" "${STORE_ARGS[@]}"
+  dpid=$DQ_PID rpid=$REDIS_PID
   perf record -q -F "$FREQ" --call-graph "$CALL_GRAPH" -o "$work/perf.data" \
     -p "$dpid${rpid:+,$rpid}" 2>"$work/perf.err" &
   ppid=$!; PIDS+=("$ppid")
   sleep 1 # perf attaches before the load starts
   kill -0 "$ppid" 2>/dev/null || { echo "perf record failed:" >&2; cat "$work/perf.err" >&2; exit 1; }
-  "$BENCH" w1 --api compat --addr "127.0.0.1:$hp" --jobs "$JOBS" --max-delay-s 0 --producers 8 \
+  "$BENCH" w1 --api compat --addr "127.0.0.1:$DQ_PORT" --jobs "$JOBS" --max-delay-s 0 --producers 8 \
     --consumers 8 --server-pid "$dpid" --label "delayq-$store" --no-progress --json \
     >"$work/out.json" 2>"$work/bench.err" ||
     { echo "$store: the run failed:" >&2; tail -5 "$work/bench.err" >&2; }
@@ -125,16 +111,14 @@ run() {
   grep -m1 '^{' "$work/out.json" >"$OUT/$store.json" || echo "$store: no result" | tee -a "$OUT/NOTE" >&2
   graph "$store" delayq "$dpid" "$work/perf.data"
   if [ -n "$rpid" ]; then graph "$store" redis-server "$rpid" "$work/perf.data"; fi
-  kill "$dpid"; wait "$dpid" 2>/dev/null || true
-  if [ -n "$rpid" ]; then kill "$rpid"; wait "$rpid" 2>/dev/null || true; fi
+  stop "$dpid"
+  if [ -n "$rpid" ]; then stop "$rpid"; fi
   rm -rf "$work"
 }
 
 {
-  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "versions: $(perf --version);" \
-    "$(redis-server --version | cut -d' ' -f1-3);" \
-    "delayq $COMMIT$([ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.lock)" ] && echo ' (with uncommitted changes)')"
+  echo "machine: $(nproc) cores, $(cpu_model)"
+  echo "versions: $(perf --version); $(redis-server --version | cut -d' ' -f1-3); $(delayq_build)"
   echo "command: bench/flame.sh --jobs $JOBS --freq $FREQ --call-graph $CALL_GRAPH ${STORES[*]}"
   echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } | tee "$OUT/machine.txt"

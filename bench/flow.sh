@@ -42,35 +42,21 @@ results_dir flow
 
 BENCH="$ROOT/target/release/delayq-bench"
 DELAYQ="$ROOT/target/release/delayq"
-for b in "$BENCH" "$DELAYQ"; do
-  [ -x "$b" ] || { echo "missing $b: cargo build --release -p delayq -p delayq-bench" >&2; exit 1; }
-done
-command -v redis-server >/dev/null || { echo "redis-server not on PATH: apt-get install -y redis-server" >&2; exit 1; }
-command -v curl >/dev/null || { echo "curl not on PATH" >&2; exit 1; }
+need_built "cargo build --release -p delayq -p delayq-bench" "$BENCH" "$DELAYQ"
+need_cmd redis-server "apt-get install -y redis-server"
+need_cmd curl
 
 TMP="$(mktemp -d /tmp/delayq-flow.XXXXXX)"
 
 run() {
   local store="$1" rate="$2"
-  local work="$TMP/run-$store-$rate" url="" rp rpid hp dpid topic="flow-$rate"
+  local work="$TMP/run-$store-$rate" hp topic="flow-$rate"
   local jobs=$((rate * SECONDS_PER_RUN)) burst=$((rate * BURST_MS / 1000))
   [ "$burst" -ge 1 ] || burst=1
   mkdir -p "$work"
-  local -a store_args=(--data-dir "$work/data")
-  if [ "$store" = redis ]; then
-    rp=$("$BENCH" free-port)
-    redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$work" \
-      --logfile "$work/redis.log" &
-    rpid=$!; PIDS+=("$rpid")
-    wait_port "$rp" "$rpid" "$work/redis.log"
-    store_args=(--redis "redis://127.0.0.1:$rp/0")
-  fi
-  [ "$store" = memory ] && store_args=(--memory)
-  hp=$("$BENCH" free-port)
-  "$DELAYQ" serve --listen "127.0.0.1:$hp" "${store_args[@]}" --callback-allow 127.0.0.1 \
-    >"$work/delayq.log" 2>&1 &
-  dpid=$!; PIDS+=("$dpid")
-  wait_port "$hp" "$dpid" "$work/delayq.log"
+  start_store "$store" "$work/data"
+  start_delayq "$DELAYQ" "${STORE_ARGS[@]}" --callback-allow 127.0.0.1
+  hp=$DQ_PORT
   curl -sf -X PUT "http://127.0.0.1:$hp/v1/topics/$topic/settings" \
     -d "{\"rate_per_s\": $rate, \"burst\": $burst}" >/dev/null
   "$BENCH" callback --shape burst --api v1 --addr "127.0.0.1:$hp" --topic "$topic" \
@@ -92,14 +78,13 @@ PY
   else
     echo "$store $rate: no result" | tee -a "$OUT/NOTE" >&2
   fi
-  kill "$dpid" 2>/dev/null || true; wait "$dpid" 2>/dev/null || true
-  [ "$store" = redis ] && { kill "$rpid" 2>/dev/null || true; wait "$rpid" 2>/dev/null || true; }
+  stop "$DQ_PID"
+  if [ -n "$REDIS_PID" ]; then stop "$REDIS_PID"; fi
   rm -rf "$work"
 }
 
 {
-  echo "machine: $(nproc) cores, $(awk '/MemTotal/{printf "%d GiB", $2/1048576}' /proc/meminfo)," \
-    "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+  echo "machine: $(nproc) cores, $(mem_gib), $(cpu_model)"
   echo "command: bench/flow.sh --rates $RATES --seconds $SECONDS_PER_RUN --burst-ms $BURST_MS ${STORES[*]}"
   echo "build: $COMMIT"
 } >"$OUT/machine.txt"

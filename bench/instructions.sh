@@ -50,16 +50,13 @@ for s in "${STORES[@]}"; do
     memory|embedded|redis|memory-beanstalk|embedded-beanstalk|beanstalkd|beanstalkd-binlog) ;;
     *) echo "unknown STORE $s (memory, embedded, redis, memory-beanstalk, embedded-beanstalk, beanstalkd or beanstalkd-binlog)" >&2; exit 2 ;;
   esac
-  case "$s" in beanstalkd*) command -v beanstalkd >/dev/null ||
-    { echo "beanstalkd not on PATH: apt-get install -y beanstalkd" >&2; exit 1; } ;; esac
+  case "$s" in beanstalkd*) need_cmd beanstalkd "apt-get install -y beanstalkd" ;; esac
 done
-command -v valgrind >/dev/null || { echo "valgrind not on PATH: apt-get install -y valgrind" >&2; exit 1; }
-command -v redis-server >/dev/null || { echo "redis-server not on PATH: apt-get install -y redis-server" >&2; exit 1; }
+need_cmd valgrind "apt-get install -y valgrind"
+need_cmd redis-server "apt-get install -y redis-server"
 BENCH="$ROOT/target/release/delayq-bench"
 DELAYQ="${DELAYQ:-$ROOT/target/release/delayq}"
-for b in "$BENCH" "$DELAYQ"; do
-  [ -x "$b" ] || { echo "missing $b: cargo build --release -p delayq -p delayq-bench" >&2; exit 1; }
-done
+need_built "cargo build --release -p delayq -p delayq-bench" "$BENCH" "$DELAYQ"
 
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
 results_dir instructions
@@ -73,39 +70,38 @@ total() { awk '/^(summary|totals):/ {print $2; exit}' "$1"; }
 # run STORE JOBS: one fresh server under callgrind, one W1 run of JOBS jobs, also under it;
 # leaves $OUT/<store>-<jobs>.{delayq,redis,bench}.cg.
 run() {
-  local store="$1" n="$2" work rp="" rpid="" dpid hp
+  local store="$1" n="$2" work rpid="" dpid port
   work="$TMP/$store-$n"; mkdir -p "$work"
-  local -a args=(--data-dir "$work/data")
-  if [ "$store" = redis ]; then
-    rp=$("$BENCH" free-port)
-    "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.redis.cg" redis-server --bind 127.0.0.1 \
-      --port "$rp" --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" &
-    rpid=$!; PIDS+=("$rpid")
-    wait_port "$rp" "$rpid" "$work/redis.log" 600
-    args=(--redis "redis://127.0.0.1:$rp/0")
-  fi
-  case "$store" in memory|memory-beanstalk) args=(--memory) ;; esac
-  hp=$("$BENCH" free-port)
-  local -a target=(--api compat --addr "127.0.0.1:$hp")
+  # Servers under callgrind start slowly.
+  local WAIT_TRIES=600
+  local -a UNDER=() target
   case "$store" in
     beanstalkd|beanstalkd-binlog)
       local -a flags=()
       if [ "$store" = beanstalkd-binlog ]; then mkdir -p "$work/binlog"; flags=(-b "$work/binlog"); fi
+      port=$(free_port)
       "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.beanstalkd.cg" beanstalkd -l 127.0.0.1 \
-        -p "$hp" "${flags[@]}" >"$work/delayq.log" 2>&1 &
-      target=(--target beanstalkd --addr "127.0.0.1:$hp") ;;
+        -p "$port" "${flags[@]}" >"$work/beanstalkd.log" 2>&1 &
+      dpid=$!; PIDS+=("$dpid")
+      wait_port "$port" "$dpid" "$work/beanstalkd.log" "$WAIT_TRIES"
+      target=(--target beanstalkd --addr "127.0.0.1:$port") ;;
     *)
-      local bp
-      bp=$("$BENCH" free-port)
-      case "$store" in *-beanstalk)
-        args+=(--beanstalk-listen "127.0.0.1:$bp")
-        target=(--target beanstalkd --addr "127.0.0.1:$bp") ;; esac
-      "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.delayq.cg" "$DELAYQ" serve \
-        --listen "127.0.0.1:$hp" "${args[@]}" >"$work/delayq.log" 2>&1 & ;;
+      UNDER=("${CG[@]}" --callgrind-out-file="$OUT/$store-$n.redis.cg")
+      start_store "${store%-beanstalk}" "$work/data"
+      rpid=$REDIS_PID
+      UNDER=("${CG[@]}" --callgrind-out-file="$OUT/$store-$n.delayq.cg")
+      case "$store" in
+        *-beanstalk)
+          port=$(free_port)
+          start_delayq "$DELAYQ" "${STORE_ARGS[@]}" --beanstalk-listen "127.0.0.1:$port"
+          wait_port "$port" "$DQ_PID" "$DQ_LOG" "$WAIT_TRIES"
+          target=(--target beanstalkd --addr "127.0.0.1:$port") ;;
+        *)
+          start_delayq "$DELAYQ" "${STORE_ARGS[@]}"
+          target=(--api compat --addr "127.0.0.1:$DQ_PORT") ;;
+      esac
+      dpid=$DQ_PID ;;
   esac
-  dpid=$!; PIDS+=("$dpid")
-  wait_port "$hp" "$dpid" "$work/delayq.log" 600
-  case "$store" in *-beanstalk) wait_port "$bp" "$dpid" "$work/delayq.log" 600 ;; esac
   "${CG[@]}" --callgrind-out-file="$OUT/$store-$n.bench.cg" "$BENCH" w1 "${target[@]}" \
     --jobs "$n" --max-delay-s 1 --producers 8 --consumers 8 \
     --drain-timeout-s 120 --no-progress --json >"$work/out.json" 2>"$work/bench.err" ||
@@ -120,9 +116,8 @@ run() {
 }
 
 {
-  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "versions: $(valgrind --version); $(redis-server --version | cut -d' ' -f1-3);" \
-    "delayq $COMMIT$([ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.lock)" ] && echo ' (with uncommitted changes)')"
+  echo "machine: $(nproc) cores, $(cpu_model)"
+  echo "versions: $(valgrind --version); $(redis-server --version | cut -d' ' -f1-3); $(delayq_build)"
   echo "command: bench/instructions.sh --jobs $JOBS$([ "$KEEP" = 1 ] && echo ' --keep') ${STORES[*]}"
   echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } | tee "$OUT/machine.txt"

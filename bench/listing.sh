@@ -7,6 +7,9 @@
 #   bench/listing.sh [--pending N] [--stores "embedded redis"] [--out DIR] [--skip-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 pending=1000000
 stores="embedded redis"
@@ -23,11 +26,7 @@ while [ $# -gt 0 ]; do
 done
 
 TMP=$(mktemp -d)
-. bench/lib.sh
-
-if [ "$build" = 1 ]; then
-  cargo build --release -p delayq -p delayq-bench
-fi
+[ "$build" = 0 ] || build_release
 bin=target/release
 mkdir -p "$out"
 {
@@ -40,28 +39,12 @@ mkdir -p "$out"
 } > "$out/machine.txt"
 
 for store in $stores; do
-  port=$("$bin/delayq-bench" free-port)
-  case "$store" in
-    embedded)
-      "$bin/delayq" serve --listen "127.0.0.1:$port" --data-dir "$TMP/data" > "$TMP/$store.log" 2>&1 &
-      PIDS+=($!)
-      ;;
-    redis)
-      rport=$("$bin/delayq-bench" free-port)
-      redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$TMP/redis-server.log" 2>&1 &
-      PIDS+=($!)
-      sleep 0.5
-      "$bin/delayq" serve --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$rport" > "$TMP/$store.log" 2>&1 &
-      PIDS+=($!)
-      ;;
-    *) echo "unknown store $store" >&2; exit 2 ;;
-  esac
-  wait_port "$port" "${PIDS[-1]}" "$TMP/$store.log"
-  "$bin/delayq-bench" listing --api v1 --addr "127.0.0.1:$port" --label "delayq-$store" \
+  case "$store" in embedded|redis) ;; *) echo "unknown store $store" >&2; exit 2 ;; esac
+  start_store "$store" "$TMP/data"
+  start_delayq "$bin/delayq" "${STORE_ARGS[@]}"
+  "$bin/delayq-bench" listing --api v1 --addr "127.0.0.1:$DQ_PORT" --label "delayq-$store" \
     --batch 1000 --producers 4 --pending "$pending" --no-progress --json \
     | tee -a "$out/results.jsonl"
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  PIDS=()
+  stop_all
   rm -rf "$TMP/data"
 done

@@ -45,40 +45,23 @@ while [ $# -gt 0 ]; do
   esac
 done
 for tool in valgrind callgrind_control callgrind_annotate redis-server redis-cli python3; do
-  command -v "$tool" >/dev/null || { echo "$tool not on PATH: apt-get install -y valgrind redis-server python3" >&2; exit 1; }
+  need_cmd "$tool" "apt-get install -y valgrind redis-server python3"
 done
 BENCH="$ROOT/target/release/delayq-bench"
 DELAYQ="${DELAYQ:-$ROOT/target/release/delayq}"
-for b in "$BENCH" "$DELAYQ"; do
-  [ -x "$b" ] || { echo "missing $b: cargo build --release -p delayq -p delayq-bench" >&2; exit 1; }
-done
+need_built "cargo build --release -p delayq -p delayq-bench" "$BENCH" "$DELAYQ"
 
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
 results_dir redis-functions
 TMP="$(mktemp -d /tmp/delayq-redis-functions.XXXXXX)"
 
-# start_redis [CMD...]: a redis-server (behind CMD, e.g. valgrind) on a free port -> RP RPID.
-start_redis() {
-  RP=$("$BENCH" free-port)
-  "$@" redis-server --bind 127.0.0.1 --port "$RP" --save "" --appendonly no --dir "$TMP" \
-    --logfile "$TMP/redis-$RP.log" &
-  RPID=$!; PIDS+=("$RPID")
-  wait_port "$RP" "$RPID" "$TMP/redis-$RP.log" 600
-}
-
-# start_delayq: delayq on the Redis at RP -> DP DPID.
-start_delayq() {
-  DP=$("$BENCH" free-port)
-  "$DELAYQ" serve --listen "127.0.0.1:$DP" --redis "redis://127.0.0.1:$RP/0" \
-    >"$TMP/delayq-$DP.log" 2>&1 &
-  DPID=$!; PIDS+=("$DPID")
-  wait_port "$DP" "$DPID" "$TMP/delayq-$DP.log" 600
-}
+# Up to 60 s for each server to come up: redis-server under callgrind, and delayq loading its
+# library into it, are slow.
+WAIT_TRIES=600
 
 {
-  echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "versions: $(valgrind --version); $(redis-server --version | cut -d' ' -f1-3);" \
-    "delayq $COMMIT$([ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.lock)" ] && echo ' (with uncommitted changes)')"
+  echo "machine: $(nproc) cores, $(cpu_model)"
+  echo "versions: $(valgrind --version); $(redis-server --version | cut -d' ' -f1-3); $(delayq_build)"
   echo "command: ${LUA_SRC:+LUA_SRC=$LUA_SRC }bench/redis-functions.sh --jobs $JOBS${CAPTURE:+ --capture $CAPTURE}"
   echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } | tee "$OUT/machine.txt"
@@ -87,14 +70,14 @@ if [ -z "$CAPTURE" ]; then
   CAPTURE="$OUT/capture"
   mkdir -p "$CAPTURE"
   start_redis
-  redis-cli -p "$RP" monitor >"$TMP/monitor.txt" &
+  redis-cli -p "$REDIS_PORT" monitor >"$TMP/monitor.txt" &
   MPID=$!; PIDS+=("$MPID")
-  start_delayq
-  "$BENCH" w1 --api compat --addr "127.0.0.1:$DP" --jobs "$JOBS" --max-delay-s 0 \
+  start_delayq "$DELAYQ" --redis "redis://127.0.0.1:$REDIS_PORT/0"
+  "$BENCH" w1 --api compat --addr "127.0.0.1:$DQ_PORT" --jobs "$JOBS" --max-delay-s 0 \
     --producers 8 --consumers 8 --no-progress --json >"$CAPTURE/w1.json"
-  kill "$DPID"; wait "$DPID" 2>/dev/null || true
-  kill "$MPID"; wait "$MPID" 2>/dev/null || true
-  kill "$RPID"; wait "$RPID" 2>/dev/null || true
+  stop "$DQ_PID"
+  stop "$MPID"
+  stop "$REDIS_PID"
   cp "$TMP/monitor.txt" "$CAPTURE/monitor.txt"
 fi
 
@@ -102,30 +85,31 @@ fi
 JOBS=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["params"]["jobs"])' \
   "$CAPTURE/w1.json")
 
-start_redis valgrind --tool=callgrind --quiet --instr-atstart=no \
-  --callgrind-out-file="$TMP/cg.%p"
-CG_PID="$RPID"
+UNDER=(valgrind --tool=callgrind --quiet --instr-atstart=no --callgrind-out-file="$TMP/cg.%p")
+start_redis
+UNDER=()
+CG_PID="$REDIS_PID"
 if [ -n "${LUA_SRC:-}" ]; then
   LIBRARY=delayq_0000000000000000
   python3 "$ROOT/bench/redis_library.py" "$LUA_SRC" "$LIBRARY" >"$TMP/library.lua"
-  redis-cli -p "$RP" -x function load <"$TMP/library.lua" >/dev/null
+  redis-cli -p "$REDIS_PORT" -x function load <"$TMP/library.lua" >/dev/null
 else
   # delayq loads its function library at start.
-  start_delayq
-  kill "$DPID"; wait "$DPID" 2>/dev/null || true
-  LIBRARY=$(redis-cli -p "$RP" function list | grep -m1 -o '^delayq_[0-9a-f]*$')
+  start_delayq "$DELAYQ" --redis "redis://127.0.0.1:$REDIS_PORT/0"
+  stop "$DQ_PID"
+  LIBRARY=$(redis-cli -p "$REDIS_PORT" function list | grep -m1 -o '^delayq_[0-9a-f]*$')
 fi
 python3 "$ROOT/bench/redis_replay.py" "$CAPTURE/monitor.txt" "$LIBRARY" "$TMP" | tee "$TMP/counts.txt"
 for f in push reserve remove empty; do
   [ -f "$TMP/$f.resp" ] || { echo "no $f calls in $CAPTURE" >&2; exit 1; }
   callgrind_control -z "$CG_PID" >/dev/null
   callgrind_control -i on "$CG_PID" >/dev/null
-  redis-cli -p "$RP" --pipe <"$TMP/$f.resp" >"$TMP/pipe-$f.txt"
+  redis-cli -p "$REDIS_PORT" --pipe <"$TMP/$f.resp" >"$TMP/pipe-$f.txt"
   grep -q "errors: 0," "$TMP/pipe-$f.txt" || { echo "$f: replay failed:" >&2; cat "$TMP/pipe-$f.txt" >&2; exit 1; }
   callgrind_control -d "$f" "$CG_PID" >/dev/null
   callgrind_control -i off "$CG_PID" >/dev/null
 done
-kill -INT "$RPID"; wait "$RPID" 2>/dev/null || true
+kill -INT "$CG_PID"; wait "$CG_PID" 2>/dev/null || true
 
 for f in push reserve remove empty; do
   dump=$(grep -l "^desc: Trigger: .*dump $f\$" "$TMP"/cg.* | head -1)

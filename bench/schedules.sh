@@ -16,6 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 COMMIT=$(git rev-parse --short HEAD)
 
 count=100000
@@ -42,12 +44,8 @@ command -v redis-server > /dev/null || case " $stores " in
 esac
 
 TMP=$(mktemp -d)
-. bench/lib.sh
 results_dir schedules
-
-if [ "$build" = 1 ]; then
-  cargo build --release -p delayq -p delayq-bench
-fi
+[ "$build" = 0 ] || build_release
 [ -n "$builds" ] || builds="=target/release"
 {
   echo "bench/schedules.sh --count $count --ticks $ticks --producers $producers --stores \"$stores\" --builds \"$builds\""
@@ -67,38 +65,17 @@ for b in $builds; do
   name=${b%%=*}
   bin=${b#*=}
   label="delayq-$store${name:+-$name}"
-  port=$("$bin/delayq-bench" free-port)
+  BENCH=$bin/delayq-bench # this build's, free_port's too
+  start_store "$store" "$TMP/data"
   redis_pid=()
-  case "$store" in
-    memory)
-      "$bin/delayq" serve --listen "127.0.0.1:$port" --memory > "$TMP/$store.log" 2>&1 &
-      PIDS+=($!)
-      ;;
-    embedded)
-      "$bin/delayq" serve --listen "127.0.0.1:$port" --data-dir "$TMP/data" > "$TMP/$store.log" 2>&1 &
-      PIDS+=($!)
-      ;;
-    redis)
-      rport=$("$bin/delayq-bench" free-port)
-      redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$TMP/redis-server.log" 2>&1 &
-      PIDS+=($!)
-      redis_pid=(--redis-pid "$!")
-      sleep 0.5
-      "$bin/delayq" serve --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$rport" > "$TMP/$store.log" 2>&1 &
-      PIDS+=($!)
-      ;;
-    *) echo "unknown store $store" >&2; exit 2 ;;
-  esac
-  server=${PIDS[-1]}
-  wait_port "$port" "$server" "$TMP/$store.log"
+  if [ -n "$REDIS_PID" ]; then redis_pid=(--redis-pid "$REDIS_PID"); fi
+  start_delayq "$bin/delayq" "${STORE_ARGS[@]}"
   echo "$label: load average at its start $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
-  "$bin/delayq-bench" schedules --api v1 --addr "127.0.0.1:$port" --label "$label" \
-    --count "$count" --ticks "$ticks" --producers "$producers" --server-pid "$server" \
+  "$BENCH" schedules --api v1 --addr "127.0.0.1:$DQ_PORT" --label "$label" \
+    --count "$count" --ticks "$ticks" --producers "$producers" --server-pid "$DQ_PID" \
     "${redis_pid[@]}" --keep --no-progress --json \
     | tee -a "$OUT/results.jsonl"
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  PIDS=()
+  stop_all
   rm -rf "$TMP/data"
 done
 done

@@ -73,8 +73,8 @@ COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
 results_dir w1-rounds
 
 BENCH="$ROOT/target/release/delayq-bench"
-[ -x "$BENCH" ] || { echo "missing $BENCH: cargo build --release -p delayq-bench" >&2; exit 1; }
-command -v redis-server >/dev/null || { echo "redis-server not on PATH: apt-get install -y redis-server" >&2; exit 1; }
+need_built "cargo build --release -p delayq-bench" "$BENCH"
+need_cmd redis-server "apt-get install -y redis-server"
 for s in "${SYSTEMS[@]}"; do
   case "$s" in
     bullmq*)
@@ -98,31 +98,23 @@ run() {
   while [ -n "$env_s" ]; do
     env_s="${env_s#+}"; var="${env_s%%+*}"; env_args+=("$var"); env_s="${env_s#"$var"}"
   done
-  local work="$TMP/run-$round-$RANDOM" rp="" rpid="" dpid="" hp url=""
+  local work="$TMP/run-$round-$RANDOM" rpid="" dpid=""
   mkdir -p "$work"
   local -a w1=(w1 --jobs "$JOBS" --max-delay-s "$MAX_DELAY_S" --producers "$CLIENTS" --consumers "$CLIENTS" --json)
-  if [ "$store" = redis ] || [ "$store" = bullmq ]; then
-    rp=$("$BENCH" free-port)
-    redis-server --bind 127.0.0.1 --port "$rp" --save "" --appendonly no --dir "$work" \
-      --logfile "$work/redis.log" &
-    rpid=$!; PIDS+=("$rpid")
-    wait_port "$rp" "$rpid" "$work/redis.log"
-    url="redis://127.0.0.1:$rp/0"
-  fi
   local -a load
   if [ "$store" = bullmq ]; then
-    load=(node "$ROOT/bench/peers/bullmq/bench.mjs" "${w1[@]}" --redis-url "$url" --server-pid "$rpid")
+    start_redis
+    rpid=$REDIS_PID
+    load=(node "$ROOT/bench/peers/bullmq/bench.mjs" "${w1[@]}"
+      --redis-url "redis://127.0.0.1:$REDIS_PORT/0" --server-pid "$rpid")
   else
     [ -x "$dir/delayq" ] || { echo "missing $dir/delayq" >&2; return 1; }
-    hp=$("$BENCH" free-port)
-    local -a store_args=(--data-dir "$work/data")
-    [ "$store" = redis ] && store_args=(--redis "$url")
-    [ "$store" = memory ] && store_args=(--memory)
-    env "${env_args[@]}" "$dir/delayq" serve --listen "127.0.0.1:$hp" "${store_args[@]}" \
-      >"$work/delayq.log" 2>&1 &
-    dpid=$!; PIDS+=("$dpid")
-    wait_port "$hp" "$dpid" "$work/delayq.log"
-    load=("$BENCH" "${w1[@]}" --api compat --addr "127.0.0.1:$hp" --server-pid "$dpid" --no-progress)
+    start_store "$store" "$work/data"
+    rpid=$REDIS_PID
+    local -a UNDER=(env "${env_args[@]}")
+    start_delayq "$dir/delayq" "${STORE_ARGS[@]}"
+    dpid=$DQ_PID
+    load=("$BENCH" "${w1[@]}" --api compat --addr "127.0.0.1:$DQ_PORT" --server-pid "$dpid" --no-progress)
   fi
   local perf_pid="" safe="${spec//[^A-Za-z0-9_.=-]/_}"
   if [ "$SYSCALLS" = 1 ] && [ -n "$dpid" ]; then
@@ -156,26 +148,19 @@ EOF
   else
     echo "$spec round $round: no result" | tee -a "$OUT/NOTE" >&2
   fi
-  [ -n "$dpid" ] && { kill "$dpid" 2>/dev/null || true; wait "$dpid" 2>/dev/null || true; }
-  [ -n "$rpid" ] && { kill "$rpid" 2>/dev/null || true; wait "$rpid" 2>/dev/null || true; }
+  if [ -n "$dpid" ]; then stop "$dpid"; fi
+  if [ -n "$rpid" ]; then stop "$rpid"; fi
   rm -rf "$work"
 }
 
 {
-  echo "machine: $(nproc) cores, $(awk '/MemTotal/{printf "%d GiB", $2/1048576}' /proc/meminfo)," \
-    "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "versions: $(redis-server --version | cut -d' ' -f1-3);" \
-    "delayq $COMMIT$([ -n "$(git -C "$ROOT" status --porcelain -- crates Cargo.lock)" ] && echo ' (with uncommitted changes)')"
+  echo "machine: $(nproc) cores, $(mem_gib), $(cpu_model)"
+  echo "versions: $(redis-server --version | cut -d' ' -f1-3); $(delayq_build)"
   echo "command: bench/w1-rounds.sh --rounds $ROUNDS --jobs $JOBS --max-delay-s $MAX_DELAY_S$([ "$SYSCALLS" = 1 ] && echo ' --syscalls') ${SYSTEMS[*]}"
   echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } | tee "$OUT/machine.txt"
 
-for round in $(seq "$ROUNDS"); do
-  for s in "${SYSTEMS[@]}"; do
-    echo "== round $round/$ROUNDS: $s" >&2
-    run "$s" "$round"
-  done
-done
+rounds run "${SYSTEMS[@]}"
 
 python3 - "$OUT/results.jsonl" <<'EOF' | tee "$OUT/summary.txt"
 import json, statistics, sys
