@@ -32,7 +32,10 @@ BENCH="$ROOT/target/release/delayq-bench"
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 TMP=$(mktemp -d)
-idle() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+# idle: the machine's idle ticks (idle + iowait, every core) from /proc/stat. Its share is taken
+# of the wall time (5 s x cores x 100 ticks), not of the fields' sum, which counts busy time a
+# tick at a time (probe.rs MachineTicks).
+idle() { awk '/^cpu /{print $5+$6}' /proc/stat; }
 
 run() { # binary
   local bin="$1" rpid="" args=()
@@ -49,13 +52,13 @@ run() { # binary
     --backlog 10000 --backlog-batch 100 --producers "$PRODUCERS" --consumers 8 --json \
     >"$TMP/out.json" 2>"$TMP/err" & local bp=$!
   sleep $((DURATION / 2))
-  local d0 r0 b0 i0 t0 d1 r1 b1 i1 t1
-  d0=$(ticks "$DQ_PID"); r0=$(ticks "$rpid"); b0=$(ticks "$bp"); read -r i0 t0 < <(idle)
+  local d0 r0 b0 i0 d1 r1 b1 i1
+  d0=$(ticks "$DQ_PID"); r0=$(ticks "$rpid"); b0=$(ticks "$bp"); i0=$(idle)
   sleep 5
-  d1=$(ticks "$DQ_PID"); r1=$(ticks "$rpid"); b1=$(ticks "$bp"); read -r i1 t1 < <(idle)
+  d1=$(ticks "$DQ_PID"); r1=$(ticks "$rpid"); b1=$(ticks "$bp"); i1=$(idle)
   wait "$bp" || true
   python3 - "$TMP/out.json" "$bin" "$((d1 - d0))" "$((r1 - r0))" "$((b1 - b0))" \
-    "$((100 * (i1 - i0) / (t1 - t0)))" <<'PY'
+    "$((100 * (i1 - i0) / (5 * 100 * $(nproc))))" <<'PY'
 import json, sys
 path, bin_, d, r, b, idle = sys.argv[1:]
 try:

@@ -118,17 +118,18 @@ const putCpu = (r, span) => {
   r.metrics.bench_cpu_pct = (100 * (cpu.user + cpu.system)) / 1e6 / wallS;
   const srv1 = serverPid ? cpuS(serverPid) : null;
   if (span.srv !== null && srv1 !== null) r.metrics.server_cpu_pct = (100 * (srv1 - span.srv)) / wallS;
+  // Shares of the wall time on every core, as delayq-bench's MachineTicks::since: the kernel
+  // times idle periods exactly but counts busy time a tick (10 ms) at a time.
   const m = machineTicks();
   if (span.machine && m && m.total > span.machine.total) {
-    const total = m.total - span.machine.total;
-    r.metrics.machine_idle_pct = (100 * (m.idle - span.machine.idle)) / total;
-    r.metrics.machine_steal_pct = (100 * (m.steal - span.machine.steal)) / total;
-    if (m.cores.length === span.machine.cores.length) {
-      const busy = m.cores
-        .map((c, i) => ({ idle: c.idle - span.machine.cores[i].idle, total: c.total - span.machine.cores[i].total }))
-        .filter((c) => c.total > 0)
-        .map((c) => (100 * (c.total - Math.min(c.idle, c.total))) / c.total);
-      if (busy.length > 0) r.metrics.machine_busiest_core_pct = Math.max(...busy);
+    const perCore = wallS * 100;
+    const cores = m.cores.length === span.machine.cores.length ? m.cores.length : 0;
+    const total = cores > 0 ? cores * perCore : m.total - span.machine.total;
+    r.metrics.machine_idle_pct = Math.min(100, (100 * (m.idle - span.machine.idle)) / total);
+    r.metrics.machine_steal_pct = Math.min(100, (100 * (m.steal - span.machine.steal)) / total);
+    if (cores > 0) {
+      const busy = m.cores.map((c, i) => (100 * (perCore - Math.min(c.idle - span.machine.cores[i].idle, perCore))) / perCore);
+      r.metrics.machine_busiest_core_pct = Math.max(...busy);
     }
   }
 };

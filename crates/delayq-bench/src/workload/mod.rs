@@ -581,8 +581,9 @@ impl CpuSpan {
             .server
             .as_ref()
             .map(|(pid, start)| (ProcessTimes::read(*pid), start));
+        let wall_s = self.start.elapsed().as_secs_f64();
         CpuUse {
-            wall_s: self.start.elapsed().as_secs_f64(),
+            wall_s,
             bench_s: own.cpu_since(&self.own),
             server_s: server.as_ref().and_then(|(now, then)| now.cpu_since(then)),
             bench_wait_s: own.wait_since(&self.own),
@@ -591,7 +592,7 @@ impl CpuSpan {
                 .machine
                 .as_ref()
                 .zip(MachineTicks::now())
-                .and_then(|(a, b)| b.since(a)),
+                .and_then(|(a, b)| b.since(a, wall_s)),
         }
     }
 }
