@@ -38,16 +38,11 @@ TMP=$(mktemp -d)
 idle() { awk '/^cpu /{print $5+$6}' /proc/stat; }
 
 run() { # binary
-  local bin="$1" rpid="" args=()
-  case "$STORE" in
-    redis)
-      start_redis
-      rpid=$REDIS_PID
-      args=(--redis "redis://127.0.0.1:$REDIS_PORT/0") ;;
-    embedded) rm -rf "$TMP/data"; args=(--data-dir "$TMP/data") ;;
-    memory) args=(--memory) ;;
-  esac
-  start_delayq "$bin" "${args[@]}"
+  local bin="$1" rpid
+  rm -rf "$TMP/data"
+  start_store "$STORE" "$TMP/data"
+  rpid=$REDIS_PID
+  start_delayq "$bin" "${STORE_ARGS[@]}"
   "$BENCH" w3 --api compat --addr "127.0.0.1:$DQ_PORT" --rate "$RATE" --duration-s "$DURATION" \
     --backlog 10000 --backlog-batch 100 --producers "$PRODUCERS" --consumers 8 --json \
     >"$TMP/out.json" 2>"$TMP/err" & local bp=$!

@@ -105,8 +105,8 @@ pub fn parse_schedstat_wait_ns(text: &str) -> Option<u64> {
 ///
 /// Shares are taken of the wall time between two readings, not of the ticks' sum: a tickless
 /// kernel times each idle period exactly, but counts busy time a clock tick at a time, and on
-/// these VMs the fields' sum over a W3 run at 2,000 jobs/s came to 0.74-1.13x the wall time
-/// (busy spells shorter than a tick), which put the idle share of their sum up to 20 points
+/// these VMs the fields' sum over a W3 run at 2,000 jobs/s came to 0.68-1.13x the wall time
+/// (busy spells shorter than a tick), which put the idle share of their sum up to 30 points
 /// off; the idle time over the wall time agreed within 4 points with the CPU time of every
 /// thread on the machine (`/proc/*/task/*/schedstat`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,22 +174,21 @@ impl MachineTicks {
     pub fn since(&self, earlier: &MachineTicks, wall_s: f64) -> Option<MachineShares> {
         let ticks = self.total.checked_sub(earlier.total).filter(|&t| t > 0)? as f64;
         let per_core = wall_s * TICKS_PER_S;
-        let cores = (self.cores.len() == earlier.cores.len() && !self.cores.is_empty())
-            .then_some(self.cores.len() as f64)
-            .filter(|_| per_core > 0.0);
-        let total = cores.map_or(ticks, |n| n * per_core);
+        let n = self.cores.len();
+        let by_core = n > 0 && n == earlier.cores.len() && per_core > 0.0;
+        let total = if by_core { n as f64 * per_core } else { ticks };
         let share =
             |now: u64, then: u64| (now.saturating_sub(then) as f64 / total * 100.0).min(100.0);
-        let busiest_core = cores.and_then(|_| {
-            self.cores
-                .iter()
-                .zip(&earlier.cores)
-                .map(|(&(idle, _), &(idle0, _))| {
-                    let idle = (idle.saturating_sub(idle0) as f64).min(per_core);
-                    100.0 * (per_core - idle) / per_core
-                })
-                .reduce(f64::max)
-        });
+        let busiest_core = self
+            .cores
+            .iter()
+            .zip(&earlier.cores)
+            .filter(|_| by_core)
+            .map(|(&(idle, _), &(idle0, _))| {
+                let idle = (idle.saturating_sub(idle0) as f64).min(per_core);
+                100.0 * (per_core - idle) / per_core
+            })
+            .reduce(f64::max);
         Some(MachineShares {
             idle: share(self.idle, earlier.idle),
             steal: share(self.steal, earlier.steal),

@@ -33,13 +33,12 @@ impl Calls {
     /// A job this instance handed out is answered as reserved at once, and removed by a task
     /// ([`finish_later`]); any other waits for Redis.
     pub(in crate::store) async fn finish(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
-        let mut out = Calls::finish_batch(store, std::slice::from_ref(id)).await?;
-        out.pop().ok_or_else(|| unexpected(&Value::Nil))?
+        only(Calls::finish_batch(store, std::slice::from_ref(id)).await)
     }
 
     pub(in crate::store) async fn delete(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
         store.inner.finishing.settle([id]).await;
-        remove(store, id).await
+        only(remove_many(store, vec![(id.clone(), None)]).await)
     }
 
     /// As [`Calls::finish`] for each id: the jobs this instance handed out are answered at
@@ -80,10 +79,9 @@ impl Calls {
     }
 }
 
-/// Removes one job.
-async fn remove(store: &RedisStore, id: &JobId) -> StoreResult<JobState> {
-    let mut out = remove_many(store, vec![(id.clone(), None)]).await?;
-    out.pop().ok_or_else(|| unexpected(&Value::Nil))?
+/// The answer of a removal made for one job.
+fn only(out: Removed) -> StoreResult<JobState> {
+    out?.pop().ok_or_else(|| unexpected(&Value::Nil))?
 }
 
 /// The removal of finishes answered early: each job with its push stamp only, in one call. A
