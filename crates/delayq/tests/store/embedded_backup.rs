@@ -394,11 +394,17 @@ mod under_load {
         assert!(unknown.is_empty(), "never pushed: {unknown:?}");
         assert_eq!(listed(&restored.base_url, "preload").await.len(), preload);
         assert_eq!(report["jobs"], (preload + load.len()) as u64);
+        // A copy made while requests wait stalls the server for the whole copy (seconds here).
         // On a machine so busy that the server stalls for tens of milliseconds with no backup
-        // at all (in the same length of time just before it), twice that stall is the bound
-        // instead: a copy made while requests wait would stall it for the whole copy (over a
-        // second here), far longer.
-        let bound = MAX_PAUSE.max(before * 2);
+        // at all (in the same length of time just before it), three times that stall, or a
+        // quarter of the copy, is the bound instead: still far from the whole copy. The tests
+        // running beside this one make such stalls come and go.
+        let copy = done - asked;
+        assert!(
+            copy >= MAX_PAUSE * 4,
+            "the copy took {copy:?}: too short to tell a pause from none"
+        );
+        let bound = MAX_PAUSE.max(before * 3).max(copy / 4);
         assert!(
             during <= bound,
             "the server answered no push for {during:?} during the backup (bound {bound:?})"
