@@ -40,6 +40,7 @@ async fn serve_tells_systemd_it_is_ready_once_it_answers_and_that_it_stops() {
     let ready = tokio::task::block_in_place(|| next_notification(&socket));
     assert_eq!(ready, "READY=1\n");
     // Told ready: the store is open and the listener answers, without waiting.
+    delayq::install_tls_provider();
     let r = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
         .await
         .unwrap();
