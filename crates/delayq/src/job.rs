@@ -194,6 +194,12 @@ impl JobId {
         Ok(JobId(s.into()))
     }
 
+    /// The id written as a decimal number (the beanstalkd port's jobs): always valid, so not
+    /// checked as [`JobId::parse`] checks.
+    pub fn from_number(n: u64) -> JobId {
+        JobId(Arc::from(itoa::Buffer::new().format(n)))
+    }
+
     /// A new time-ordered id (UUIDv7): ids generated later sort later.
     pub fn generate() -> JobId {
         JobId(uuid::Uuid::now_v7().to_string().into())
@@ -688,6 +694,13 @@ mod tests {
         assert!(JobId::parse("a\nb").is_err());
         assert!(JobId::parse("x".repeat(257)).is_err());
         assert_eq!(JobId::parse("").unwrap_err().field, "id");
+    }
+
+    #[test]
+    fn a_number_s_id_is_its_decimal_as_parse_makes_it() {
+        for n in [0, 7, 1_000_000, u64::MAX] {
+            assert_eq!(JobId::from_number(n), JobId::parse(n.to_string()).unwrap());
+        }
     }
 
     #[test]

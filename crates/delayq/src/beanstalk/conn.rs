@@ -57,7 +57,8 @@ struct Held {
 
 /// What a line read gave.
 enum Input {
-    Line(Vec<u8>),
+    /// A line, its `\r\n` taken off: where it lies in the read buffer.
+    Line(std::ops::Range<usize>),
     /// Ended in `\n` without `\r`.
     NoCr,
     /// No end within [`MAX_LINE`].
@@ -152,10 +153,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn<S> {
                 }
                 Input::Closed => return self.flush().await,
             };
-            let cmd = match proto::parse(&line) {
+            let cmd = match proto::parse(&self.buf[line.clone()]) {
                 Ok(cmd) => cmd,
                 Err(e) => {
-                    tracing::debug!(line = %String::from_utf8_lossy(&line), error = ?e, "beanstalkd: line refused");
+                    tracing::debug!(line = %String::from_utf8_lossy(&self.buf[line]), error = ?e, "beanstalkd: line refused");
                     self.reply(&e.reply()).await?;
                     continue;
                 }
@@ -227,7 +228,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn<S> {
                     return Ok(Input::TooLong);
                 }
                 let input = if i > 0 && pending[i - 1] == b'\r' {
-                    Input::Line(pending[..i - 1].to_vec())
+                    Input::Line(self.start..self.start + i - 1)
                 } else {
                     Input::NoCr
                 };
@@ -304,7 +305,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn<S> {
         let now = at.millis();
         let mut spec = JobSpec::new(
             self.used.clone(),
-            number_id(0),
+            JobId::from_number(0),
             ids::body_to_store(body),
             at.due_after(u64::from(delay_s) * 1000),
         );
@@ -312,7 +313,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn<S> {
         spec.ttr_ms = (u64::from(ttr_s.max(1)) * 1000).min(MAX_TTR_MS);
         for _ in 0..PUT_TRIES {
             let n = front.ids.next(now);
-            spec.id = number_id(n);
+            spec.id = JobId::from_number(n);
             match front.store.push(spec.clone(), PushMode::Reject, now).await {
                 Ok(_) => {
                     front.tube(&self.used, |t| t.total_jobs += 1);
@@ -970,11 +971,6 @@ enum Polled {
     Jobs(Result<Vec<crate::job::Job>, DispatchError>),
     HalfClosed,
     Shutdown,
-}
-
-/// The delayq id of a beanstalkd number.
-fn number_id(n: u64) -> JobId {
-    JobId::parse(n.to_string()).expect("a number is a valid job id")
 }
 
 fn due_now(now: UnixMillis) -> Reschedule {

@@ -116,8 +116,7 @@ impl Ids {
         if let Some(id) = self.lock().by_number.get(&n) {
             return id.clone();
         }
-        // Decimal digits are a valid id.
-        JobId::parse(n.to_string()).expect("a number is a valid job id")
+        JobId::from_number(n)
     }
 
     /// Forgets the number of a job that no longer exists.

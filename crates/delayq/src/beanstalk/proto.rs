@@ -140,9 +140,17 @@ impl Command {
 pub fn parse(line: &[u8]) -> Result<Command, LineError> {
     let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
     let name = words.next().ok_or(LineError::UnknownCommand)?;
-    let args: Vec<&[u8]> = words.collect();
+    // No command takes more than 4 arguments: a fifth is counted, never kept.
+    let mut args: [&[u8]; 4] = [&[]; 4];
+    let mut count = 0;
+    for w in words {
+        if let Some(slot) = args.get_mut(count) {
+            *slot = w;
+        }
+        count += 1;
+    }
     let n = |want: usize| {
-        if args.len() == want {
+        if count == want {
             Ok(())
         } else {
             Err(LineError::BadFormat)
@@ -267,14 +275,21 @@ pub fn parse(line: &[u8]) -> Result<Command, LineError> {
 }
 
 /// A decimal integer of the protocol: digits only, within the type.
-fn int<T: std::str::FromStr>(word: &[u8]) -> Result<T, LineError> {
-    if word.is_empty() || !word.iter().all(u8::is_ascii_digit) {
+fn int<T: TryFrom<u64>>(word: &[u8]) -> Result<T, LineError> {
+    if word.is_empty() {
         return Err(LineError::BadFormat);
     }
-    std::str::from_utf8(word)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or(LineError::BadFormat)
+    let mut n = 0u64;
+    for &b in word {
+        if !b.is_ascii_digit() {
+            return Err(LineError::BadFormat);
+        }
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(b - b'0')))
+            .ok_or(LineError::BadFormat)?;
+    }
+    T::try_from(n).map_err(|_| LineError::BadFormat)
 }
 
 /// A tube name: beanstalkd's characters (letters, digits, `-+/;.$_()`), not starting with a
@@ -332,25 +347,36 @@ pub enum Reply {
 impl Reply {
     /// Appends the reply's bytes to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        use std::io::Write;
-        // Writes into a Vec do not fail.
-        let _ = match self {
-            Reply::Word(w) => write!(out, "{w}\r\n"),
-            Reply::Number(w, n) => write!(out, "{w} {n}\r\n"),
-            Reply::Using(t) => write!(out, "USING {t}\r\n"),
+        // Every reply is on every job's path: numbers are written with itoa, not `fmt`.
+        let mut digits = itoa::Buffer::new();
+        match self {
+            Reply::Word(w) => out.extend_from_slice(w.as_bytes()),
+            Reply::Number(w, n) => {
+                out.extend_from_slice(w.as_bytes());
+                out.push(b' ');
+                out.extend_from_slice(digits.format(*n).as_bytes());
+            }
+            Reply::Using(t) => {
+                out.extend_from_slice(b"USING ");
+                out.extend_from_slice(t.as_str().as_bytes());
+            }
             Reply::Job { word, id, body } => {
-                let _ = write!(out, "{word} {id} {}\r\n", body.len());
-                out.extend_from_slice(body);
+                out.extend_from_slice(word.as_bytes());
+                out.push(b' ');
+                out.extend_from_slice(digits.format(*id).as_bytes());
+                out.push(b' ');
+                out.extend_from_slice(digits.format(body.len()).as_bytes());
                 out.extend_from_slice(b"\r\n");
-                Ok(())
+                out.extend_from_slice(body);
             }
             Reply::Ok(data) => {
-                let _ = write!(out, "OK {}\r\n", data.len());
-                out.extend_from_slice(data);
+                out.extend_from_slice(b"OK ");
+                out.extend_from_slice(digits.format(data.len()).as_bytes());
                 out.extend_from_slice(b"\r\n");
-                Ok(())
+                out.extend_from_slice(data);
             }
-        };
+        }
+        out.extend_from_slice(b"\r\n");
     }
 }
 

@@ -22,7 +22,7 @@
 
 use super::WaiterId;
 use crate::job::Topic;
-use std::collections::HashSet;
+use foldhash::{HashSet, HashSetExt};
 
 /// Most jobs one batch asks the store for: a batch takes no more members once it asks for this
 /// many.
