@@ -123,10 +123,14 @@ where
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn<S> {
     async fn run(&mut self) -> std::io::Result<()> {
         let shutdown = self.shutdown.clone();
+        // One wait for the shutdown for the whole connection, not one per command: each would
+        // join and leave the token's list of waiters.
+        let cancelled = shutdown.cancelled();
+        tokio::pin!(cancelled);
         loop {
             let input = tokio::select! {
                 i = self.read_line() => i?,
-                _ = shutdown.cancelled() => return self.flush().await,
+                _ = &mut cancelled => return self.flush().await,
             };
             let line = match input {
                 Input::Line(line) => line,
@@ -408,6 +412,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn<S> {
         let poll = front.dispatch.poll(topics.clone(), 1, wait);
         tokio::pin!(poll);
         let shutdown = self.shutdown.clone();
+        let cancelled = shutdown.cancelled();
+        tokio::pin!(cancelled);
         let out = loop {
             let room = self.buf.len() - self.start < READ_AHEAD;
             tokio::select! {
@@ -417,7 +423,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn<S> {
                     Ok(_) => continue,
                     Err(e) => break Err(e),
                 },
-                _ = shutdown.cancelled() => break Ok(Polled::Shutdown),
+                _ = &mut cancelled => break Ok(Polled::Shutdown),
             }
         };
         front.waiting.fetch_sub(1, Ordering::Relaxed);

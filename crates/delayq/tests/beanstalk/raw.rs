@@ -282,3 +282,30 @@ async fn past_max_connections_a_new_connection_waits_for_one_to_close() {
     assert_eq!(c.line().await, "USING default");
     assert_eq!(b.cmd("list-tube-used").await, "USING default");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_closes_idle_and_waiting_connections_and_the_server_exits() {
+    let mut server = Server::start(Backend::Embedded).await;
+    let mut idle = server.connect().await;
+    assert_eq!(idle.cmd("use stopping").await, "USING stopping");
+    let mut waiting = server.connect().await;
+    assert_eq!(waiting.cmd("watch stopping").await, "WATCHING 2");
+    waiting.send(b"reserve\r\n").await;
+    // Both connections have been served at least once and now wait: one for a command, one
+    // for a job.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let status = tokio::task::block_in_place(|| server.delayq.terminate(Duration::from_secs(20)));
+    let took = started.elapsed();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "SIGTERM: {status:?} after {took:?}"
+    );
+    // A connection that did not see the stop would hold it for the 5 s drain timeout.
+    assert!(
+        took < Duration::from_secs(4),
+        "the server took {took:?} to stop with two connections open"
+    );
+    assert_eq!(idle.line().await, "", "the idle connection is closed");
+    assert_eq!(waiting.line().await, "", "the waiting reserve is closed");
+}
