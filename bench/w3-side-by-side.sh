@@ -32,9 +32,11 @@ BENCH="$ROOT/target/release/delayq-bench"
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 TMP=$(mktemp -d)
+# CPU is read over SPAN seconds in the middle of each run.
+SPAN=5
 # idle: the machine's idle ticks (idle + iowait, every core) from /proc/stat. Its share is taken
-# of the wall time (5 s x cores x 100 ticks), not of the fields' sum, which counts busy time a
-# tick at a time (probe.rs MachineTicks).
+# of the wall time (SPAN s x cores x 100 ticks), not of the fields' sum, which counts busy time
+# a tick at a time (probe.rs MachineTicks).
 idle() { awk '/^cpu /{print $5+$6}' /proc/stat; }
 
 run() { # binary
@@ -49,13 +51,13 @@ run() { # binary
   sleep $((DURATION / 2))
   local d0 r0 b0 i0 d1 r1 b1 i1
   d0=$(ticks "$DQ_PID"); r0=$(ticks "$rpid"); b0=$(ticks "$bp"); i0=$(idle)
-  sleep 5
+  sleep "$SPAN"
   d1=$(ticks "$DQ_PID"); r1=$(ticks "$rpid"); b1=$(ticks "$bp"); i1=$(idle)
   wait "$bp" || true
   python3 - "$TMP/out.json" "$bin" "$((d1 - d0))" "$((r1 - r0))" "$((b1 - b0))" \
-    "$((100 * (i1 - i0) / (5 * 100 * $(nproc))))" <<'PY'
+    "$((100 * (i1 - i0) / (SPAN * 100 * $(nproc))))" "$SPAN" <<'PY'
 import json, sys
-path, bin_, d, r, b, idle = sys.argv[1:]
+path, bin_, d, r, b, idle, span = sys.argv[1:]
 try:
     j = json.loads(open(path).read().strip().splitlines()[-1])
 except Exception as e:
@@ -65,7 +67,7 @@ print(f"{bin_}: lateness p50 {m.get('lateness_p50_ms')} ms, p99 {m.get('lateness
       f"delivered {int(m.get('delivered', 0))}, early {int(m.get('early', 0))}, "
       f"lost {int(m.get('lost', 0))}, pushed {round(m.get('fire_rate_per_s', 0))}/s, "
       f"producers behind by at most {round(m.get('producer_max_lag_ms', 0))} ms; "
-      f"5 s: delayq {d} ticks, redis-server {r}, load generator {b}, machine idle {idle} %")
+      f"{span} s: delayq {d} ticks, redis-server {r}, load generator {b}, machine idle {idle} %")
 PY
   stop "$DQ_PID"
   if [ -n "$rpid" ]; then stop "$rpid"; fi

@@ -307,23 +307,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Conn<S> {
         }
         let at = front.clock.read();
         let now = at.millis();
+        let mut n = front.ids.next(now);
         let mut spec = JobSpec::new(
             self.used.clone(),
-            JobId::from_number(0),
+            JobId::from_number(n),
             ids::body_to_store(body),
             at.due_after(u64::from(delay_s) * 1000),
         );
         spec.priority = pri;
         spec.ttr_ms = (u64::from(ttr_s.max(1)) * 1000).min(MAX_TTR_MS);
         for _ in 0..PUT_TRIES {
-            let n = front.ids.next(now);
-            spec.id = JobId::from_number(n);
             match front.store.push(spec.clone(), PushMode::Reject, now).await {
                 Ok(_) => {
                     front.tube(&self.used, |t| t.total_jobs += 1);
                     return Ok(Step::Reply(Reply::Number("INSERTED", n)));
                 }
-                Err(StoreError::Exists) => continue,
+                // A job pushed over HTTP holds that number: the next one.
+                Err(StoreError::Exists) => {
+                    n = front.ids.next(now);
+                    spec.id = JobId::from_number(n);
+                }
                 Err(e) => return Ok(Step::Reply(failed(e))),
             }
         }
