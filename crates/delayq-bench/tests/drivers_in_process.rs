@@ -27,7 +27,9 @@ async fn serve_in_process() -> String {
     app.callbacks.start(stop);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move { axum::serve(listener, api::router(app.state)).await });
+    let service =
+        axum::ServiceExt::<axum::extract::Request>::into_make_service(api::router(app.state));
+    tokio::spawn(async move { axum::serve(listener, service).await });
     addr
 }
 

@@ -41,7 +41,6 @@ use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore, RedisTarget};
 use crate::store::{Store, StoreError};
-use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -555,7 +554,7 @@ struct ConnectionLimits {
 /// current request is answered (idle ones close at once), and returns when all have.
 async fn serve_http(
     mut listener: TcpListener,
-    app: Router,
+    app: api::Http,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {

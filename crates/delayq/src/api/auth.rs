@@ -52,7 +52,7 @@ impl Tokens {
 impl Tokens {
     /// The 401 of a request that is neither exempt nor carries a valid token; `None` for the
     /// rest, which pass.
-    pub fn screen(&self, req: &Request) -> Option<Response> {
+    pub fn screen<B>(&self, req: &Request<B>) -> Option<Response> {
         let path = req.uri().path();
         let exempt = matches!(*req.method(), Method::GET | Method::HEAD)
             && (path == "/healthz" || super::ui::is_public(path));

@@ -82,7 +82,7 @@ impl<S> Layer<S> for FrontLayer {
 
 /// The guard, the tokens and the deadline in front of `S` (see the module docs).
 #[derive(Clone)]
-pub(super) struct Front<S> {
+pub struct Front<S> {
     inner: S,
     guard: Guard,
     tokens: Option<Tokens>,
@@ -91,9 +91,9 @@ pub(super) struct Front<S> {
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
-impl<S> Service<Request> for Front<S>
+impl<S, B> Service<Request<B>> for Front<S>
 where
-    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S: Service<Request<B>, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
     type Response = Response;
@@ -104,7 +104,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request) -> Answer {
+    fn call(&mut self, req: Request<B>) -> Answer {
         let refused = self
             .guard
             .screen(&req)

@@ -3,7 +3,7 @@
 //! (here). Only this module knows HTTP; it
 //! validates input, calls the store or the dispatcher, and maps results to responses.
 //!
-//! Cross-cutting layers are applied here, once, for every route: the request body limit
+//! Cross-cutting layers are applied here, once, around the whole router ([`router`]): the request body limit
 //! ([`request_body_limit`], enforced by axum's `DefaultBodyLimit`, so body extractors reject
 //! oversized requests: /v1 answers 413, the compat API its code-1 reply), bearer-token
 //! authentication when tokens are configured (`auth.rs`), before it the host check and the
@@ -34,6 +34,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use std::sync::Arc;
 use std::time::Duration;
+use tower::Layer;
 use tower_http::trace::TraceLayer;
 
 /// What every handler can reach: one shared [`Parts`], so the clone axum makes for each
@@ -88,13 +89,19 @@ pub fn request_body_limit(config: &Config) -> usize {
         .saturating_add(REQUEST_BODY_ROOM)
 }
 
-/// The whole HTTP application.
-pub fn router(state: AppState) -> Router {
+/// The whole HTTP application: the routes, behind the request body limit, behind
+/// [`front::Front`] (the guard, the tokens and the deadline).
+pub type Http = front::Front<<DefaultBodyLimit as Layer<Router>>::Service>;
+
+/// The whole HTTP application ([`Http`]). The body limit and the front wrap the router once,
+/// not each of its routes as `Router::layer` would: every layer given to `Router::layer` costs
+/// each request a boxed clone of its route and a boxed future.
+pub fn router(state: AppState) -> Http {
     let limit = request_body_limit(&state.config);
     let deadlines = front::Deadlines::new(&state.config);
     let tokens = auth::Tokens::new(&state.config.auth_tokens);
     let guard = origin::Guard::new(&state.config);
-    let app = Router::new()
+    let routes = Router::new()
         .merge(compat::routes())
         .merge(v1::routes())
         .merge(restore::routes())
@@ -103,21 +110,22 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(serve_metrics))
-        .with_state(state)
-        .layer(DefaultBodyLimit::max(limit));
-    let app = app.layer(front::FrontLayer {
+        .with_state(state);
+    // A span and a line per request that reaches a route (`RUST_LOG=tower_http=debug`), only
+    // when asked for: it costs every request about 2,000 instructions even when nothing is
+    // logged. The handlers log the causes of their 5xx answers themselves, and the front its
+    // refusals.
+    let routes = if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
+        routes.layer(TraceLayer::new_for_http())
+    } else {
+        routes
+    };
+    let front = front::FrontLayer {
         guard,
         tokens,
         deadlines,
-    });
-    // A span and a line per request (`RUST_LOG=tower_http=debug`), only when asked for: it
-    // costs every request about 2,000 instructions even when nothing is logged. The handlers
-    // log the causes of their 5xx answers themselves.
-    if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
-        app.layer(TraceLayer::new_for_http())
-    } else {
-        app
-    }
+    };
+    front.layer(DefaultBodyLimit::max(limit).layer(routes))
 }
 
 /// The compat API's paths: refusals there have its `{"code","message","data"}` body.

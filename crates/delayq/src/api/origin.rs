@@ -72,7 +72,7 @@ fn host_of(authority: &str) -> Option<Cow<'_, str>> {
 /// What [`Guard::screen`] checks against. Cheap to clone.
 #[derive(Clone)]
 pub struct Guard {
-    hosts: Arc<AllowedHosts>,
+    hosts: Arc<Hosts>,
 }
 
 impl Guard {
@@ -84,9 +84,47 @@ impl Guard {
             None if config.listen.ip().is_unspecified() => AllowedHosts::any(),
             None => AllowedHosts::default(),
         };
+        let own = [
+            config.listen.to_string(),
+            format!("localhost:{}", config.listen.port()),
+        ];
         Guard {
-            hosts: Arc::new(hosts),
+            hosts: Arc::new(Hosts::new(hosts, own)),
         }
+    }
+}
+
+/// The hosts allowed, and the authorities most requests name, known allowed.
+struct Hosts {
+    allowed: AllowedHosts,
+    /// Authorities, as sent, that [`host_of`] and `allowed` accept: the listen address and
+    /// `localhost` with its port, which nearly every client sends. A `Host` header equal to
+    /// one passes without being parsed, which every request would otherwise pay for.
+    known: Vec<String>,
+}
+
+impl Hosts {
+    /// Keeps of `candidates` the authorities the full check allows, so that the shortcut
+    /// never lets through one it would refuse.
+    fn new(allowed: AllowedHosts, candidates: impl IntoIterator<Item = String>) -> Hosts {
+        let mut hosts = Hosts {
+            allowed,
+            known: Vec::new(),
+        };
+        hosts.known = candidates
+            .into_iter()
+            .filter(|a| hosts.allow_parsed(a))
+            .collect();
+        hosts
+    }
+
+    /// Whether a request may name `authority` (`host[:port]`).
+    fn allow(&self, authority: &str) -> bool {
+        self.known.iter().any(|k| k == authority) || self.allow_parsed(authority)
+    }
+
+    fn allow_parsed(&self, authority: &str) -> bool {
+        host_of(authority).is_some_and(|h| self.allowed.allows(&h))
     }
 }
 
@@ -101,7 +139,7 @@ enum Refused {
 impl Guard {
     /// The refusal of a request addressed to a host not allowed (421) or of a cross-site
     /// change (403), as the module docs say; `None` for the rest, which pass.
-    pub fn screen(&self, req: &Request) -> Option<Response> {
+    pub fn screen<B>(&self, req: &Request<B>) -> Option<Response> {
         let verdict = check(&self.hosts, req.method(), req.uri(), req.headers());
         let path = req.uri().path();
         match verdict {
@@ -135,12 +173,7 @@ impl Guard {
 }
 
 /// The module's two checks, host first.
-fn check(
-    hosts: &AllowedHosts,
-    method: &Method,
-    uri: &Uri,
-    headers: &HeaderMap,
-) -> Result<(), Refused> {
+fn check(hosts: &Hosts, method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<(), Refused> {
     let mut host_headers = headers.get_all(header::HOST).iter();
     let host_header = match (host_headers.next(), host_headers.next()) {
         (None, _) => None,
@@ -159,7 +192,7 @@ fn check(
     };
     let uri_authority = uri.authority().map(|a| a.as_str());
     for authority in [uri_authority, host_header].into_iter().flatten() {
-        if !host_of(authority).is_some_and(|h| hosts.allows(&h)) {
+        if !hosts.allow(authority) {
             return Err(Refused::Host(authority.to_string()));
         }
     }
@@ -248,6 +281,35 @@ mod tests {
     }
 
     #[test]
+    fn the_known_authorities_change_no_verdict() {
+        let authorities = [
+            "127.0.0.1:9277",
+            "localhost:9277",
+            "[::1]:9277",
+            "queue.example:9277",
+            "evil.example:9277",
+            "127.0.0.1:9277@evil.example",
+        ];
+        for allowed in [AllowedHosts::default(), hosts(&["queue.example"])] {
+            // Every candidate offered, those the full check refuses among them.
+            let with = Hosts::new(allowed.clone(), authorities.map(String::from));
+            let without = Hosts::new(allowed, []);
+            assert!(
+                !with
+                    .known
+                    .iter()
+                    .any(|k| k.starts_with("evil") || k.contains('@')),
+                "a refused authority is kept: {:?}",
+                with.known
+            );
+            for a in authorities {
+                assert_eq!(with.allow(a), without.allow(a), "{a}");
+            }
+            assert!(with.allow("127.0.0.1:9277") && !with.allow("evil.example:9277"));
+        }
+    }
+
+    #[test]
     fn listed_names_domains_and_the_wildcard_are_allowed() {
         let list = hosts(&["Queue.Example.com", "*.corp.example", "10.0.0.1"]);
         assert!(allowed(&list, "queue.example.com:9277"));
@@ -284,7 +346,8 @@ mod tests {
 
     fn verdict(method: Method, path: &str, pairs: &[(&str, &str)]) -> &'static str {
         let uri: Uri = path.parse().unwrap();
-        match check(&AllowedHosts::default(), &method, &uri, &headers(pairs)) {
+        let hosts = Hosts::new(AllowedHosts::default(), ["127.0.0.1:9277".to_string()]);
+        match check(&hosts, &method, &uri, &headers(pairs)) {
             Ok(()) => "ok",
             Err(Refused::Host(_)) => "host",
             Err(Refused::CrossSite) => "cross-site",

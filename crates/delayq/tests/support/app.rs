@@ -3,7 +3,6 @@
 //! app's lifetime (long polls and delayed jobs work) and stop when it is dropped.
 
 use super::backends::Backend;
-use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use delayq::api::{self, AppState};
@@ -20,7 +19,7 @@ use tower::ServiceExt;
 /// Must be created inside a tokio runtime (it spawns the dispatcher's tasks).
 pub struct TestApp {
     pub state: AppState,
-    pub router: Router,
+    pub router: api::Http,
     /// Stops the dispatcher's tasks; cancelled on drop.
     pub shutdown: CancellationToken,
 }
