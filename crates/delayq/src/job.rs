@@ -79,7 +79,8 @@ pub struct Topic(Arc<str>);
 impl Topic {
     pub fn parse(s: impl Into<String>) -> Result<Topic, InvalidField> {
         let s = s.into();
-        let n = s.chars().count();
+        let ascii = s.is_ascii();
+        let n = if ascii { s.len() } else { s.chars().count() };
         if n == 0 {
             return Err(InvalidField::new("topic", "must not be empty"));
         }
@@ -89,10 +90,16 @@ impl Topic {
                 format!("must be at most {MAX_TOPIC_CHARS} characters, got {n}"),
             ));
         }
-        if let Some(c) = s
-            .chars()
-            .find(|c| c.is_whitespace() || c.is_control() || *c == ',')
-        {
+        // In ASCII the whitespace and control characters are those up to the space, and DEL.
+        let refused = if ascii {
+            s.bytes()
+                .find(|&b| b <= b' ' || b == 0x7f || b == b',')
+                .map(char::from)
+        } else {
+            s.chars()
+                .find(|c| c.is_whitespace() || c.is_control() || *c == ',')
+        };
+        if let Some(c) = refused {
             return Err(InvalidField::new(
                 "topic",
                 format!("must not contain whitespace, control characters or commas (found {c:?})"),
@@ -175,7 +182,8 @@ impl JobId {
 
     pub fn parse(s: impl Into<String>) -> Result<JobId, InvalidField> {
         let s = s.into();
-        let n = s.chars().count();
+        let ascii = s.is_ascii();
+        let n = if ascii { s.len() } else { s.chars().count() };
         if n == 0 {
             return Err(InvalidField::new("id", "must not be empty"));
         }
@@ -686,6 +694,20 @@ mod tests {
         assert!(Topic::parse("a\u{7}").is_err());
         assert!(Topic::parse("é".repeat(128)).is_ok());
         assert!(Topic::parse("x".repeat(129)).is_err());
+        // Every ASCII character is judged as in a name that is not ASCII ("é" takes the
+        // other path), and named in the refusal.
+        for c in (0u8..=0x7f).map(char::from) {
+            let refused = c.is_whitespace() || c.is_control() || c == ',';
+            for name in [format!("a{c}b"), format!("é{c}b")] {
+                match Topic::parse(name.clone()) {
+                    Ok(_) => assert!(!refused, "{name:?} accepted"),
+                    Err(e) => {
+                        assert!(refused, "{name:?} refused: {e:?}");
+                        assert!(e.message.contains(&format!("{c:?}")), "{e:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

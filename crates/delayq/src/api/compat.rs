@@ -279,21 +279,19 @@ impl<'de> Visitor<'de> for GoStruct<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Request, A::Error> {
         let mut r = Request::default();
-        let mut seen: Vec<Field> = Vec::with_capacity(self.fields.len());
-        while let Some(key) = map.next_key::<String>()? {
-            let field = self
-                .fields
-                .iter()
-                .find(|f| key.eq_ignore_ascii_case(f.name()));
-            let Some(field) = field else {
+        // The fields seen so far, one bit per `Field`.
+        let mut seen = 0u8;
+        while let Some(key) = map.next_key_seed(Key(self.fields))? {
+            let Some(field) = key else {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             };
-            if seen.contains(field) {
-                self.repeated.set(Some(*field));
+            let bit = 1u8 << field as u8;
+            if seen & bit != 0 {
+                self.repeated.set(Some(field));
                 return Err(de::Error::custom("a field is given more than once"));
             }
-            seen.push(*field);
+            seen |= bit;
             match field {
                 Field::Topic | Field::Id | Field::Body | Field::Url => {
                     if let Some(s) = map.next_value::<Option<String>>()? {
@@ -317,6 +315,34 @@ impl<'de> Visitor<'de> for GoStruct<'_> {
             }
         }
         Ok(r)
+    }
+}
+
+/// A key of the object: which of the fields it names (ASCII case folded), `None` for any
+/// other. Read without copying the key when it has no escapes.
+struct Key<'f>(&'f [Field]);
+
+impl<'de> DeserializeSeed<'de> for Key<'_> {
+    type Value = Option<Field>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<Field>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key<'_> {
+    type Value = Option<Field>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Option<Field>, E> {
+        Ok(self
+            .0
+            .iter()
+            .find(|f| key.eq_ignore_ascii_case(f.name()))
+            .copied())
     }
 }
 
