@@ -79,8 +79,7 @@ pub struct Topic(Arc<str>);
 impl Topic {
     pub fn parse(s: impl Into<String>) -> Result<Topic, InvalidField> {
         let s = s.into();
-        let ascii = s.is_ascii();
-        let n = if ascii { s.len() } else { s.chars().count() };
+        let n = s.chars().count();
         if n == 0 {
             return Err(InvalidField::new("topic", "must not be empty"));
         }
@@ -91,7 +90,7 @@ impl Topic {
             ));
         }
         // In ASCII the whitespace and control characters are those up to the space, and DEL.
-        let refused = if ascii {
+        let refused = if s.is_ascii() {
             s.bytes()
                 .find(|&b| b <= b' ' || b == 0x7f || b == b',')
                 .map(char::from)
@@ -182,8 +181,7 @@ impl JobId {
 
     pub fn parse(s: impl Into<String>) -> Result<JobId, InvalidField> {
         let s = s.into();
-        let ascii = s.is_ascii();
-        let n = if ascii { s.len() } else { s.chars().count() };
+        let n = s.chars().count();
         if n == 0 {
             return Err(InvalidField::new("id", "must not be empty"));
         }

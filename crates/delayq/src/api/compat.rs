@@ -280,13 +280,13 @@ impl<'de> Visitor<'de> for GoStruct<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Request, A::Error> {
         let mut r = Request::default();
         // The fields seen so far, one bit per `Field`.
-        let mut seen = 0u8;
+        let mut seen = 0u32;
         while let Some(key) = map.next_key_seed(Key(self.fields))? {
             let Some(field) = key else {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             };
-            let bit = 1u8 << field as u8;
+            let bit = 1u32 << field as u32;
             if seen & bit != 0 {
                 self.repeated.set(Some(field));
                 return Err(de::Error::custom("a field is given more than once"));

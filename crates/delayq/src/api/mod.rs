@@ -3,12 +3,12 @@
 //! (here). Only this module knows HTTP; it
 //! validates input, calls the store or the dispatcher, and maps results to responses.
 //!
-//! Cross-cutting layers are applied here, once, around the whole router ([`router`]): the request body limit
-//! ([`request_body_limit`], enforced by axum's `DefaultBodyLimit`, so body extractors reject
-//! oversized requests: /v1 answers 413, the compat API its code-1 reply), bearer-token
-//! authentication when tokens are configured (`auth.rs`), before it the host check and the
-//! refusal of cross-site changes (`origin.rs`), the request deadline ([`deadline`]) and
-//! `TraceLayer`. Refusals made by these layers, outside any handler, have the error body of
+//! Cross-cutting layers are applied here, once, around the whole router ([`router`]): the
+//! request body limit ([`request_body_limit`], enforced by axum's `DefaultBodyLimit`, so body
+//! extractors reject oversized requests: /v1 answers 413, the compat API its code-1 reply),
+//! bearer-token authentication when tokens are configured (`auth.rs`), before it the host check
+//! and the refusal of cross-site changes (`origin.rs`), and the request deadline (`front.rs`);
+//! inside them, on the routes, `TraceLayer` when its log lines are asked for. Refusals made by these layers, outside any handler, have the error body of
 //! the API the path belongs to ([`refusal`]).
 
 pub mod auth;

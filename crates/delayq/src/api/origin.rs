@@ -107,25 +107,22 @@ impl Hosts {
     /// Keeps of `candidates` the authorities the full check allows, so that the shortcut
     /// never lets through one it would refuse.
     fn new(allowed: AllowedHosts, candidates: impl IntoIterator<Item = String>) -> Hosts {
-        let mut hosts = Hosts {
-            allowed,
-            known: Vec::new(),
-        };
-        hosts.known = candidates
+        let known = candidates
             .into_iter()
-            .filter(|a| hosts.allow_parsed(a))
+            .filter(|a| allows(&allowed, a))
             .collect();
-        hosts
+        Hosts { allowed, known }
     }
 
     /// Whether a request may name `authority` (`host[:port]`).
     fn allow(&self, authority: &str) -> bool {
-        self.known.iter().any(|k| k == authority) || self.allow_parsed(authority)
+        self.known.iter().any(|k| k == authority) || allows(&self.allowed, authority)
     }
+}
 
-    fn allow_parsed(&self, authority: &str) -> bool {
-        host_of(authority).is_some_and(|h| self.allowed.allows(&h))
-    }
+/// The full check: whether `hosts` allow the host of `authority` (`host[:port]`).
+fn allows(hosts: &AllowedHosts, authority: &str) -> bool {
+    host_of(authority).is_some_and(|h| hosts.allows(&h))
 }
 
 /// Why a request is refused.
@@ -243,10 +240,6 @@ mod tests {
         AllowedHosts::parse(&entries.iter().map(|e| e.to_string()).collect::<Vec<_>>()).unwrap()
     }
 
-    fn allowed(hosts: &AllowedHosts, authority: &str) -> bool {
-        host_of(authority).is_some_and(|h| hosts.allows(&h))
-    }
-
     #[test]
     fn ip_addresses_and_localhost_are_always_allowed_with_any_port() {
         let none = AllowedHosts::default();
@@ -261,7 +254,7 @@ mod tests {
             "10.1.2.3:80",
             "[2001:db8::1]:8080",
         ] {
-            assert!(allowed(&none, ok), "{ok}");
+            assert!(allows(&none, ok), "{ok}");
         }
         for bad in [
             "evil.example",
@@ -276,7 +269,7 @@ mod tests {
             ":9277",
             "0x7f.1",
         ] {
-            assert!(!allowed(&none, bad), "{bad}");
+            assert!(!allows(&none, bad), "{bad}");
         }
     }
 
@@ -312,14 +305,14 @@ mod tests {
     #[test]
     fn listed_names_domains_and_the_wildcard_are_allowed() {
         let list = hosts(&["Queue.Example.com", "*.corp.example", "10.0.0.1"]);
-        assert!(allowed(&list, "queue.example.com:9277"));
-        assert!(allowed(&list, "QUEUE.example.com."));
-        assert!(allowed(&list, "a.corp.example"));
-        assert!(allowed(&list, "a.b.corp.example:1"));
-        assert!(!allowed(&list, "corp.example"));
-        assert!(!allowed(&list, "xcorp.example"));
-        assert!(!allowed(&list, "example.com"));
-        assert!(allowed(&hosts(&["*"]), "anything.example:1"));
+        assert!(allows(&list, "queue.example.com:9277"));
+        assert!(allows(&list, "QUEUE.example.com."));
+        assert!(allows(&list, "a.corp.example"));
+        assert!(allows(&list, "a.b.corp.example:1"));
+        assert!(!allows(&list, "corp.example"));
+        assert!(!allows(&list, "xcorp.example"));
+        assert!(!allows(&list, "example.com"));
+        assert!(allows(&hosts(&["*"]), "anything.example:1"));
         assert_eq!(list.to_string(), "queue.example.com,*.corp.example");
     }
 

@@ -231,9 +231,14 @@ async fn each_tick_pushes_one_job_named_after_the_tick_and_due_at_it(b: &Backend
 
 /// Polls job `id` (up to 3 s) until `ok` says yes of its reply; returns the last reply.
 async fn until_job(app: &TestApp, id: &str, ok: impl Fn(&Reply) -> bool) -> Reply {
+    until_get(app, &format!("/v1/jobs/{id}"), ok).await
+}
+
+/// Polls `GET path` (up to 3 s) until `ok` says yes of its reply; returns the last reply.
+async fn until_get(app: &TestApp, path: &str, ok: impl Fn(&Reply) -> bool) -> Reply {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
-        let r = app.get(&format!("/v1/jobs/{id}")).await;
+        let r = app.get(path).await;
         if ok(&r) || Instant::now() > deadline {
             return r;
         }
@@ -260,14 +265,11 @@ async fn a_tick_fired_ahead_is_withdrawn_by_a_pause_a_delete_or_a_changed_replac
     );
     // On Redis the tick's job is stored before the schedule is moved on (store/redis/
     // schedules.rs): the schedule may name its last tick a moment after the job exists.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let s = loop {
-        let s = app.get("/v1/schedules/early").await.json;
-        if s["last_tick_ms"] == json!(tick) || Instant::now() > deadline {
-            break s;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let s = until_get(&app, "/v1/schedules/early", |r| {
+        r.json["last_tick_ms"] == json!(tick)
+    })
+    .await
+    .json;
     assert_eq!(
         s["last_tick_ms"],
         json!(tick),
