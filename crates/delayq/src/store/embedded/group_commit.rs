@@ -46,8 +46,9 @@ use crate::job::{Job, JobId, Topic};
 use crate::store::engine::{Change, Effects};
 use crate::store::engine_store::CommitMode;
 use crate::store::{Cause, StoreError, StoreEvent, StoreResult, TopicSettings};
+use foldhash::{HashMap, HashMapExt};
 use redb::{Database, Durability, TableDefinition};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -587,7 +588,9 @@ impl GroupCommit {
             // Only space: the file stays as large as the largest log it held.
             tracing::warn!(error = %e, log = %old.path.display(), "cannot trim a log");
         }
-        let changes = std::mem::take(&mut io.changes);
+        // The next window's map starts at this one's size rather than growing to it again.
+        let size = io.changes.len();
+        let changes = std::mem::replace(&mut io.changes, Changes::with_capacity(size));
         if let Some(checkpoints) = &io.checkpoints {
             let handed = Instant::now();
             let _ = checkpoints.send(Handed::Checkpoint(changes, old.path.clone()));

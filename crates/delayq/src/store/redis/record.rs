@@ -1,6 +1,6 @@
-//! The stored form of a job: a cmsgpack array (format in `lib.lua`), decoded here with
-//! `rmp-serde`, and the state codes in it. Also the small reply decoders shared by the
-//! store's modules.
+//! The stored form of a job: a cmsgpack array (format in `lib.lua`), read and written here
+//! with `rmp`'s msgpack primitives, and the state codes in it. Also the small reply decoders
+//! shared by the store's modules.
 //!
 //! Writers: the scripts write every record, except a new job's, which [`encode_new`] packs
 //! here so `push.lua` only stores it (packing in Lua would cost the push function a table,
@@ -8,28 +8,103 @@
 //! `encode` writes for the same job: `tests/store/redis_store/layout.rs`
 //! `pushed_records_are_what_the_scripts_would_write` has Redis's own `encode` re-pack
 //! records pushed this way and compares.
+//!
+//! A record's elements are read in place ([`fields`]): a reserve's reply carries one record
+//! per job, so what reading one costs is paid on every delivery.
 
 use crate::job::{Callback, Job, JobId, JobSpec, JobState, Publish, Topic};
 use crate::store::{StoreError, StoreResult};
 use redis::Value;
-use serde::{Deserialize, Serialize};
+use rmp::Marker;
+use rmp::decode::{RmpRead, read_marker};
 
-/// One element of a stored record.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Field {
+/// One element of a stored record, its text borrowed from the record.
+#[derive(Debug)]
+enum Field<'a> {
     Int(u64),
-    Text(String),
+    Text(&'a str),
     List(Vec<u64>),
 }
 
-/// One element of a record being written.
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Out<'a> {
-    Int(u64),
-    Text(&'a str),
-    List(&'a [u64]),
+/// The elements of a stored record: a msgpack array whose elements are non-negative integers,
+/// UTF-8 strings and arrays of non-negative integers, as cmsgpack packs what `lib.lua` stores
+/// (any other element, a float, a negative number or a map, is an error naming it).
+fn fields(raw: &[u8]) -> Result<Vec<Field<'_>>, String> {
+    let mut rd = raw;
+    let marker = read_marker(&mut rd).map_err(|e| e.0.to_string())?;
+    let n = array_len(marker, &mut rd)?.ok_or_else(|| format!("not an array: {marker:?}"))?;
+    // At most 14 elements in any layout; a bad length fails on the bytes that are not there.
+    let mut out = Vec::with_capacity(n.min(16) as usize);
+    for _ in 0..n {
+        let marker = read_marker(&mut rd).map_err(|e| e.0.to_string())?;
+        let field = if let Some(n) = uint(marker, &mut rd)? {
+            Field::Int(n)
+        } else if let Some(len) = text_len(marker, &mut rd)? {
+            let (text, rest) = rd
+                .split_at_checked(len as usize)
+                .ok_or("a string longer than the record")?;
+            rd = rest;
+            Field::Text(std::str::from_utf8(text).map_err(|e| e.to_string())?)
+        } else if let Some(len) = array_len(marker, &mut rd)? {
+            let mut list = Vec::with_capacity(len.min(64) as usize);
+            for _ in 0..len {
+                let marker = read_marker(&mut rd).map_err(|e| e.0.to_string())?;
+                list.push(uint(marker, &mut rd)?.ok_or_else(|| format!("a list of {marker:?}"))?);
+            }
+            Field::List(list)
+        } else {
+            return Err(format!("an element {marker:?}"));
+        };
+        out.push(field);
+    }
+    Ok(out)
+}
+
+/// The integer `marker` starts, read from `rd`: `None` when it starts no integer, an error for
+/// a negative one.
+fn uint(marker: Marker, rd: &mut &[u8]) -> Result<Option<u64>, String> {
+    let n = match marker {
+        Marker::FixPos(n) => Ok(i128::from(n)),
+        Marker::U8 => rd.read_data_u8().map(i128::from),
+        Marker::U16 => rd.read_data_u16().map(i128::from),
+        Marker::U32 => rd.read_data_u32().map(i128::from),
+        Marker::U64 => rd.read_data_u64().map(i128::from),
+        Marker::FixNeg(n) => Ok(i128::from(n)),
+        Marker::I8 => rd.read_data_i8().map(i128::from),
+        Marker::I16 => rd.read_data_i16().map(i128::from),
+        Marker::I32 => rd.read_data_i32().map(i128::from),
+        Marker::I64 => rd.read_data_i64().map(i128::from),
+        _ => return Ok(None),
+    }
+    .map_err(|e| e.to_string())?;
+    u64::try_from(n)
+        .map(Some)
+        .map_err(|_| format!("a negative number {n}"))
+}
+
+/// The length of the string (or byte string) `marker` starts: `None` when it starts none.
+fn text_len(marker: Marker, rd: &mut &[u8]) -> Result<Option<u32>, String> {
+    match marker {
+        Marker::FixStr(n) => Ok(u32::from(n)),
+        Marker::Str8 | Marker::Bin8 => rd.read_data_u8().map(u32::from),
+        Marker::Str16 | Marker::Bin16 => rd.read_data_u16().map(u32::from),
+        Marker::Str32 | Marker::Bin32 => rd.read_data_u32(),
+        _ => return Ok(None),
+    }
+    .map(Some)
+    .map_err(|e| e.to_string())
+}
+
+/// The length of the array `marker` starts: `None` when it starts none.
+fn array_len(marker: Marker, rd: &mut &[u8]) -> Result<Option<u32>, String> {
+    match marker {
+        Marker::FixArray(n) => Ok(u32::from(n)),
+        Marker::Array16 => rd.read_data_u16().map(u32::from),
+        Marker::Array32 => rd.read_data_u32(),
+        _ => return Ok(None),
+    }
+    .map(Some)
+    .map_err(|e| e.to_string())
 }
 
 /// The stored layout's defaults for omitted trailing fields (`lib.lua`): part of the storage
@@ -44,8 +119,7 @@ const STORED_DEFAULT_PRIORITY: u64 = 1024;
 /// the backoff array).
 pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
     let corrupt = |why: String| StoreError::Corrupt(format!("job record {id:?}: {why}").into());
-    let mut r: Vec<Field> = rmp_serde::from_slice(raw)
-        .map_err(|e| StoreError::corrupt(format!("job record {id:?}"), e))?;
+    let mut r = fields(raw).map_err(corrupt)?;
     if r.len() == 11 && matches!(r[10], Field::List(_)) {
         // The 11-element layout, reordered into the current one.
         let backoff = r.pop();
@@ -59,8 +133,13 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
     if !(5..=11).contains(&r.len()) && r.len() != 13 && r.len() != 14 {
         return Err(corrupt(format!("{} fields", r.len())));
     }
+    let backoff_ms = match r.get_mut(8) {
+        None => Vec::new(),
+        Some(Field::List(b)) => std::mem::take(b),
+        other => return Err(corrupt(format!("field 8: {other:?}"))),
+    };
     let text = |i: usize| match r.get(i) {
-        Some(Field::Text(s)) => Ok(s.clone()),
+        Some(Field::Text(s)) => Ok(*s),
         other => Err(corrupt(format!("field {i}: {other:?}"))),
     };
     let num = |i: usize, default: u64| match r.get(i) {
@@ -74,22 +153,17 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
     let code = text(0)?;
     // A job placed ahead (`p`) is delayed until its group's tick, ready after: the scripts
     // resolve it in what they return, and `get` asks its group ([`placed_ahead`]).
-    let state = match code.as_str() {
+    let state = match code {
         "p" => JobState::Delayed,
-        _ => state_from_code(&code).map_err(|_| corrupt(format!("state code {code:?}")))?,
+        _ => state_from_code(code).map_err(|_| corrupt(format!("state code {code:?}")))?,
     };
     let topic = Topic::parse(text(1)?).map_err(|e| corrupt(e.to_string()))?;
     let id = JobId::parse(id).map_err(|e| corrupt(e.to_string()))?;
-    let backoff_ms = match r.get(8) {
-        None => Vec::new(),
-        Some(Field::List(b)) => b.clone(),
-        other => return Err(corrupt(format!("field 8: {other:?}"))),
-    };
     Ok(Job {
         spec: JobSpec {
             topic,
             id,
-            body: text(2)?,
+            body: text(2)?.to_owned(),
             run_at: num(3, 0)?,
             ttr_ms: num(5, STORED_DEFAULT_TTR_MS)?,
             priority: small(6, STORED_DEFAULT_PRIORITY)?,
@@ -97,13 +171,13 @@ pub fn decode_job(id: &str, raw: &[u8]) -> StoreResult<Job> {
             backoff_ms,
             callback: match r.len() {
                 13 => Some(Callback {
-                    url: text(11)?,
+                    url: text(11)?.to_owned(),
                     timeout_ms: num(12, 0)?,
                 }),
                 _ => None,
             },
             publish: match r.len() {
-                14 => Some(Box::new(Publish::unpack(&text(13)?).map_err(corrupt)?)),
+                14 => Some(Box::new(Publish::unpack(text(13)?).map_err(corrupt)?)),
                 _ => None,
             },
         },
@@ -132,38 +206,66 @@ pub fn placed_ahead(raw: &[u8]) -> bool {
 /// array length, as Lua's cmsgpack packs them. `run_at`, `ttr_ms` and the backoff steps must
 /// already be clamped below 2^53 (exact in Lua), as every caller does with `MAX_RUN_AT`.
 pub fn encode_new(job: &JobSpec, state: JobState, seq: u64, attempts: u32) -> Vec<u8> {
-    let code = state_code(state);
-    let mut r = vec![
-        Out::Text(code),
-        Out::Text(job.topic.as_str()),
-        Out::Text(&job.body),
-        Out::Int(job.run_at),
-        Out::Int(seq),
-        Out::Int(job.ttr_ms),
-        Out::Int(u64::from(job.priority)),
-        Out::Int(u64::from(job.max_attempts)),
-        Out::List(&job.backoff_ms),
-        Out::Int(u64::from(attempts)),
-    ];
-    let default = |i: usize, o: &Out| match (i, o) {
-        (5, Out::Int(n)) => *n == STORED_DEFAULT_TTR_MS,
-        (6, Out::Int(n)) => *n == STORED_DEFAULT_PRIORITY,
-        (7, Out::Int(n)) => *n == 0,
-        (8, Out::List(b)) => b.is_empty(),
-        (9, Out::Int(n)) => *n == 0,
-        _ => false,
-    };
+    use rmp::encode::{write_array_len, write_str, write_uint};
     let packed = job.publish.as_ref().map(|p| p.pack());
+    // Of the first ten elements, all are written before a callback's or publish's tail; else
+    // down to the last of `ttr_ms, priority, max_attempts, backoff_ms, attempts` that differs
+    // from its stored default.
+    let default = [
+        job.ttr_ms == STORED_DEFAULT_TTR_MS,
+        u64::from(job.priority) == STORED_DEFAULT_PRIORITY,
+        job.max_attempts == 0,
+        job.backoff_ms.is_empty(),
+        attempts == 0,
+    ];
+    let mut n = 10;
+    if job.callback.is_none() && packed.is_none() {
+        while n > 5 && default[n - 6] {
+            n -= 1;
+        }
+    }
+    let len = match (&job.callback, &packed) {
+        (Some(_), _) => 13,
+        (None, Some(_)) => 14,
+        (None, None) => n,
+    };
+    let mut buf = Vec::with_capacity(64 + job.topic.as_str().len() + job.body.len());
+    // Writing into a Vec cannot fail: the results are only `Ok`.
+    let _ = write_array_len(&mut buf, len as u32);
+    let _ = write_str(&mut buf, state_code(state));
+    let _ = write_str(&mut buf, job.topic.as_str());
+    let _ = write_str(&mut buf, &job.body);
+    let _ = write_uint(&mut buf, job.run_at);
+    let _ = write_uint(&mut buf, seq);
+    if n > 5 {
+        let _ = write_uint(&mut buf, job.ttr_ms);
+    }
+    if n > 6 {
+        let _ = write_uint(&mut buf, u64::from(job.priority));
+    }
+    if n > 7 {
+        let _ = write_uint(&mut buf, u64::from(job.max_attempts));
+    }
+    if n > 8 {
+        let _ = write_array_len(&mut buf, job.backoff_ms.len() as u32);
+        for step in &job.backoff_ms {
+            let _ = write_uint(&mut buf, *step);
+        }
+    }
+    if n > 9 {
+        let _ = write_uint(&mut buf, u64::from(attempts));
+    }
     if let Some(cb) = &job.callback {
-        r.extend([Out::Int(0), Out::Text(&cb.url), Out::Int(cb.timeout_ms)]);
+        let _ = write_uint(&mut buf, 0);
+        let _ = write_str(&mut buf, &cb.url);
+        let _ = write_uint(&mut buf, cb.timeout_ms);
     } else if let Some(p) = &packed {
-        r.extend([Out::Int(0), Out::Text(""), Out::Int(0), Out::Text(p)]);
+        let _ = write_uint(&mut buf, 0);
+        let _ = write_str(&mut buf, "");
+        let _ = write_uint(&mut buf, 0);
+        let _ = write_str(&mut buf, p);
     }
-    while r.len() > 5 && r.len() <= 10 && default(r.len() - 1, &r[r.len() - 1]) {
-        r.pop();
-    }
-    // Serializing a Vec of these cannot fail: every element is a plain value.
-    rmp_serde::to_vec(&r).unwrap_or_default()
+    buf
 }
 
 /// A state's code in records, index keys (`counts` fields) and replies: part of the storage
@@ -382,5 +484,123 @@ mod tests {
         );
         assert!(j.spec.backoff_ms.is_empty());
         assert!(decode_job("j", &rmp_serde::to_vec(&("d", "t", "b", 5u64)).unwrap()).is_err());
+    }
+
+    /// What cmsgpack may write for a stored integer or string, besides the smallest forms:
+    /// every width of integer (signed ones when not negative), 16-bit string lengths and byte
+    /// strings; all read as the values they hold.
+    #[test]
+    fn every_integer_width_and_string_form_reads_as_its_value() {
+        let body = "b".repeat(300);
+        let mut raw = vec![0x9a, 0xa1, b'x', 0xd9, 1, b't', 0xda, 0x01, 0x2c];
+        raw.extend(body.as_bytes());
+        raw.extend([0xd3, 0, 0, 0, 0, 0, 0, 0, 5]); // run_at, i64
+        raw.extend([0xcf, 0, 0, 0, 0, 0, 0, 0x04, 0xd2]); // seq, u64
+        raw.extend([0xce, 0, 0, 0x75, 0x30]); // ttr_ms, u32
+        raw.extend([0xd0, 7]); // priority, i8
+        raw.extend([0xcd, 0, 3]); // max_attempts, u16
+        raw.extend([0xdc, 0, 2, 10, 0xcc, 200]); // backoff_ms, array16 of 2
+        raw.extend([0xd1, 0, 2]); // attempts, i16
+        let j = decode_job("j", &raw).unwrap();
+        assert_eq!(
+            (j.state, j.spec.topic.as_str(), j.spec.body.as_str()),
+            (JobState::Reserved, "t", body.as_str())
+        );
+        assert_eq!(
+            (
+                j.spec.run_at,
+                j.seq,
+                j.spec.ttr_ms,
+                j.spec.priority,
+                j.spec.max_attempts,
+                j.attempts
+            ),
+            (5, 1234, 30_000, 7, 3, 2)
+        );
+        assert_eq!(j.spec.backoff_ms, vec![10, 200]);
+        // A byte string holding UTF-8 reads as text.
+        let bin = [0x95, 0xc4, 1, b'd', 0xa1, b't', 0xc4, 2, b'h', b'i', 5, 9];
+        assert_eq!(decode_job("j", &bin).unwrap().spec.body, "hi");
+    }
+
+    /// Anything lib.lua never stores is corrupt, named, and not read as something else.
+    #[test]
+    fn elements_outside_the_stored_layout_are_corrupt() {
+        let five = |run_at: &[u8]| {
+            let mut raw = vec![0x95, 0xa1, b'd', 0xa1, b't', 0xa1, b'b'];
+            raw.extend(run_at);
+            raw.push(1);
+            raw
+        };
+        let cases: [(Vec<u8>, &str); 10] = [
+            (five(&[0xff]), "negative"),
+            (five(&[0xd0, 0x80]), "negative"),
+            (five(&[0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0]), "F64"),
+            (five(&[0xc0]), "Null"),
+            (five(&[0xc3]), "True"),
+            (five(&[0x81, 1, 2]), "FixMap"),
+            (five(&[0x91, 0xa1, b'a']), "a list of FixStr"),
+            (vec![0x85, 0xa1, b'd'], "not an array"),
+            (vec![0x95, 0xa1, b'd', 0xa5, b't'], "longer than the record"),
+            (
+                vec![0x95, 0xa1, b'd', 0xa1, 0xff, 0xa1, b'b', 5, 1],
+                "utf-8",
+            ),
+        ];
+        for (raw, why) in cases {
+            match decode_job("j", &raw) {
+                Err(StoreError::Corrupt(e)) => assert!(
+                    e.to_lowercase().contains(&why.to_lowercase()),
+                    "{raw:x?}: {e} does not say {why}"
+                ),
+                other => panic!("{raw:x?} read as {other:?}"),
+            }
+        }
+        // A record cut short, anywhere, is an error and never a panic.
+        let whole = encode_new(
+            &JobSpec::new(
+                Topic::parse("t").unwrap(),
+                JobId::parse("j").unwrap(),
+                "body",
+                5,
+            ),
+            JobState::Ready,
+            7,
+            2,
+        );
+        assert!(decode_job("j", &whole).is_ok());
+        for cut in 0..whole.len() {
+            assert!(decode_job("j", &whole[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    /// `encode_new` writes msgpack's smallest form of each value, as cmsgpack (and before
+    /// it, rmp-serde) does: checked byte for byte against rmp-serde for long bodies and
+    /// large numbers (the layout test against Lua's own `encode` covers the rest).
+    #[test]
+    fn new_records_are_msgpack_s_smallest_forms() {
+        let mut spec = JobSpec::new(
+            Topic::parse("t").unwrap(),
+            JobId::parse("j").unwrap(),
+            "b".repeat(70_000),
+            u64::from(u32::MAX) + 1,
+        );
+        spec.ttr_ms = 300;
+        spec.priority = 70_000;
+        spec.backoff_ms = vec![1, 255, 65_536];
+        let expected = rmp_serde::to_vec(&(
+            "d",
+            "t",
+            &spec.body,
+            spec.run_at,
+            123_456u64,
+            300u64,
+            70_000u64,
+            0u64,
+            &spec.backoff_ms,
+            4u64,
+        ))
+        .unwrap();
+        assert_eq!(encode_new(&spec, JobState::Delayed, 123_456, 4), expected);
     }
 }
