@@ -267,6 +267,84 @@ async fn ids_between_beanstalkd_and_http_on_redis() {
     ids_between_beanstalkd_and_http(Backend::Redis).await;
 }
 
+/// A put whose number a job pushed over HTTP holds draws the next one (docs/beanstalkd.md,
+/// "Ids"): INSERTED with a free number, the HTTP job untouched. The first number a put can
+/// draw in the 3 s after a first put (the first of every millisecond, and the one after the
+/// first put's) is held over HTTP first, so the second put meets one whatever millisecond it
+/// comes in.
+async fn a_put_skips_numbers_held_over_http(backend: Backend) {
+    // src/beanstalk/ids.rs: milliseconds since EPOCH_MS, then SEQ_BITS of sequence, then
+    // TAG_BITS of the instance's tag.
+    const EPOCH_MS: u64 = 1_704_067_200_000;
+    const SHIFT: u32 = 8 + 4;
+    const STEP: u64 = 1 << 4;
+    const WINDOW_MS: u64 = 3_000;
+    let server = Server::start(backend).await;
+    let base = server.delayq.base_url.clone();
+    let mut b = server.connect().await;
+    let first = b.put(0, 0, 30, b"first put").await;
+    let (tag, ms) = (first & (STEP - 1), (first >> SHIFT) + EPOCH_MS);
+    let floor = |ms: u64| ((ms - EPOCH_MS) << SHIFT) | tag;
+    let mut held = vec![first + STEP];
+    held.extend((ms + 1..=ms + WINDOW_MS).map(floor));
+    for chunk in held.chunks(1000) {
+        let jobs: Vec<Value> = chunk
+            .iter()
+            .map(|n| json!({"topic": "held", "id": n.to_string(), "body": "from HTTP", "delay_ms": 3_600_000}))
+            .collect();
+        let (status, got) = http(
+            reqwest::Method::POST,
+            format!("{base}/v1/jobs/batch"),
+            Some(json!({"jobs": jobs})),
+        )
+        .await;
+        assert_eq!(status, 200, "{got}");
+        let results = got["results"].as_array().expect("results");
+        assert!(
+            results.iter().all(|r| r["status"] == "created"),
+            "{:?}",
+            results.iter().find(|r| r["status"] != "created")
+        );
+    }
+    let second = b.put(0, 0, 30, b"second put").await;
+    let at = (second >> SHIFT) + EPOCH_MS;
+    assert!(
+        at <= ms + WINDOW_MS,
+        "the second put came {} ms after the first: past the held numbers",
+        at - ms
+    );
+    // Its first draw was held: the same millisecond's next number, or a later one's first.
+    let drawn_first = if at == ms { first + STEP } else { floor(at) };
+    assert!(held.contains(&drawn_first));
+    assert!(!held.contains(&second), "{second} is held over HTTP");
+    let (peeked, body) = b.job(&format!("peek {second}"), "FOUND").await;
+    assert_eq!(
+        (peeked, body.as_slice()),
+        (second, b"second put".as_slice())
+    );
+    let (status, job) = http(
+        reqwest::Method::GET,
+        format!("{base}/v1/jobs/{drawn_first}"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, job["topic"].as_str(), job["body"].as_str()),
+        (200, Some("held"), Some("from HTTP")),
+        "{job}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_skips_numbers_held_over_http_on_the_embedded_store() {
+    a_put_skips_numbers_held_over_http(Backend::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_skips_numbers_held_over_http_on_redis() {
+    a_put_skips_numbers_held_over_http(Backend::Redis).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_max_connections_a_new_connection_waits_for_one_to_close() {
     let server = Server::start_with(Backend::Embedded, None, &["--max-connections", "2"]).await;
