@@ -2,9 +2,9 @@
 # compare.sh: delayq against its peers on one machine, in one run.
 #
 # Installs what is missing (apt beanstalkd and redis-server, npm bullmq in bench/peers/bullmq),
-# builds delayq and delayq-bench in release, then for each workload, run and system starts a
-# fresh server on free loopback ports, runs the workload against it with its native protocol, and
-# stops it. Workloads (--workloads):
+# builds delayq as the package does (--profile dist) and delayq-bench in release, then for each
+# workload, run and system starts a fresh server on free loopback ports, runs the workload
+# against it with its native protocol, and stops it. Workloads (--workloads):
 #   w1        lifecycle: --jobs jobs with delays uniform in [0, 3] s, pushed while consumed
 #   capacity  W1 with every job due at once (delay 0): jobs pushed, delivered and finished per
 #             second end to end; recorded as workload "capacity"
@@ -56,6 +56,7 @@
 #                         [--backlog 1000000] [--backlog-batch N] [--w3-duration-s 30]
 #                         [--w3-rates "2000 5000 10000 20000"] [--w3-drain-timeout-s 30]
 #                         [--w4-jobs 100000] [--w4-lead-s 30] [--clients "8 16 32"]
+#                         [--profile dist|release]
 #   --big         W2 with 10,000,000 pending jobs instead of --pending
 #   --w2-runs     W2 runs per system (default: --runs); W2 at 1M+ jobs is the slow part
 #   --batch       jobs per request for every system (/v1 batches, beanstalkd pipelining,
@@ -75,7 +76,11 @@
 #                 a system that falls behind ends its run in bounded time
 #   --out         default bench/results/<UTC date>-<git rev-parse --short HEAD>/compare; a
 #                 directory that already holds results is refused
-#   --skip-build  use the binaries in target/release as they are (machine.txt still names HEAD)
+#   --profile     the build of delayq measured: dist (the default: fat LTO over one codegen
+#                 unit, what the package ships, docs/operations.md) or release (quicker to
+#                 build: for a smoke run). The load generator is always the release build.
+#   --skip-build  use the binaries as they are, target/release/delayq-bench and
+#                 target/<profile>/delayq (machine.txt still names HEAD)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -87,6 +92,7 @@ JOBS=50000
 PENDING=1000000
 SYSTEMS="delayq-redis delayq-embedded delayq-memory beanstalkd beanstalkd-binlog bullmq"
 SKIP_BUILD=0
+PROFILE=dist
 OUT=""
 BATCH=1
 DELAYQ_API=compat
@@ -108,6 +114,7 @@ while [ $# -gt 0 ]; do
     --big) PENDING=10000000; shift ;;
     --systems) SYSTEMS="$2"; shift 2 ;;
     --skip-build) SKIP_BUILD=1; shift ;;
+    --profile) PROFILE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --batch) BATCH="$2"; shift 2 ;;
     --workloads) WORKLOADS="$2"; shift 2 ;;
@@ -135,6 +142,7 @@ done
 for rate in $W3_RATES; do
   case "$rate" in ''|*[!0-9]*|0) echo "--w3-rates: $rate is not a rate in jobs/s" >&2; exit 2 ;; esac
 done
+case "$PROFILE" in dist|release) ;; *) echo "--profile: $PROFILE is not dist or release" >&2; exit 2 ;; esac
 W2_RUNS="${W2_RUNS:-$RUNS}"
 COMMIT="$(git -C "$ROOT" rev-parse --short HEAD)"
 results_dir compare
@@ -164,10 +172,12 @@ fi
 
 # ---------- build ----------
 if [ "$SKIP_BUILD" = 0 ]; then
-  (cd "$ROOT" && cargo build --release -p delayq -p delayq-bench)
+  (cd "$ROOT" && cargo build --release -p delayq-bench && cargo build --profile "$PROFILE" -p delayq)
 fi
 BENCH="$ROOT/target/release/delayq-bench"
-DELAYQ="$ROOT/target/release/delayq"
+DELAYQ="$ROOT/target/$PROFILE/delayq"
+need_built "cargo build --release -p delayq-bench && cargo build --profile $PROFILE -p delayq" \
+  "$BENCH" "$DELAYQ"
 
 # ---------- processes ----------
 
@@ -320,7 +330,8 @@ run_system() {
     "--batch $BATCH --delayq-api $DELAYQ_API --workloads \"$WORKLOADS\" --backlog $BACKLOG" \
     "${BACKLOG_BATCH:+--backlog-batch $BACKLOG_BATCH }--w3-duration-s $W3_DURATION_S" \
     "--w3-rates \"$W3_RATES\" --w3-drain-timeout-s $W3_DRAIN_S" \
-    "--w4-jobs $W4_JOBS --w4-lead-s $W4_LEAD_S --clients \"$CLIENTS\" --systems \"$SYSTEMS\""
+    "--w4-jobs $W4_JOBS --w4-lead-s $W4_LEAD_S --clients \"$CLIENTS\" --systems \"$SYSTEMS\"" \
+    "--profile $PROFILE"
 } | tee "$OUT/machine.txt"
 
 for wl in $WORKLOADS; do
