@@ -108,6 +108,9 @@ enum Value {
 /// Changes logged since the last checkpoint: each job's last state (`None`: removed).
 type Changes = HashMap<String, Option<Vec<u8>>>;
 
+/// The most entries a new checkpoint window's [`Changes`] is made room for up front.
+const CHANGES_KEPT: usize = 1 << 16;
+
 /// How far [`GroupCommit::write_queued`] goes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Drain {
@@ -588,8 +591,9 @@ impl GroupCommit {
             // Only space: the file stays as large as the largest log it held.
             tracing::warn!(error = %e, log = %old.path.display(), "cannot trim a log");
         }
-        // The next window's map starts at this one's size rather than growing to it again.
-        let size = io.changes.len();
+        // The next window's map starts at this one's size rather than growing to it again (up
+        // to a bound: a burst's size is not kept for the quiet windows after it).
+        let size = io.changes.len().min(CHANGES_KEPT);
         let changes = std::mem::replace(&mut io.changes, Changes::with_capacity(size));
         if let Some(checkpoints) = &io.checkpoints {
             let handed = Instant::now();
