@@ -11,8 +11,7 @@ themselves, and passing their arguments and replies between Lua and Redis.
 Debian's redis-server is stripped, so run instructions.sh with a redis-server that has its
 symbols first on PATH (docs/benchmarks.md, "Inside redis-server"), else most rows are 0.
 
-Usage: bench/redis_layers.py DIR [N]   (DIR holds the .cg.gz files; N the smaller run's jobs,
-       read from the file names when omitted)
+Usage: bench/redis_layers.py DIR   (DIR holds the two .cg.gz files; their names give N)
 """
 
 import gzip
@@ -45,6 +44,8 @@ def inclusive(cg: Path) -> dict[str, tuple[int, int]]:
         if m:
             name = m.group(2).rsplit(":", 1)[-1]
             cost = int(m.group(1).replace(",", ""))
+            # One function can be listed twice, under each source file its code came from:
+            # the larger entry is the whole function.
             if name not in out or out[name][0] < cost:
                 out[name] = (cost, calls)
             calls = 0
@@ -58,16 +59,15 @@ def inclusive(cg: Path) -> dict[str, tuple[int, int]]:
 
 
 def main() -> None:
-    if len(sys.argv) < 2:
+    if len(sys.argv) != 2:
         sys.exit(__doc__)
     d = Path(sys.argv[1])
-    runs = sorted(d.glob("redis-*.redis.cg*"),
-                  key=lambda p: int(re.search(r"redis-(\d+)\.", p.name).group(1)))
+    runs = sorted((int(re.search(r"redis-(\d+)\.", p.name).group(1)), p)
+                  for p in d.glob("redis-*.redis.cg*"))
     if len(runs) != 2:
         sys.exit(f"{d}: want two redis-<jobs>.redis.cg files, found {len(runs)}")
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else int(
-        re.search(r"redis-(\d+)\.", runs[0].name).group(1))
-    a, b = inclusive(runs[0]), inclusive(runs[1])
+    n = runs[0][0]
+    a, b = inclusive(runs[0][1]), inclusive(runs[1][1])
 
     def per_job(name: str) -> float:
         return (b.get(name, (0, 0))[0] - a.get(name, (0, 0))[0]) / n
