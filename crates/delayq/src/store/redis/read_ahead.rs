@@ -145,6 +145,13 @@ impl ReadAhead {
         };
         let held = &mut lists[i].jobs;
         held.extend(jobs.into_iter().map(|job| HeldJob { job, since }));
+        // Each batch's jobs are in preference order, but two batches' together need not be
+        // (the second's best topic had jobs again): the held jobs stay in the order a
+        // reserve of `topics` promises, so that any prefix taken is in it too.
+        if topics.len() > 1 {
+            held.make_contiguous()
+                .sort_by_key(|h| preference(topics, &h.job).unwrap_or(usize::MAX));
+        }
         let over = held.split_off(held.len().min(MAX_HELD));
         drop(lists);
         self.kept.notify_one();
@@ -269,6 +276,22 @@ mod tests {
         assert_eq!(ids(&r.take(&t, 2)), ["a", "b"]);
         assert_eq!(ids(&r.take(&t, 2)), ["c"]);
         assert!(r.take(&t, 2).is_empty());
+    }
+
+    #[test]
+    fn jobs_held_by_two_batches_are_taken_in_preference_order() {
+        let r = ReadAhead::default();
+        let ab = vec![topic("a"), topic("b")];
+        let of = |t: &str, id: &str| {
+            let mut j = job(id);
+            j.spec.topic = topic(t);
+            j
+        };
+        // The first batch found a empty; by the second, a had jobs again.
+        r.keep(&ab, vec![of("b", "b1"), of("b", "b2")]);
+        r.keep(&ab, vec![of("a", "a1"), of("b", "b3")]);
+        assert_eq!(ids(&r.take(&ab, 2)), ["a1", "b1"]);
+        assert_eq!(ids(&r.take(&ab, 5)), ["b2", "b3"]);
     }
 
     #[test]
