@@ -71,10 +71,16 @@ pub(super) fn preference(topics: &[Topic], job: &Job) -> Option<usize> {
 /// held while its topic had nothing better may meet a job of an earlier topic that became
 /// ready since). Within a topic the parts keep their order.
 pub(super) fn in_preference_order(topics: &[Topic], jobs: &mut [Job]) {
+    sort_by_preference(topics, jobs, |j| j);
+}
+
+/// Stable-sorts `items` by where each one's job comes in `topics` (a topic list in preference
+/// order); with one topic they already are.
+fn sort_by_preference<T>(topics: &[Topic], items: &mut [T], job: impl Fn(&T) -> &Job) {
     if topics.len() < 2 {
         return;
     }
-    jobs.sort_by_key(|j| preference(topics, j).unwrap_or(usize::MAX));
+    items.sort_by_key(|i| preference(topics, job(i)).unwrap_or(usize::MAX));
 }
 
 /// A job reserved ahead, held since `since`.
@@ -148,10 +154,7 @@ impl ReadAhead {
         // Each batch's jobs are in preference order, but two batches' together need not be
         // (the second's best topic had jobs again): the held jobs stay in the order a
         // reserve of `topics` promises, so that any prefix taken is in it too.
-        if topics.len() > 1 {
-            held.make_contiguous()
-                .sort_by_key(|h| preference(topics, &h.job).unwrap_or(usize::MAX));
-        }
+        sort_by_preference(topics, held.make_contiguous(), |h| &h.job);
         let over = held.split_off(held.len().min(MAX_HELD));
         drop(lists);
         self.kept.notify_one();
