@@ -186,7 +186,8 @@ impl MachineTicks {
             .filter(|_| by_core)
             .map(|(&(idle, _), &(idle0, _))| {
                 let idle = (idle.saturating_sub(idle0) as f64).min(per_core);
-                100.0 * (per_core - idle) / per_core
+                // At most 100: a core with no idle tick can round to a hair above it.
+                (100.0 * (per_core - idle) / per_core).min(100.0)
             })
             .reduce(f64::max);
         Some(MachineShares {
@@ -340,6 +341,16 @@ mod tests {
         };
         let shares = one_core.since(&a, 1.0).unwrap();
         assert_eq!((shares.idle, shares.busiest_core), (25.0, None));
+        // A core with no idle tick is 100 % busy, not a rounding error above it (over this
+        // wall time the division alone gives 100.00000000000001).
+        let busy = MachineTicks {
+            cores: vec![(400, 531), (431, 531)],
+            ..b
+        };
+        assert_eq!(
+            busy.since(&a, 0.317690676226818).unwrap().busiest_core,
+            Some(100.0)
+        );
     }
 
     #[test]
