@@ -186,8 +186,9 @@ impl MachineTicks {
             .filter(|_| by_core)
             .map(|(&(idle, _), &(idle0, _))| {
                 let idle = (idle.saturating_sub(idle0) as f64).min(per_core);
-                // At most 100: a core with no idle tick can round to a hair above it.
-                (100.0 * (per_core - idle) / per_core).min(100.0)
+                // 100 less the idle share, not busy time over wall time: that quotient can
+                // round to a hair above 100 for a core with no idle tick.
+                100.0 - 100.0 * idle / per_core
             })
             .reduce(f64::max);
         Some(MachineShares {
