@@ -6,7 +6,8 @@
 # machine's drift. For each run it prints lateness p50/p99, the rate the producers kept and how
 # far they fell behind their schedule, and, over 5 s in the middle of the stream, the CPU of
 # delayq, its redis-server and the load generator (ticks of 10 ms: 500 are one core) and the
-# machine's idle share, from /proc. On Redis it also prints what Redis itself saw over the run:
+# machine's idle share, from /proc, and over the whole stream how long delayq's and the load
+# generator's threads waited, runnable, for a core (% of one core, delayq-bench's schedstat). On Redis it also prints what Redis itself saw over the run:
 # its longest latency event and its slowest command (latency monitor and slow log, both from
 # 3 ms), so that a stall of Redis's shows apart from delayq's own lateness. --logs DIR keeps
 # each run's delayq log as DIR/<round>-<binary's position>.log.
@@ -68,7 +69,8 @@ run() { # binary log
   fi
   start_delayq "$bin" "${STORE_ARGS[@]}"
   "$BENCH" w3 --api compat --addr "127.0.0.1:$DQ_PORT" --rate "$RATE" --duration-s "$DURATION" \
-    --backlog 10000 --backlog-batch 100 --producers "$PRODUCERS" --consumers "$CONSUMERS" --json \
+    --backlog 10000 --backlog-batch 100 --producers "$PRODUCERS" --consumers "$CONSUMERS" \
+    --server-pid "$DQ_PID" --json \
     >"$TMP/out.json" 2>"$TMP/err" & local bp=$!
   sleep $((DURATION / 2))
   local d0 r0 b0 i0 d1 r1 b1 i1
@@ -89,7 +91,9 @@ print(f"{bin_}: lateness p50 {m.get('lateness_p50_ms')} ms, p99 {m.get('lateness
       f"delivered {int(m.get('delivered', 0))}, early {int(m.get('early', 0))}, "
       f"lost {int(m.get('lost', 0))}, pushed {round(m.get('fire_rate_per_s', 0))}/s, "
       f"producers behind by at most {round(m.get('producer_max_lag_ms', 0))} ms; "
-      f"{span} s: delayq {d} ticks, redis-server {r}, load generator {b}, machine idle {idle} %")
+      f"{span} s: delayq {d} ticks, redis-server {r}, load generator {b}, machine idle {idle} %; "
+      f"waiting for a core over the stream: delayq {m.get('server_cpu_wait_pct', 0):.0f} %, "
+      f"load generator {m.get('bench_cpu_wait_pct', 0):.0f} % of one")
 PY
   if [ -n "$rpid" ]; then redis_stalls; fi
   stop "$DQ_PID"
