@@ -7,10 +7,11 @@
 # far they fell behind their schedule, and, over 5 s in the middle of the stream, the CPU of
 # delayq, its redis-server and the load generator (ticks of 10 ms: 500 are one core) and the
 # machine's idle share, from /proc, and over the whole stream how long delayq's and the load
-# generator's threads waited, runnable, for a core (% of one core, delayq-bench's schedstat). On Redis it also prints what Redis itself saw over the run:
-# its longest latency event and its slowest command (latency monitor and slow log, both from
-# 3 ms), so that a stall of Redis's shows apart from delayq's own lateness. --logs DIR keeps
-# each run's delayq log as DIR/<round>-<binary's position>.log.
+# generator's threads waited, runnable, for a core (% of one core, delayq-bench's schedstat).
+# On Redis it also prints what Redis itself saw over the run: its longest latency event and its
+# slowest command (latency monitor and slow log, both from 3 ms), so that a stall of Redis's
+# shows apart from delayq's own lateness. --logs DIR keeps each run's delayq log as
+# DIR/<round>-<binary's position>.log.
 #
 # Usage: bench/w3-side-by-side.sh [--rate 10000] [--duration-s 15] [--rounds 2]
 #                                 [--store redis|embedded|memory] [--producers 8]
